@@ -1,0 +1,68 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/redistest"
+)
+
+func TestDemoHoldsEveryInvariant(t *testing.T) {
+	for name, client := range map[string]func(t *testing.T) redis.UniversalClient{
+		"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Standalone(t) },
+		"miniredis": func(t *testing.T) redis.UniversalClient { c, _ := redistest.Mini(t); return c },
+	} {
+		t.Run(name, func(t *testing.T) {
+			rdb := client(t)
+			res, err := Run(context.Background(), rdb, redistest.Prefix(t, rdb), "demo", Config{Buyers: 500, Concurrency: 32, HotStock: 50})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.OK() || res.Oversold() != 0 || res.Errors != 0 {
+				t.Fatalf("invariants broken: %+v", res)
+			}
+			if hot := res.Items[0]; hot.SKU != hotSKU || hot.Sold != 50 || hot.Remaining != 0 {
+				t.Errorf("hot item %+v: 500 buyers should sell all 50 units", hot)
+			}
+			if res.Requests != res.Accepted+res.Rejected+res.Replays+res.Errors || res.Requests < 500 {
+				t.Errorf("counts do not add up: %+v", res)
+			}
+			var out bytes.Buffer
+			Print(&out, res)
+			if !regexp.MustCompile(`(?m)^oversold\s+0$`).Match(out.Bytes()) {
+				t.Errorf("table lacks the oversold row:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestResultCatchesBrokenInvariants: the checks the demo's exit status rests
+// on do fail when the numbers are wrong.
+func TestResultCatchesBrokenInvariants(t *testing.T) {
+	good := Result{Accepted: 2, EventsBought: 2, Items: []ItemResult{{SKU: "hot", Stock: 10, Sold: 2, Receipts: 2, Remaining: 8}}}
+	if !good.OK() {
+		t.Fatal("a consistent result is reported broken")
+	}
+	for name, broken := range map[string]func(r *Result){
+		"oversold":        func(r *Result) { r.Items[0].Sold, r.Items[0].Receipts, r.Items[0].Remaining = 12, 12, -2 },
+		"over the limit":  func(r *Result) { r.BuyersOverLimit = 1 },
+		"lost event":      func(r *Result) { r.EventsBought = 1 },
+		"receipts differ": func(r *Result) { r.Items[0].Receipts = 3 },
+		"stock leak":      func(r *Result) { r.Items[0].Remaining = 7 },
+		"errors":          func(r *Result) { r.Errors = 1 },
+	} {
+		r := good
+		r.Items = append([]ItemResult(nil), good.Items...)
+		broken(&r)
+		if r.OK() {
+			t.Errorf("%s: reported OK", name)
+		}
+	}
+	if (Result{Items: []ItemResult{{Stock: 5, Sold: 7}, {Stock: -1, Sold: 100}}}).Oversold() != 2 {
+		t.Error("Oversold miscounts")
+	}
+}

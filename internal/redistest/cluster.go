@@ -1,0 +1,223 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clusterWait bounds how long StartCluster waits for the cluster to settle.
+const clusterWait = 30 * time.Second
+
+// Cluster is a real Redis Cluster made of redis-server processes on free
+// loopback ports, each with its own dir under one temp dir. Create it with
+// StartCluster and always Stop it.
+type Cluster struct {
+	dir     string
+	masters int
+	nodes   []*proc
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// StartCluster starts masters*(1+replicasPerMaster) nodes (cluster-enabled yes,
+// cluster-node-timeout 2000, repl-diskless-sync-delay 0, appendonly no,
+// save "", protected-mode no, bind 127.0.0.1), joins them with `redis-cli --cluster create ... --cluster-yes`,
+// and waits (at most 30 s) until every node reports cluster_state:ok with all
+// 16384 slots assigned and ok, knows every other node, and every replica's link
+// to its master is up. redis-cli requires masters >= 3.
+//
+// It takes no testing.TB so that it can be used from TestMain. On error
+// everything started so far has been stopped again.
+func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
+	if masters < 3 || replicasPerMaster < 0 {
+		return nil, fmt.Errorf("redistest: StartCluster(%d, %d): need at least 3 masters and no negative replica count",
+			masters, replicasPerMaster)
+	}
+	dir, err := os.MkdirTemp("", "redistest-cluster-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	c := &Cluster{dir: dir, masters: masters}
+	fail := func(err error) (*Cluster, error) {
+		_ = c.Stop()
+		return nil, err
+	}
+
+	conf := []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", // relative to the node's dir
+		"--cluster-node-timeout", "2000",
+		// Start a replica's diskless full sync at once instead of after the
+		// default 5 s wait for more replicas.
+		"--repl-diskless-sync-delay", "0",
+	}
+	for i := range masters * (1 + replicasPerMaster) {
+		p, err := startProc(filepath.Join(dir, "node"+strconv.Itoa(i)), conf)
+		if err != nil {
+			return fail(err)
+		}
+		c.nodes = append(c.nodes, p)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	if err != nil {
+		return fail(fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, out))
+	}
+	if err := c.waitHealthy(ctx); err != nil {
+		return fail(fmt.Errorf("%w\n--- redis-cli output ---\n%s", err, out))
+	}
+	return c, nil
+}
+
+// Addrs returns the "127.0.0.1:port" address of every node, masters and replicas.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.nodes))
+	for i, p := range c.nodes {
+		addrs[i] = p.addr()
+	}
+	return addrs
+}
+
+// Client returns a new cluster client seeded with every node, tuned for
+// tests: short timeouts, one dial attempt per try (a dead node refuses at
+// once), enough retries with backoff (several seconds in total) to ride out a
+// failover, and a slot map refreshed every 500 ms. go-redis does not refresh
+// the slot map when a master dies; it keeps dialling the dead node until the
+// next periodic reload (60 s by default), so the short interval is what lets
+// commands reach a promoted replica. The caller closes the client.
+func (c *Cluster) Client() *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                      c.Addrs(),
+		DialTimeout:                time.Second,
+		DialerRetries:              1,
+		ReadTimeout:                2 * time.Second,
+		WriteTimeout:               2 * time.Second,
+		MaxRedirects:               16,
+		MinRetryBackoff:            20 * time.Millisecond,
+		MaxRetryBackoff:            500 * time.Millisecond,
+		ClusterStateReloadInterval: 500 * time.Millisecond,
+	})
+}
+
+// Stop SIGKILLs every node, waits for them to exit and removes the temp dir.
+// It is idempotent.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	var errs []error
+	for _, p := range c.nodes {
+		errs = append(errs, p.kill())
+	}
+	errs = append(errs, os.RemoveAll(c.dir))
+	return errors.Join(errs...)
+}
+
+// Kill SIGKILLs the node at addr (one of Addrs) and waits for it to exit.
+// Killing a dead node is a no-op.
+func (c *Cluster) Kill(addr string) error {
+	p, err := c.node(addr)
+	if err != nil {
+		return err
+	}
+	return p.kill()
+}
+
+// Restart starts the killed node at addr again with the same port, config and
+// dir (its nodes.conf keeps its node ID, so it rejoins the cluster). It returns
+// once the node answers; it does not wait for the cluster state to converge.
+func (c *Cluster) Restart(addr string) error {
+	p, err := c.node(addr)
+	if err != nil {
+		return err
+	}
+	return p.start()
+}
+
+func (c *Cluster) node(addr string) (*proc, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil, errors.New("redistest: cluster is stopped")
+	}
+	for _, p := range c.nodes {
+		if p.addr() == addr {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("redistest: %s is not a node of this cluster", addr)
+}
+
+// waitHealthy polls every node until the whole cluster is healthy (see
+// StartCluster) or ctx ends.
+func (c *Cluster) waitHealthy(ctx context.Context) error {
+	want := map[string]string{
+		"cluster_state":          "ok",
+		"cluster_slots_assigned": "16384",
+		"cluster_slots_ok":       "16384",
+		"cluster_known_nodes":    strconv.Itoa(len(c.nodes)),
+		"cluster_size":           strconv.Itoa(c.masters),
+	}
+	check := func() error {
+		for _, addr := range c.Addrs() {
+			ci, err := command(addr, "CLUSTER INFO")
+			if err != nil {
+				return fmt.Errorf("%s: %w", addr, err)
+			}
+			f := fields(ci)
+			for k, v := range want {
+				if f[k] != v {
+					return fmt.Errorf("%s: %s is %q, want %q", addr, k, f[k], v)
+				}
+			}
+			repl, err := command(addr, "INFO replication")
+			if err != nil {
+				return fmt.Errorf("%s: %w", addr, err)
+			}
+			if f := fields(repl); f["role"] == "slave" && f["master_link_status"] != "up" {
+				return fmt.Errorf("%s: replica link to master is %q", addr, f["master_link_status"])
+			}
+		}
+		return nil
+	}
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redistest: cluster not healthy: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// fields parses "key:value" lines as returned by INFO and CLUSTER INFO.
+func fields(text string) map[string]string {
+	m := map[string]string{}
+	for line := range strings.Lines(text) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}

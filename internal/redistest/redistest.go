@@ -1,0 +1,151 @@
+// Package redistest provides Redis fixtures for tests: a client for the
+// machine's shared Redis, in-process miniredis, per-test key prefixes that are
+// cleaned up afterwards, and throwaway redis-server processes (standalone or
+// a real Redis Cluster) that tests may kill and restart.
+//
+// It is meant to be imported from _test.go files only. The process fixtures
+// need redis-server (and redis-cli for clusters) on PATH.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultURL is the shared Redis used by Standalone unless
+// SECKILL_TEST_REDIS_URL is set.
+const DefaultURL = "redis://127.0.0.1:6379/0"
+
+// URLEnv names the environment variable that overrides DefaultURL.
+const URLEnv = "SECKILL_TEST_REDIS_URL"
+
+// Standalone returns a go-redis client for the machine's shared Redis:
+// $SECKILL_TEST_REDIS_URL if set (redis://host:port/db), else DefaultURL.
+// It pings the server and calls tb.Fatalf with a one-line reason if that fails
+// (it never skips). The client is closed in tb.Cleanup.
+//
+// The shared Redis is shared with other tests and packages running in
+// parallel: use Prefix for every key.
+func Standalone(tb testing.TB) *redis.Client {
+	tb.Helper()
+	url := os.Getenv(URLEnv)
+	if url == "" {
+		url = DefaultURL
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatalf("redistest: cannot parse Redis URL %q (from $%s or default): %v", url, URLEnv, err)
+	}
+	c := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		tb.Fatalf("redistest: shared Redis %s does not answer PING: %v (start it, or point $%s elsewhere)", url, err, URLEnv)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Mini starts an in-process miniredis (miniredis.RunT) and returns a client
+// for it. Both are closed in tb.Cleanup.
+func Mini(tb testing.TB) (*redis.Client, *miniredis.Miniredis) {
+	tb.Helper()
+	m := miniredis.RunT(tb)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c, m
+}
+
+// Prefix returns a key prefix unique to this test: "t" followed by 10 random
+// lowercase letters and digits. Keys are expected to look like
+// "{<prefix>:<sale>}:stock".
+//
+// It registers a tb.Cleanup that deletes every key containing
+// "{"+prefix+":" from c, using SCAN MATCH and UNLINK (never KEYS); on a
+// *redis.ClusterClient it scans every master. Cleanup failures are logged, not
+// fatal: they happen when a fault test leaves a node down, and the keys cannot
+// collide with anything else anyway.
+//
+// c must still be open when the test's cleanups run: close it with a
+// tb.Cleanup registered before calling Prefix (Standalone and Mini do), not
+// with defer.
+func Prefix(tb testing.TB, c redis.UniversalClient) string {
+	tb.Helper()
+	p := newPrefix()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := deletePrefixed(ctx, c, p); err != nil {
+			tb.Logf("redistest: cleanup of keys with prefix %q: %v", p, err)
+		}
+	})
+	return p
+}
+
+func newPrefix() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 10)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return "t" + string(b)
+}
+
+// deletePrefixed unlinks every key containing "{"+prefix+":" and returns how
+// many keys it removed.
+func deletePrefixed(ctx context.Context, c redis.UniversalClient, prefix string) (int64, error) {
+	pattern := "*{" + prefix + ":*"
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return scanUnlink(ctx, c, pattern)
+	}
+	var n atomic.Int64
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		k, err := scanUnlink(ctx, node, pattern)
+		n.Add(k)
+		return err
+	})
+	return n.Load(), err
+}
+
+// scanUnlink walks one server's keyspace with SCAN and unlinks the matches
+// batch by batch. Each key gets its own UNLINK (pipelined): keys of different
+// sales live in different cluster slots, and a multi-key UNLINK across slots
+// would fail with CROSSSLOT.
+func scanUnlink(ctx context.Context, c redis.Cmdable, pattern string) (int64, error) {
+	var cursor uint64
+	var n int64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
+		if err != nil {
+			return n, err
+		}
+		if len(keys) > 0 {
+			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			})
+			for _, cmd := range cmds {
+				n += cmd.(*redis.IntCmd).Val()
+			}
+			if err != nil {
+				return n, err
+			}
+		}
+		if next == 0 {
+			return n, nil
+		}
+		cursor = next
+	}
+}

@@ -1,0 +1,70 @@
+-- cancel.lua: cancel an order: its units go back to stock and to the buyer's
+-- quota, and a "cancelled" event is appended. Cancelling twice changes nothing.
+--
+-- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
+-- KEYS[4] events stream
+-- ARGV[1] now, unix ms
+-- ARGV[2] order id
+-- ARGV[3] user id the order must belong to, "" for any (an operator)
+--
+-- Reply, the first element is the outcome:
+--   {0, record, r1, r2, ...}  cancelled now; rN is line N's remaining after it
+--   {1, record, r1, r2, ...}  was already cancelled; nothing changed
+--   {2}                       the sale is not in Redis: rebuild it, call again
+--   {4}                       no such order (or not this user's)
+--   {8, field}                a stored value is not what the engine wrote
+-- The record returned is the order's record after the call.
+
+local order_id, owner = ARGV[2], ARGV[3]
+if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
+local record = redis.call('HGET', KEYS[3], order_id)
+if not record then return {4} end
+local status, user, created, lines, key = string.match(record, '^(%a)|([^|]*)|(%d+)|([^|]*)|(.*)$')
+if not status then return {8, 'orders:' .. order_id} end
+if owner ~= '' and owner ~= user then return {4} end
+
+local sku, qty, rem, held = {}, {}, {}, {}
+for s, q in string.gmatch(lines, '([^,=]+)=(%d+)') do
+  local i = #sku + 1
+  sku[i], qty[i] = s, tonumber(q)
+  rem[i] = tonumber(redis.call('HGET', KEYS[1], 'r:' .. s))
+  if not rem[i] then return {8, 'r:' .. s} end
+end
+
+if status == 'c' then
+  local reply = {1, record}
+  for i = 1, #sku do reply[i + 2] = rem[i] end
+  return reply
+end
+
+for i = 1, #sku do
+  held[i] = tonumber(redis.call('HGET', KEYS[2], user .. '|' .. sku[i]) or '0')
+  if not held[i] then return {8, 'bought:' .. user .. '|' .. sku[i]} end
+end
+
+-- XADD is the one write whose key no check above has read: make sure it
+-- cannot fail after the other writes.
+local events_type = redis.call('TYPE', KEYS[4])
+events_type = events_type.ok or events_type
+if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
+
+-- Every check passed: write.
+record = 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key
+local reply = {0, record}
+for i = 1, #sku do
+  if rem[i] == -1 then
+    redis.call('HINCRBY', KEYS[1], 's:' .. sku[i], -qty[i])
+    reply[i + 2] = -1
+  else
+    reply[i + 2] = redis.call('HINCRBY', KEYS[1], 'r:' .. sku[i], qty[i])
+  end
+  if held[i] - qty[i] > 0 then
+    redis.call('HINCRBY', KEYS[2], user .. '|' .. sku[i], -qty[i])
+  else
+    redis.call('HDEL', KEYS[2], user .. '|' .. sku[i])
+  end
+end
+redis.call('HSET', KEYS[3], order_id, record)
+redis.call('XADD', KEYS[4], '*', 'type', 'cancelled', 'order', order_id, 'user', user,
+  'items', lines, 'key', key, 'at', ARGV[1])
+return reply

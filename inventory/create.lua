@@ -1,0 +1,44 @@
+-- create.lua: define a sale, only if it does not exist yet: creating never
+-- resets a sale that is already there (its counters stay as they are).
+--
+-- KEYS[1] sale hash    KEYS[2] events stream
+-- ARGV[1] now, unix ms
+-- ARGV[2] per-user limit    ARGV[3] starts at, unix ms (0: none)
+-- ARGV[4] ends at, unix ms (0: none)    ARGV[5] paused, "1" or "0"
+-- ARGV[6] the items as "A=100,B=-1" (kept as field "items": the order of the
+--         items, and journaled in the event)
+-- ARGV[7], ARGV[8], ...  sku, stock of each item (-1 unlimited)
+--
+-- Reply: {0} created, {10} a sale with this id exists (nothing changed),
+--        {8, "events"} the events key holds something else than a stream.
+
+if redis.call('EXISTS', KEYS[1]) == 1 then return {10} end
+-- XADD is the one write whose key no check above has read: make sure it
+-- cannot fail after the other writes.
+local events_type = redis.call('TYPE', KEYS[2])
+events_type = events_type.ok or events_type
+if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
+
+redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5],
+  'items', ARGV[6])
+-- HSET in chunks: unpack() of a very long list would overflow Lua's C stack.
+local batch = {}
+for i = 7, #ARGV, 2 do
+  local sku, stock = ARGV[i], ARGV[i + 1]
+  batch[#batch + 1] = 'r:' .. sku
+  batch[#batch + 1] = stock
+  batch[#batch + 1] = 't:' .. sku
+  batch[#batch + 1] = stock
+  if stock == '-1' then
+    batch[#batch + 1] = 's:' .. sku
+    batch[#batch + 1] = '0'
+  end
+  if #batch >= 3000 then
+    redis.call('HSET', KEYS[1], unpack(batch))
+    batch = {}
+  end
+end
+if #batch > 0 then redis.call('HSET', KEYS[1], unpack(batch)) end
+redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
+  'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
+return {0}

@@ -1,0 +1,553 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of a go-redis client the engine uses. *redis.Client,
+// *redis.ClusterClient, *redis.Ring and a Sentinel-backed *redis.Client all
+// satisfy it, and so does any wrapper that embeds one (to inject faults, say).
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	HGet(ctx context.Context, key, field string) *redis.StringCmd
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+}
+
+// Clock tells the engine the time; tests inject their own.
+type Clock interface{ Now() time.Time }
+
+// ClockFunc adapts a function to Clock.
+type ClockFunc func() time.Time
+
+// Now returns f().
+func (f ClockFunc) Now() time.Time { return f() }
+
+// Options configure an Engine. The zero value of every field is usable.
+type Options struct {
+	// Prefix starts the hash tag of every key: "{<Prefix>:<sale>}:...".
+	// Several deployments (or tests) can share one Redis with different
+	// prefixes. Default "seckill".
+	Prefix string
+	// Loader rebuilds a sale whose keys are missing from Redis (flushed,
+	// lost in a failover, a new node) from the system of record. Without
+	// one, a missing sale is ErrNotFound.
+	Loader Loader
+	// Clock is the time source for sale windows and order times. Default:
+	// the system clock.
+	Clock Clock
+	// InitLockTTL bounds how long one instance keeps others from rebuilding
+	// the same sale. Default 10s.
+	InitLockTTL time.Duration
+	// InitTimeout bounds how long a call waits for a sale to be rebuilt
+	// before it fails with ErrUnavailable. Default 5s.
+	InitTimeout time.Duration
+}
+
+// Engine sells the stock of flash sales held in Redis. Every call that
+// changes stock is one Lua script, atomic on the Redis node that owns the
+// sale. An Engine is safe for concurrent use; create one per Redis client.
+type Engine struct {
+	rdb     Client
+	run     *scriptRunner
+	prefix  string
+	loader  Loader
+	clock   Clock
+	lockTTL time.Duration
+	waitFor time.Duration
+}
+
+// New returns an engine that keeps its sales in rdb.
+func New(rdb Client, opts Options) *Engine {
+	e := &Engine{
+		rdb:     rdb,
+		run:     &scriptRunner{rdb: rdb},
+		prefix:  opts.Prefix,
+		loader:  opts.Loader,
+		clock:   opts.Clock,
+		lockTTL: opts.InitLockTTL,
+		waitFor: opts.InitTimeout,
+	}
+	if e.prefix == "" {
+		e.prefix = "seckill"
+	}
+	if e.clock == nil {
+		e.clock = ClockFunc(time.Now)
+	}
+	if e.lockTTL <= 0 {
+		e.lockTTL = 10 * time.Second
+	}
+	if e.waitFor <= 0 {
+		e.waitFor = 5 * time.Second
+	}
+	return e
+}
+
+// Preload puts the engine's scripts into the script cache of every node the
+// client reaches. Optional: without it, the first call on each node pays for
+// one NOSCRIPT round trip.
+func (e *Engine) Preload(ctx context.Context) error { return e.run.load(ctx) }
+
+// ScriptReloads counts the calls that found their script missing from a
+// node's cache and sent it again.
+func (e *Engine) ScriptReloads() int64 { return e.run.reloads.Load() }
+
+func (e *Engine) nowMs() int64 { return e.clock.Now().UnixMilli() }
+
+// Outcome codes of the scripts; each .lua file lists the ones it replies.
+const (
+	codeOK         = 0
+	codeReplay     = 1 // also: already so (cancel, lock: sale ready, commit: sale there)
+	codeMissing    = 2
+	codeNotActive  = 3
+	codeUnknown    = 4
+	codeLimit      = 5
+	codeSoldOut    = 6
+	codeIDTaken    = 7
+	codeCorrupt    = 8
+	codeRefused    = 9
+	codeExists     = 10
+	codeLocked     = 11
+	codeInFlight   = 12
+	codeStageGone  = 13
+	maxIDAttempts  = 3
+	missingRetries = 2
+)
+
+func code(reply []any) int64 { return reply[0].(int64) } // asReply checked the type
+
+// runSale runs a script of one sale; when the sale is missing from Redis it
+// rebuilds it through the Loader and runs the script again.
+func (e *Engine) runSale(ctx context.Context, saleID string, s *script, keys []string, args ...any) ([]any, error) {
+	for attempt := 0; ; attempt++ {
+		reply, err := e.run.run(ctx, s, keys, args...)
+		if err != nil || code(reply) != codeMissing {
+			return reply, err
+		}
+		if attempt == missingRetries {
+			return nil, fmt.Errorf("%w: sale %s vanished again after a rebuild", ErrUnavailable, saleID)
+		}
+		if err := e.rebuild(ctx, saleID); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// CreateSale defines a sale. It never resets a sale that exists: if the id
+// is taken, it returns an error matching ErrExists and changes nothing.
+func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
+	if err := ValidateSale(s); err != nil {
+		return err
+	}
+	k := e.keys(s.ID)
+	args := make([]any, 0, 6+2*len(s.Items))
+	args = append(args, e.nowMs(), limitOf(s), unixMs(s.StartsAt), unixMs(s.EndsAt), flag(s.Paused), formatItems(s.Items))
+	for _, it := range s.Items {
+		args = append(args, it.SKU, it.Stock)
+	}
+	reply, err := e.run.run(ctx, createScript, []string{k.sale, k.events}, args...)
+	if err != nil {
+		return err
+	}
+	switch code(reply) {
+	case codeOK:
+		return nil
+	case codeExists:
+		return fmt.Errorf("%w: sale %s", ErrExists, s.ID)
+	}
+	return unexpected(createScript, reply)
+}
+
+// Buy buys every line or none, for one user, in one atomic script: the sale
+// must be active, the user must stay within the per-user limit of every sku,
+// and every sku must have the units. The order is recorded and its event
+// appended to the sale's stream in the same script.
+//
+// With a non-empty idempotencyKey, a repeat by the same user returns the
+// order the first call made (Receipt.Replayed) and changes nothing. Buy is
+// also safe to retry after a network error: the order id is chosen before
+// the call, and a retried script finds its own order instead of buying again.
+//
+// Errors match ErrInvalid, ErrNotFound (*NotFoundError: the sale or every
+// unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
+// (*LimitError) or ErrSoldOut (*SoldOutError, naming every short sku).
+func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, idempotencyKey string) (Receipt, error) {
+	if err := ValidateBuy(saleID, userID, lines, idempotencyKey); err != nil {
+		return Receipt{}, err
+	}
+	k := e.keys(saleID)
+	now := e.nowMs()
+	orderID := newOrderID(saleID)
+	args := make([]any, 0, 5+2*len(lines))
+	args = append(args, now, userID, orderID, idempotencyKey, formatLines(lines))
+	for _, l := range lines {
+		args = append(args, l.SKU, l.Qty)
+	}
+	keys := []string{k.sale, k.bought, k.orders, k.idem, k.events}
+	for attempt := 1; ; attempt++ {
+		reply, err := e.retryTransient(ctx, func() ([]any, error) {
+			return e.runSale(ctx, saleID, buyScript, keys, args...)
+		})
+		if err != nil {
+			return Receipt{}, err
+		}
+		if code(reply) == codeIDTaken && attempt < maxIDAttempts {
+			orderID = newOrderID(saleID) // 80 random bits collided: astronomically rare
+			args[2] = orderID
+			continue
+		}
+		return e.decodeBuy(reply, Order{
+			ID: orderID, SaleID: saleID, UserID: userID, Status: OrderPending,
+			Items: lines, IdempotencyKey: idempotencyKey, CreatedAt: time.UnixMilli(now).UTC(),
+		})
+	}
+}
+
+func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
+	switch code(reply) {
+	case codeOK:
+		rem, err := ints(reply[1:])
+		if err != nil || len(rem) != len(placed.Items) {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		return Receipt{Order: placed, Remaining: rem}, nil
+	case codeReplay:
+		if len(reply) < 3 {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		id, rec := str(reply[1]), str(reply[2])
+		o, err := decodeRecord(id, placed.SaleID, rec)
+		if err != nil {
+			return Receipt{}, err
+		}
+		rem, err := ints(reply[3:])
+		if err != nil || len(rem) != len(o.Items) {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		// The order this very call made (its first attempt ran, but the
+		// reply was lost) is no replay for the caller.
+		return Receipt{Order: o, Remaining: rem, Replayed: id != placed.ID}, nil
+	case codeNotActive:
+		return Receipt{}, &NotActiveError{Status: Status(str(reply[1]))}
+	case codeUnknown:
+		return Receipt{}, &NotFoundError{Kind: "sku", IDs: strs(reply[1:])}
+	case codeLimit:
+		limit, _ := reply[1].(int64)
+		return Receipt{}, &LimitError{Limit: limit, SKUs: strs(reply[2:])}
+	case codeSoldOut:
+		return Receipt{}, &SoldOutError{SKUs: strs(reply[1:])}
+	}
+	return Receipt{}, unexpected(buyScript, reply)
+}
+
+// Cancel cancels an order: its units go back to stock and to the buyer's
+// quota. Cancelling a cancelled order changes nothing and returns it with
+// Receipt.Replayed set. With a non-empty userID the order must be that
+// user's (anyone else's is ErrNotFound); an empty userID cancels any order,
+// for operators.
+func (e *Engine) Cancel(ctx context.Context, orderID, userID string) (Receipt, error) {
+	saleID, err := SaleOfOrder(orderID)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if userID != "" {
+		if err := validateID("user", userID); err != nil {
+			return Receipt{}, err
+		}
+	}
+	k := e.keys(saleID)
+	keys := []string{k.sale, k.bought, k.orders, k.events}
+	now := e.nowMs()
+	reply, err := e.retryTransient(ctx, func() ([]any, error) {
+		return e.runSale(ctx, saleID, cancelScript, keys, now, orderID, userID)
+	})
+	if err != nil {
+		return Receipt{}, err
+	}
+	switch code(reply) {
+	case codeOK, codeReplay:
+		o, err := decodeRecord(orderID, saleID, str(reply[1]))
+		if err != nil {
+			return Receipt{}, err
+		}
+		rem, err := ints(reply[2:])
+		if err != nil || len(rem) != len(o.Items) {
+			return Receipt{}, unexpected(cancelScript, reply)
+		}
+		return Receipt{Order: o, Remaining: rem, Replayed: code(reply) == codeReplay}, nil
+	case codeUnknown:
+		return Receipt{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
+	}
+	return Receipt{}, unexpected(cancelScript, reply)
+}
+
+// Restock adds qty units to a limited item and returns its remaining stock.
+// Unlimited items cannot be restocked (ErrInvalid).
+func (e *Engine) Restock(ctx context.Context, saleID, sku string, qty int64) (int64, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return 0, err
+	}
+	if err := validateID("sku", sku); err != nil {
+		return 0, err
+	}
+	if err := validateQty("qty", qty); err != nil {
+		return 0, err
+	}
+	k := e.keys(saleID)
+	keys := []string{k.sale, k.events, k.op(newToken())}
+	args := []any{e.nowMs(), sku, qty, int64(maxStocked)}
+	reply, err := e.retryTransient(ctx, func() ([]any, error) {
+		return e.runSale(ctx, saleID, restockScript, keys, args...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch code(reply) {
+	case codeOK, codeReplay:
+		if n, ok := reply[1].(int64); ok {
+			return n, nil
+		}
+	case codeUnknown:
+		return 0, &NotFoundError{Kind: "sku", IDs: []string{sku}}
+	case codeRefused:
+		if str(reply[1]) == "unlimited" {
+			return 0, invalid("sku", "%s has unlimited stock", sku)
+		}
+		return 0, invalid("qty", "would stock %s with more than %d units in total", sku, int64(maxStocked))
+	}
+	return 0, unexpected(restockScript, reply)
+}
+
+// Pause stops a sale from selling until Resume; buys answer ErrSaleNotActive.
+func (e *Engine) Pause(ctx context.Context, saleID string) error {
+	return e.setPaused(ctx, saleID, true)
+}
+
+// Resume lets a paused sale sell again.
+func (e *Engine) Resume(ctx context.Context, saleID string) error {
+	return e.setPaused(ctx, saleID, false)
+}
+
+func (e *Engine) setPaused(ctx context.Context, saleID string, paused bool) error {
+	if err := validateID("sale", saleID); err != nil {
+		return err
+	}
+	k := e.keys(saleID)
+	reply, err := e.runSale(ctx, saleID, pauseScript, []string{k.sale, k.events}, e.nowMs(), flag(paused))
+	if err != nil {
+		return err
+	}
+	if code(reply) != codeOK {
+		return unexpected(pauseScript, reply)
+	}
+	return nil
+}
+
+// Stock returns a sale's definition, status and every item's counters.
+func (e *Engine) Stock(ctx context.Context, saleID string) (SaleState, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return SaleState{}, err
+	}
+	key := e.keys(saleID).sale
+	for attempt := 0; ; attempt++ {
+		h, err := e.rdb.HGetAll(ctx, key).Result()
+		if err != nil {
+			return SaleState{}, fmt.Errorf("seckill: read sale %s: %w", saleID, err)
+		}
+		if len(h) > 0 {
+			return e.decodeSale(saleID, h)
+		}
+		if attempt == missingRetries {
+			return SaleState{}, fmt.Errorf("%w: sale %s vanished again after a rebuild", ErrUnavailable, saleID)
+		}
+		if err := e.rebuild(ctx, saleID); err != nil {
+			return SaleState{}, err
+		}
+	}
+}
+
+func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, error) {
+	bad := func(field string) (SaleState, error) {
+		return SaleState{}, fmt.Errorf("%w: sale %s field %q", ErrCorrupt, saleID, field)
+	}
+	num := func(field string) (int64, bool) {
+		n, err := strconv.ParseInt(h[field], 10, 64)
+		return n, err == nil
+	}
+	limit, ok1 := num("limit")
+	start, ok2 := num("start")
+	end, ok3 := num("end")
+	if !ok1 || !ok2 || !ok3 {
+		return bad("limit/start/end")
+	}
+	defined, err := parseLines(h["items"], true)
+	if err != nil {
+		return bad("items")
+	}
+	st := SaleState{Sale: Sale{
+		ID: saleID, PerUserLimit: limit, Paused: h["paused"] == "1",
+		StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end),
+	}}
+	st.Status = statusAt(st.Sale.Paused, st.Sale.StartsAt, st.Sale.EndsAt, e.clock.Now())
+	for _, d := range defined {
+		it := ItemState{SKU: d.SKU}
+		var ok bool
+		if it.Remaining, ok = num("r:" + d.SKU); !ok {
+			return bad("r:" + d.SKU)
+		}
+		if it.Stocked, ok = num("t:" + d.SKU); !ok {
+			return bad("t:" + d.SKU)
+		}
+		if it.Stocked == Unlimited {
+			if it.Sold, ok = num("s:" + d.SKU); !ok {
+				return bad("s:" + d.SKU)
+			}
+		} else {
+			it.Sold = it.Stocked - it.Remaining
+		}
+		st.Items = append(st.Items, it)
+		st.Sale.Items = append(st.Sale.Items, Item{SKU: d.SKU, Stock: it.Stocked})
+	}
+	return st, nil
+}
+
+// Order returns an order as Redis holds it (pending or cancelled).
+func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
+	saleID, err := SaleOfOrder(orderID)
+	if err != nil {
+		return Order{}, err
+	}
+	k := e.keys(saleID)
+	for attempt := 0; ; attempt++ {
+		rec, err := e.rdb.HGet(ctx, k.orders, orderID).Result()
+		if err == nil {
+			return decodeRecord(orderID, saleID, rec)
+		}
+		if err != redis.Nil {
+			return Order{}, fmt.Errorf("seckill: read order %s: %w", orderID, err)
+		}
+		// Not there: is the order unknown, or the whole sale missing?
+		err = e.rdb.HGet(ctx, k.sale, "limit").Err()
+		if err == nil || attempt == missingRetries {
+			return Order{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
+		}
+		if err != redis.Nil {
+			return Order{}, fmt.Errorf("seckill: read sale %s: %w", saleID, err)
+		}
+		if err := e.rebuild(ctx, saleID); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return Order{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
+			}
+			return Order{}, err
+		}
+	}
+}
+
+// transientRetries is how many times a call whose script may or may not
+// have run (the connection failed after sending it) is sent again. Only calls
+// that are idempotent by construction are retried: a buy carries its order
+// id, a restock its restock id, a cancel cancels once.
+const transientRetries = 2
+
+// retryTransient runs f again when it fails with a transport error (not a
+// reply from Redis, not a cancelled context).
+func (e *Engine) retryTransient(ctx context.Context, f func() ([]any, error)) ([]any, error) {
+	wait := 10 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		reply, err := f()
+		if err == nil || attempt == transientRetries || !transient(ctx, err) {
+			return reply, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait *= 4
+	}
+}
+
+func transient(ctx context.Context, err error) bool {
+	var reply redis.Error
+	switch {
+	case ctx.Err() != nil, errors.As(err, &reply):
+		return false
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrNotFound), errors.Is(err, ErrUnavailable), errors.Is(err, ErrCorrupt):
+		return false
+	}
+	return true
+}
+
+func unexpected(s *script, reply []any) error {
+	if code(reply) == codeCorrupt && len(reply) > 1 {
+		return fmt.Errorf("%w: %s script found a bad value at %s", ErrCorrupt, s.name, str(reply[1]))
+	}
+	return fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, reply)
+}
+
+func limitOf(s Sale) int64 {
+	if s.PerUserLimit == 0 {
+		return 1
+	}
+	return s.PerUserLimit
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromUnixMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func formatItems(items []Item) string {
+	lines := make([]Line, len(items))
+	for i, it := range items {
+		lines[i] = Line{SKU: it.SKU, Qty: it.Stock}
+	}
+	return formatLines(lines)
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func strs(vs []any) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = str(v)
+	}
+	return out
+}
+
+func ints(vs []any) ([]int64, error) {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("not an integer: %v", v)
+		}
+		out[i] = n
+	}
+	return out, nil
+}

@@ -1,0 +1,96 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Every error the engine returns for a business outcome matches
+// exactly one of them with errors.Is; the typed errors below carry the details.
+// Errors from Redis itself (network, timeouts) are returned wrapped, unchanged.
+var (
+	// ErrInvalid: the input was rejected before anything was written.
+	ErrInvalid = errors.New("seckill: invalid argument")
+	// ErrNotFound: unknown sale, unknown sku in a sale, or unknown order.
+	ErrNotFound = errors.New("seckill: not found")
+	// ErrExists: creating a sale whose id is already in use.
+	ErrExists = errors.New("seckill: already exists")
+	// ErrSoldOut: at least one item has fewer units left than asked for.
+	ErrSoldOut = errors.New("seckill: sold out")
+	// ErrLimitExceeded: the buy would take the buyer over the per-user limit.
+	ErrLimitExceeded = errors.New("seckill: per-user limit exceeded")
+	// ErrSaleNotActive: the sale has not started, has ended, or is paused.
+	ErrSaleNotActive = errors.New("seckill: sale not active")
+	// ErrUnavailable: the sale's state is missing from Redis and could not be
+	// rebuilt in time (another instance is rebuilding it, or orders are still in
+	// flight to the system of record). Safe to retry.
+	ErrUnavailable = errors.New("seckill: sale state unavailable")
+	// ErrCorrupt: a value in Redis is not what the engine wrote (for example a
+	// counter that is not an integer). Nothing was written by the failing call.
+	ErrCorrupt = errors.New("seckill: corrupt state in redis")
+)
+
+// InvalidError says which argument was rejected and why. It matches ErrInvalid.
+type InvalidError struct {
+	Field  string // e.g. "items[1].qty"
+	Reason string // e.g. "must be between 1 and 1000000000"
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("seckill: invalid argument: %s %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// NotFoundError names what was not found. It matches ErrNotFound.
+type NotFoundError struct {
+	Kind string   // "sale", "sku" or "order"
+	IDs  []string // the ids that were not found (every unknown sku of a buy)
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("seckill: %s not found: %s", e.Kind, strings.Join(e.IDs, ", "))
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// SoldOutError lists every sku of a buy that is short. It matches ErrSoldOut.
+type SoldOutError struct{ SKUs []string }
+
+func (e *SoldOutError) Error() string {
+	return "seckill: sold out: " + strings.Join(e.SKUs, ", ")
+}
+
+// Is reports whether target is ErrSoldOut.
+func (e *SoldOutError) Is(target error) bool { return target == ErrSoldOut }
+
+// LimitError lists every sku of a buy that would exceed the per-user limit.
+// It matches ErrLimitExceeded.
+type LimitError struct {
+	SKUs  []string
+	Limit int64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("seckill: per-user limit %d exceeded: %s", e.Limit, strings.Join(e.SKUs, ", "))
+}
+
+// Is reports whether target is ErrLimitExceeded.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
+
+// NotActiveError says why a sale does not sell right now. It matches ErrSaleNotActive.
+type NotActiveError struct{ Status Status }
+
+func (e *NotActiveError) Error() string {
+	return "seckill: sale not active: " + string(e.Status)
+}
+
+// Is reports whether target is ErrSaleNotActive.
+func (e *NotActiveError) Is(target error) bool { return target == ErrSaleNotActive }

@@ -1,0 +1,109 @@
+package inventory
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EventType names a stock movement in a sale's event stream.
+type EventType string
+
+// The events the scripts append, each in the same script as the change it
+// journals. Fields of each entry: "type" and "at" (unix ms) always; then
+//
+//	created:   items ("A=100,B=-1"), limit, start, end (unix ms, 0 none), paused ("1"/"0")
+//	bought:    order, user, items ("A=1,B=2"), key (idempotency key or "")
+//	cancelled: order, user, items, key
+//	restocked: sku, qty, remaining
+//	paused, resumed: nothing more
+const (
+	EventCreated   EventType = "created"
+	EventBought    EventType = "bought"
+	EventCancelled EventType = "cancelled"
+	EventRestocked EventType = "restocked"
+	EventPaused    EventType = "paused"
+	EventResumed   EventType = "resumed"
+)
+
+// Event is one decoded entry of a sale's event stream.
+type Event struct {
+	ID     string // stream entry id
+	SaleID string
+	Type   EventType
+	At     time.Time
+
+	// bought and cancelled
+	Order Order // Status is pending for bought, cancelled for cancelled
+
+	// restocked
+	SKU       string
+	Qty       int64
+	Remaining int64
+
+	// created: the definition with the initial stock of each item
+	Sale Sale
+}
+
+// ParseEvent decodes one entry read from the stream at EventsKey(saleID).
+func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
+	get := func(f string) string { s, _ := msg.Values[f].(string); return s }
+	num := func(f string) (int64, error) {
+		n, err := strconv.ParseInt(get(f), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: event %s of sale %s: field %q: %q", ErrCorrupt, msg.ID, saleID, f, get(f))
+		}
+		return n, nil
+	}
+	at, err := num("at")
+	if err != nil {
+		return Event{}, err
+	}
+	ev := Event{ID: msg.ID, SaleID: saleID, Type: EventType(get("type")), At: time.UnixMilli(at).UTC()}
+	switch ev.Type {
+	case EventBought, EventCancelled:
+		lines, err := parseLines(get("items"), false)
+		if err != nil {
+			return Event{}, fmt.Errorf("%w: event %s of sale %s: %v", ErrCorrupt, msg.ID, saleID, err)
+		}
+		ev.Order = Order{ID: get("order"), SaleID: saleID, UserID: get("user"), Items: lines,
+			IdempotencyKey: get("key"), CreatedAt: ev.At, Status: OrderPending}
+		if ev.Type == EventCancelled {
+			ev.Order.Status = OrderCancelled
+			ev.Order.CreatedAt = time.Time{} // the cancel event does not carry it
+		}
+	case EventRestocked:
+		ev.SKU = get("sku")
+		if ev.Qty, err = num("qty"); err != nil {
+			return Event{}, err
+		}
+		if ev.Remaining, err = num("remaining"); err != nil {
+			return Event{}, err
+		}
+	case EventCreated:
+		items, err := parseLines(get("items"), true)
+		if err != nil {
+			return Event{}, fmt.Errorf("%w: event %s of sale %s: %v", ErrCorrupt, msg.ID, saleID, err)
+		}
+		var limit, start, end int64
+		if limit, err = num("limit"); err == nil {
+			if start, err = num("start"); err == nil {
+				end, err = num("end")
+			}
+		}
+		if err != nil {
+			return Event{}, err
+		}
+		ev.Sale = Sale{ID: saleID, PerUserLimit: limit, StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end),
+			Paused: get("paused") == "1"}
+		for _, l := range items {
+			ev.Sale.Items = append(ev.Sale.Items, Item{SKU: l.SKU, Stock: l.Qty})
+		}
+	case EventPaused, EventResumed:
+	default:
+		return Event{}, fmt.Errorf("%w: event %s of sale %s: unknown type %q", ErrCorrupt, msg.ID, saleID, ev.Type)
+	}
+	return ev, nil
+}

@@ -1,0 +1,79 @@
+package inventory
+
+import (
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Every Redis key the engine touches is built here. All keys of one sale share
+// the hash tag {<prefix>:<sale>} so that every script, which only ever touches
+// the keys of one sale, runs on Redis Cluster: they all hash to one slot.
+//
+//	{p:s}:sale      hash   sale definition ("limit", "start", "end", "paused",
+//	                       "items": "A=100,B=-1", the skus in order)
+//	                       and per item "r:<sku>" remaining (-1 unlimited),
+//	                       "t:<sku>" stocked in total (-1 unlimited),
+//	                       "s:<sku>" sold, kept for unlimited items only
+//	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
+//	{p:s}:orders    hash   "<order id>" -> order record (see record.go)
+//	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
+//	{p:s}:events    stream every stock movement, in order (see events.go)
+//	{p:s}:initlock  string owner token of the instance rebuilding the sale
+//	{p:s}:op:<id>   string marks a restock id as applied (expires in a day)
+//	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
+type saleKeys struct {
+	sale, bought, orders, idem, events, initLock string
+	tag                                          string
+}
+
+func (e *Engine) keys(saleID string) saleKeys {
+	tag := "{" + e.prefix + ":" + saleID + "}"
+	return saleKeys{
+		tag:      tag,
+		sale:     tag + ":sale",
+		bought:   tag + ":bought",
+		orders:   tag + ":orders",
+		idem:     tag + ":idem",
+		events:   tag + ":events",
+		initLock: tag + ":initlock",
+	}
+}
+
+// op returns the key marking a one-off operation (a restock) as applied.
+func (k saleKeys) op(id string) string { return k.tag + ":op:" + id }
+
+// stage returns the staging key of one live hash during a rebuild.
+func (k saleKeys) stage(token, name string) string {
+	return k.tag + ":stage:" + token + ":" + name
+}
+
+// EventsKey is the Redis Stream holding the sale's stock movements, the
+// queue an order consumer reads.
+func (e *Engine) EventsKey(saleID string) string { return e.keys(saleID).events }
+
+// Order ids are "<sale id>.<ULID>": the sale is recoverable from the id (so an
+// order can be found and cancelled knowing only its id), the ULID sorts by
+// creation time and carries 80 random bits.
+const orderIDSep = "."
+
+func newOrderID(saleID string) string {
+	return saleID + orderIDSep + ulid.Make().String()
+}
+
+// SaleOfOrder returns the sale id an order id belongs to, or an error matching
+// ErrInvalid if s is not an order id the engine could have made.
+func SaleOfOrder(orderID string) (string, error) {
+	i := strings.LastIndex(orderID, orderIDSep)
+	if i < 0 {
+		return "", invalid("order_id", "malformed")
+	}
+	sale, suffix := orderID[:i], orderID[i+1:]
+	if !ValidID(sale) {
+		return "", invalid("order_id", "malformed")
+	}
+	if _, err := ulid.ParseStrict(suffix); err != nil {
+		return "", invalid("order_id", "malformed")
+	}
+	return sale, nil
+}

@@ -1,0 +1,233 @@
+package inventory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Loader reads a sale from the system of record (the database) so the
+// engine can rebuild it when its keys are missing from Redis.
+type Loader interface {
+	// LoadSale returns the sale and every order of it the system of record
+	// holds. It returns an error matching ErrNotFound for an unknown sale.
+	LoadSale(ctx context.Context, saleID string) (Snapshot, error)
+}
+
+// LoaderFunc adapts a function to Loader.
+type LoaderFunc func(ctx context.Context, saleID string) (Snapshot, error)
+
+// LoadSale returns f(ctx, saleID).
+func (f LoaderFunc) LoadSale(ctx context.Context, saleID string) (Snapshot, error) {
+	return f(ctx, saleID)
+}
+
+// EventsIgnored as Snapshot.EventsApplied tells the engine not to compare
+// the snapshot with the sale's event stream (see Snapshot).
+const EventsIgnored = "+"
+
+// Snapshot is a sale as the system of record knows it.
+type Snapshot struct {
+	// Sale is the definition; Items[i].Stock is every unit ever stocked
+	// (initial plus restocks), or Unlimited.
+	Sale Sale
+	// Orders are all orders of the sale. Pending and confirmed orders count
+	// as sold and toward their buyer's limit; cancelled ones do not, but are
+	// kept so a repeated cancel or idempotency key still finds them.
+	Orders []Order
+	// EventsApplied is the id of the newest event of the sale's stream that
+	// Orders reflect: every event up to it is in the snapshot ("" if none).
+	// If the stream holds a newer event, some accepted orders have not
+	// reached the system of record yet; rebuilding now would sell their
+	// units again, so the engine waits and loads again instead.
+	// EventsIgnored skips the check, for a system of record that is not fed
+	// from the stream.
+	EventsApplied string
+}
+
+// rebuild makes a missing sale live again from the Loader. Several instances
+// may race here; the lock keeps all but one from loading (a stampede on the
+// database), and commit.lua keeps a slow loser from replacing the winner's
+// live sale, so correctness does not depend on the lock.
+func (e *Engine) rebuild(ctx context.Context, saleID string) error {
+	if e.loader == nil {
+		return &NotFoundError{Kind: "sale", IDs: []string{saleID}}
+	}
+	k := e.keys(saleID)
+	token := newToken()
+	deadline := time.Now().Add(e.waitFor)
+	wait := 5 * time.Millisecond
+	for {
+		reply, err := e.run.run(ctx, initLockScript, []string{k.sale, k.initLock}, token, e.lockTTL.Milliseconds())
+		if err != nil {
+			return err
+		}
+		switch code(reply) {
+		case codeReplay: // live already
+			return nil
+		case codeOK: // ours: load and commit
+			done, err := e.loadAndCommit(ctx, saleID, k, token)
+			if err != nil || done {
+				if err != nil {
+					_, _ = e.run.run(context.WithoutCancel(ctx), unlockScript, []string{k.initLock}, token)
+				}
+				return err
+			}
+		case codeLocked: // someone else is loading: wait for them
+		default:
+			return unexpected(initLockScript, reply)
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("%w: sale %s is being rebuilt or has orders in flight; retry", ErrUnavailable, saleID)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// loadAndCommit loads the snapshot, stages it under keys only this rebuild
+// knows, and commits it. done is false when the commit found orders in
+// flight (or its staging expired): the caller waits and tries again.
+func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, token string) (done bool, err error) {
+	snap, err := e.loader.LoadSale(ctx, saleID)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return false, &NotFoundError{Kind: "sale", IDs: []string{saleID}}
+		}
+		return false, fmt.Errorf("seckill: load sale %s: %w", saleID, err)
+	}
+	state, err := stateOf(saleID, snap)
+	if err != nil {
+		return false, err
+	}
+	stageKeys := [4]string{k.stage(token, "sale"), k.stage(token, "bought"), k.stage(token, "orders"), k.stage(token, "idem")}
+	ttl := max(2*e.lockTTL, time.Minute).Milliseconds()
+	var calls []call
+	for i, fields := range [4][]any{state.sale, state.bought, state.orders, state.idem} {
+		for len(fields) > 0 {
+			n := min(len(fields), 2*stageChunk)
+			calls = append(calls, call{s: stageScript, keys: []string{stageKeys[i]}, args: append([]any{ttl}, fields[:n]...)})
+			fields = fields[n:]
+		}
+	}
+	for _, r := range e.run.runPipelined(ctx, calls) {
+		if r.err != nil {
+			return false, r.err
+		}
+	}
+	reply, err := e.run.run(ctx, commitScript,
+		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3]},
+		token, snap.EventsApplied)
+	if err != nil {
+		return false, err
+	}
+	switch code(reply) {
+	case codeOK, codeReplay:
+		return true, nil
+	case codeInFlight, codeStageGone:
+		return false, nil
+	}
+	return false, unexpected(commitScript, reply)
+}
+
+// stageChunk is how many fields one stage.lua call writes.
+const stageChunk = 500
+
+// saleState is a snapshot as the field/value pairs of the four live hashes.
+type saleState struct {
+	sale, bought, orders, idem []any
+}
+
+// stateOf checks a snapshot and turns it into hash fields: remaining is
+// stocked minus what live orders hold; per-user counts are summed from live
+// orders. A snapshot that sold more than it stocked leaves 0 remaining:
+// never sell what is not there.
+func stateOf(saleID string, snap Snapshot) (saleState, error) {
+	s := snap.Sale
+	bad := func(format string, args ...any) (saleState, error) {
+		return saleState{}, fmt.Errorf("%w: snapshot of sale %s: %s", ErrCorrupt, saleID, fmt.Sprintf(format, args...))
+	}
+	if s.ID != saleID {
+		return bad("has id %q", s.ID)
+	}
+	if err := validateSnapshotSale(s); err != nil {
+		return bad("%v", err)
+	}
+	sold := make(map[string]int64, len(s.Items))
+	for _, it := range s.Items {
+		sold[it.SKU] = 0
+	}
+	held := map[string]int64{}
+	st := saleState{}
+	for _, o := range snap.Orders {
+		if o.SaleID != saleID {
+			return bad("order %s is of sale %q", o.ID, o.SaleID)
+		}
+		if got, err := SaleOfOrder(o.ID); err != nil || got != saleID {
+			return bad("order id %q", o.ID)
+		}
+		if err := validateID("user", o.UserID); err != nil {
+			return bad("order %s: %v", o.ID, err)
+		}
+		if err := validateLines(o.Items); err != nil {
+			return bad("order %s: %v", o.ID, err)
+		}
+		if validateIdempotencyKey(o.IdempotencyKey) != nil {
+			return bad("order %s: idempotency key", o.ID)
+		}
+		for _, l := range o.Items {
+			if _, ok := sold[l.SKU]; !ok {
+				return bad("order %s has unknown sku %s", o.ID, l.SKU)
+			}
+			if o.Status != OrderCancelled {
+				sold[l.SKU] += l.Qty
+				held[o.UserID+"|"+l.SKU] += l.Qty
+			}
+		}
+		st.orders = append(st.orders, o.ID, encodeRecord(o))
+		if o.IdempotencyKey != "" {
+			st.idem = append(st.idem, o.UserID+"|"+o.IdempotencyKey, o.ID)
+		}
+	}
+	st.sale = append(st.sale, "limit", limitOf(s), "start", unixMs(s.StartsAt), "end", unixMs(s.EndsAt),
+		"paused", flag(s.Paused), "items", formatItems(s.Items))
+	for _, it := range s.Items {
+		if it.Stock == Unlimited {
+			st.sale = append(st.sale, "r:"+it.SKU, Unlimited, "t:"+it.SKU, Unlimited, "s:"+it.SKU, sold[it.SKU])
+			continue
+		}
+		st.sale = append(st.sale, "r:"+it.SKU, max(it.Stock-sold[it.SKU], 0), "t:"+it.SKU, it.Stock)
+	}
+	for f, q := range held {
+		st.bought = append(st.bought, f, q)
+	}
+	return st, nil
+}
+
+// validateSnapshotSale is ValidateSale, except that an item's stock may have
+// grown past MaxQty through restocks.
+func validateSnapshotSale(s Sale) error {
+	items := make([]Item, len(s.Items))
+	for i, it := range s.Items {
+		if it.Stock > maxStocked {
+			return invalid("items["+strconv.Itoa(i)+"].stock", "more than %d", int64(maxStocked))
+		}
+		items[i] = Item{SKU: it.SKU, Stock: min(it.Stock, MaxQty)}
+	}
+	s.Items = items
+	return ValidateSale(s)
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

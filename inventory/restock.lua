@@ -1,0 +1,39 @@
+-- restock.lua: add units to one limited item and journal it, once per
+-- restock id: a call retried after a network error does not add twice.
+--
+-- KEYS[1] sale hash    KEYS[2] events stream
+-- KEYS[3] marker of this restock id (kept for a day)
+-- ARGV[1] now, unix ms    ARGV[2] sku    ARGV[3] units to add (> 0)
+-- ARGV[4] the most units an item may have been stocked with in total
+--
+-- Reply, the first element is the outcome:
+--   {0, remaining}   added; remaining after it
+--   {1, remaining}   this restock id was applied already; remaining now
+--   {2}              the sale is not in Redis: rebuild it, call again
+--   {4, sku}         the sale has no such sku
+--   {8, field}       a stored value is not what the engine wrote
+--   {9, reason}      refused: "unlimited" item, or "too_much" in total
+
+local sku, qty = ARGV[2], tonumber(ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
+local v = redis.call('HMGET', KEYS[1], 'r:' .. sku, 't:' .. sku)
+if not v[1] then return {4, sku} end
+local rem, stocked = tonumber(v[1]), tonumber(v[2])
+if not rem then return {8, 'r:' .. sku} end
+if not stocked then return {8, 't:' .. sku} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {1, rem} end
+if rem == -1 then return {9, 'unlimited'} end
+if stocked + qty > tonumber(ARGV[4]) then return {9, 'too_much'} end
+
+-- XADD is the one write whose key no check above has read: make sure it
+-- cannot fail after the other writes.
+local events_type = redis.call('TYPE', KEYS[2])
+events_type = events_type.ok or events_type
+if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
+
+redis.call('SET', KEYS[3], '1', 'EX', 86400)
+redis.call('HINCRBY', KEYS[1], 't:' .. sku, qty)
+local after = redis.call('HINCRBY', KEYS[1], 'r:' .. sku, qty)
+redis.call('XADD', KEYS[2], '*', 'type', 'restocked', 'sku', sku, 'qty', ARGV[3],
+  'remaining', after, 'at', ARGV[1])
+return {0, after}

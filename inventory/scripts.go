@@ -1,0 +1,167 @@
+package inventory
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A script is one embedded .lua file, run by its SHA1 (EVALSHA) and sent in
+// full (EVAL, which also caches it on that node) only when the node answers
+// NOSCRIPT: after SCRIPT FLUSH, a restart, a failover to a replica that never
+// saw it, or on a cluster node that has not run it yet.
+type script struct {
+	name, src, sha string
+}
+
+func newScript(name, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+var (
+	//go:embed buy.lua
+	buySrc string
+	//go:embed cancel.lua
+	cancelSrc string
+	//go:embed restock.lua
+	restockSrc string
+	//go:embed create.lua
+	createSrc string
+	//go:embed pause.lua
+	pauseSrc string
+	//go:embed initlock.lua
+	initLockSrc string
+	//go:embed stage.lua
+	stageSrc string
+	//go:embed commit.lua
+	commitSrc string
+	//go:embed unlock.lua
+	unlockSrc string
+
+	buyScript      = newScript("buy", buySrc)
+	cancelScript   = newScript("cancel", cancelSrc)
+	restockScript  = newScript("restock", restockSrc)
+	createScript   = newScript("create", createSrc)
+	pauseScript    = newScript("pause", pauseSrc)
+	initLockScript = newScript("initlock", initLockSrc)
+	stageScript    = newScript("stage", stageSrc)
+	commitScript   = newScript("commit", commitSrc)
+	unlockScript   = newScript("unlock", unlockSrc)
+
+	allScripts = []*script{buyScript, cancelScript, restockScript, createScript,
+		pauseScript, initLockScript, stageScript, commitScript, unlockScript}
+)
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// scriptRunner runs scripts on a client and counts NOSCRIPT reloads.
+type scriptRunner struct {
+	rdb     Client
+	reloads atomic.Int64
+}
+
+// run executes s by SHA, falling back to the full source on NOSCRIPT. A
+// NOSCRIPT reply means the script did not run, so sending it again is safe.
+func (r *scriptRunner) run(ctx context.Context, s *script, keys []string, args ...any) ([]any, error) {
+	res, err := r.rdb.EvalSha(ctx, s.sha, keys, args...).Result()
+	if isNoScript(err) {
+		r.reloads.Add(1)
+		res, err = r.rdb.Eval(ctx, s.src, keys, args...).Result()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("seckill: %s script: %w", s.name, err)
+	}
+	return asReply(s, res)
+}
+
+// call is one script invocation of a pipeline.
+type call struct {
+	s    *script
+	keys []string
+	args []any
+}
+
+// callResult is the reply to one call of a pipeline.
+type callResult struct {
+	reply []any
+	err   error
+}
+
+// runPipelined sends every call in one pipeline by SHA, then sends the full
+// source of just the calls whose node answered NOSCRIPT, in a second
+// pipeline. Results are in the order of calls.
+func (r *scriptRunner) runPipelined(ctx context.Context, calls []call) []callResult {
+	out := make([]callResult, len(calls))
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.EvalSha(ctx, c.s.sha, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		r.reloads.Add(int64(len(again)))
+		pipe = r.rdb.Pipeline()
+		for _, i := range again {
+			cmds[i] = pipe.Eval(ctx, calls[i].s.src, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, cmd := range cmds {
+		res, err := cmd.Result()
+		if err != nil {
+			out[i].err = fmt.Errorf("seckill: %s script: %w", calls[i].s.name, err)
+			continue
+		}
+		out[i].reply, out[i].err = asReply(calls[i].s, res)
+	}
+	return out
+}
+
+// load puts every script in the script cache of every node the client
+// reaches (each master of a cluster), so the first calls do not pay for a
+// NOSCRIPT round trip. Calling it is optional.
+func (r *scriptRunner) load(ctx context.Context) error {
+	loadOn := func(ctx context.Context, c Client) error {
+		for _, s := range allScripts {
+			if err := c.ScriptLoad(ctx, s.src).Err(); err != nil {
+				return fmt.Errorf("seckill: load %s script: %w", s.name, err)
+			}
+		}
+		return nil
+	}
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			return loadOn(ctx, node)
+		})
+	}
+	return loadOn(ctx, r.rdb)
+}
+
+// asReply checks the shape every script reply has: a non-empty array whose
+// first element is the integer outcome code.
+func asReply(s *script, res any) ([]any, error) {
+	reply, ok := res.([]any)
+	if !ok || len(reply) == 0 {
+		return nil, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, res)
+	}
+	if _, ok := reply[0].(int64); !ok {
+		return nil, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, res)
+	}
+	return reply, nil
+}

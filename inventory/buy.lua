@@ -101,13 +101,11 @@ for i = 1, n do
 end
 if #short > 0 then return {6, unpack(short)} end
 
--- XADD is the one write whose key no check above has read: make sure it
--- cannot fail after the other writes.
-local events_type = redis.call('TYPE', KEYS[5])
-events_type = events_type.ok or events_type
-if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
-
 -- Every check passed: write.
+-- The event is the first write: XADD is the one write whose key no check
+-- above has read, so if it fails, nothing has been written.
+redis.call('XADD', KEYS[5], '*', 'type', 'bought', 'order', order_id, 'user', user,
+  'items', lines, 'key', key, 'at', ARGV[1])
 local reply = {0}
 for i = 1, n do
   if rem[i] == -1 then
@@ -120,6 +118,4 @@ for i = 1, n do
 end
 redis.call('HSET', KEYS[3], order_id, 'p|' .. user .. '|' .. ARGV[1] .. '|' .. lines .. '|' .. key)
 if key ~= '' then redis.call('HSET', KEYS[4], user .. '|' .. key, order_id) end
-redis.call('XADD', KEYS[5], '*', 'type', 'bought', 'order', order_id, 'user', user,
-  'items', lines, 'key', key, 'at', ARGV[1])
 return reply

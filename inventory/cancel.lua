@@ -42,13 +42,11 @@ for i = 1, #sku do
   if not held[i] then return {8, 'bought:' .. user .. '|' .. sku[i]} end
 end
 
--- XADD is the one write whose key no check above has read: make sure it
--- cannot fail after the other writes.
-local events_type = redis.call('TYPE', KEYS[4])
-events_type = events_type.ok or events_type
-if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
-
 -- Every check passed: write.
+-- The event is the first write: XADD is the one write whose key no check
+-- above has read, so if it fails, nothing has been written.
+redis.call('XADD', KEYS[4], '*', 'type', 'cancelled', 'order', order_id, 'user', user,
+  'items', lines, 'key', key, 'at', ARGV[1])
 record = 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key
 local reply = {0, record}
 for i = 1, #sku do
@@ -65,6 +63,4 @@ for i = 1, #sku do
   end
 end
 redis.call('HSET', KEYS[3], order_id, record)
-redis.call('XADD', KEYS[4], '*', 'type', 'cancelled', 'order', order_id, 'user', user,
-  'items', lines, 'key', key, 'at', ARGV[1])
 return reply

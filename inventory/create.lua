@@ -9,16 +9,13 @@
 --         items, and journaled in the event)
 -- ARGV[7], ARGV[8], ...  sku, stock of each item (-1 unlimited)
 --
--- Reply: {0} created, {10} a sale with this id exists (nothing changed),
---        {8, "events"} the events key holds something else than a stream.
+-- Reply: {0} created, {10} a sale with this id exists (nothing changed).
 
 if redis.call('EXISTS', KEYS[1]) == 1 then return {10} end
--- XADD is the one write whose key no check above has read: make sure it
--- cannot fail after the other writes.
-local events_type = redis.call('TYPE', KEYS[2])
-events_type = events_type.ok or events_type
-if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
-
+-- The event is the first write: XADD is the one write whose key no check
+-- above has read, so if it fails, nothing has been written.
+redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
+  'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
 redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5],
   'items', ARGV[6])
 -- HSET in chunks: unpack() of a very long list would overflow Lua's C stack.
@@ -39,6 +36,4 @@ for i = 7, #ARGV, 2 do
   end
 end
 if #batch > 0 then redis.call('HSET', KEYS[1], unpack(batch)) end
-redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
-  'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
 return {0}

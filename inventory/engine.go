@@ -212,7 +212,7 @@ func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, i
 func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
 	switch code(reply) {
 	case codeOK:
-		rem, err := ints(reply[1:])
+		rem, err := ints(from(reply, 1))
 		if err != nil || len(rem) != len(placed.Items) {
 			return Receipt{}, unexpected(buyScript, reply)
 		}
@@ -221,12 +221,12 @@ func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
 		if len(reply) < 3 {
 			return Receipt{}, unexpected(buyScript, reply)
 		}
-		id, rec := str(reply[1]), str(reply[2])
+		id, rec := str(at(reply, 1)), str(at(reply, 2))
 		o, err := decodeRecord(id, placed.SaleID, rec)
 		if err != nil {
 			return Receipt{}, err
 		}
-		rem, err := ints(reply[3:])
+		rem, err := ints(from(reply, 3))
 		if err != nil || len(rem) != len(o.Items) {
 			return Receipt{}, unexpected(buyScript, reply)
 		}
@@ -234,14 +234,14 @@ func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
 		// reply was lost) is no replay for the caller.
 		return Receipt{Order: o, Remaining: rem, Replayed: id != placed.ID}, nil
 	case codeNotActive:
-		return Receipt{}, &NotActiveError{Status: Status(str(reply[1]))}
+		return Receipt{}, &NotActiveError{Status: Status(str(at(reply, 1)))}
 	case codeUnknown:
-		return Receipt{}, &NotFoundError{Kind: "sku", IDs: strs(reply[1:])}
+		return Receipt{}, &NotFoundError{Kind: "sku", IDs: strs(from(reply, 1))}
 	case codeLimit:
-		limit, _ := reply[1].(int64)
-		return Receipt{}, &LimitError{Limit: limit, SKUs: strs(reply[2:])}
+		limit, _ := at(reply, 1).(int64)
+		return Receipt{}, &LimitError{Limit: limit, SKUs: strs(from(reply, 2))}
 	case codeSoldOut:
-		return Receipt{}, &SoldOutError{SKUs: strs(reply[1:])}
+		return Receipt{}, &SoldOutError{SKUs: strs(from(reply, 1))}
 	}
 	return Receipt{}, unexpected(buyScript, reply)
 }
@@ -272,11 +272,11 @@ func (e *Engine) Cancel(ctx context.Context, orderID, userID string) (Receipt, e
 	}
 	switch code(reply) {
 	case codeOK, codeReplay:
-		o, err := decodeRecord(orderID, saleID, str(reply[1]))
+		o, err := decodeRecord(orderID, saleID, str(at(reply, 1)))
 		if err != nil {
 			return Receipt{}, err
 		}
-		rem, err := ints(reply[2:])
+		rem, err := ints(from(reply, 2))
 		if err != nil || len(rem) != len(o.Items) {
 			return Receipt{}, unexpected(cancelScript, reply)
 		}
@@ -310,13 +310,13 @@ func (e *Engine) Restock(ctx context.Context, saleID, sku string, qty int64) (in
 	}
 	switch code(reply) {
 	case codeOK, codeReplay:
-		if n, ok := reply[1].(int64); ok {
+		if n, ok := at(reply, 1).(int64); ok {
 			return n, nil
 		}
 	case codeUnknown:
 		return 0, &NotFoundError{Kind: "sku", IDs: []string{sku}}
 	case codeRefused:
-		if str(reply[1]) == "unlimited" {
+		if str(at(reply, 1)) == "unlimited" {
 			return 0, invalid("sku", "%s has unlimited stock", sku)
 		}
 		return 0, invalid("qty", "would stock %s with more than %d units in total", sku, int64(maxStocked))
@@ -486,7 +486,7 @@ func transient(ctx context.Context, err error) bool {
 
 func unexpected(s *script, reply []any) error {
 	if code(reply) == codeCorrupt && len(reply) > 1 {
-		return fmt.Errorf("%w: %s script found a bad value at %s", ErrCorrupt, s.name, str(reply[1]))
+		return fmt.Errorf("%w: %s script found a bad value at %s", ErrCorrupt, s.name, str(at(reply, 1)))
 	}
 	return fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, reply)
 }
@@ -525,6 +525,22 @@ func formatItems(items []Item) string {
 		lines[i] = Line{SKU: it.SKU, Qty: it.Stock}
 	}
 	return formatLines(lines)
+}
+
+// at is reply[i], or nil past its end; from is reply[i:], or nothing. A
+// reply shorter than its script promises decodes as ErrCorrupt, never panics.
+func at(reply []any, i int) any {
+	if i < len(reply) {
+		return reply[i]
+	}
+	return nil
+}
+
+func from(reply []any, i int) []any {
+	if i < len(reply) {
+		return reply[i:]
+	}
+	return nil
 }
 
 func str(v any) string {

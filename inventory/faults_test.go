@@ -116,6 +116,9 @@ func TestWrongTypedKeyWritesNothing(t *testing.T) {
 				}
 				return r.rdb.Set(r.ctx, r.key("s1", "events"), "x", 0).Err()
 			}},
+			{"orders key is a list", func(r *rig) error {
+				return r.rdb.RPush(r.ctx, r.key("s1", "orders"), "x").Err()
+			}},
 			{"B's remaining is not a number", func(r *rig) error {
 				return r.rdb.HSet(r.ctx, r.key("s1", "sale"), "r:B", "lots").Err()
 			}},
@@ -142,10 +145,14 @@ func TestWrongTypedKeyWritesNothing(t *testing.T) {
 				if fmt.Sprint(sale0) != fmt.Sprint(sale1) || fmt.Sprint(bought0) != fmt.Sprint(bought1) {
 					t.Errorf("half-written buy:\n sale   %v -> %v\n bought %v -> %v", sale0, sale1, bought0, bought1)
 				}
-				for _, k := range []string{"orders", "idem"} {
-					if n, _ := r.rdb.Exists(r.ctx, r.key("s1", k)).Result(); n != 0 {
-						t.Errorf("%s written by a failed buy", k)
-					}
+				if n, _ := r.rdb.Exists(r.ctx, r.key("s1", "idem")).Result(); n != 0 {
+					t.Error("idempotency key written by a failed buy")
+				}
+				if n, _ := r.rdb.HLen(r.ctx, r.key("s1", "orders")).Result(); n != 0 {
+					t.Error("order written by a failed buy")
+				}
+				if n, _ := r.rdb.XLen(r.ctx, r.key("s1", "events")).Result(); n > 1 { // "created" only
+					t.Errorf("%d events after a failed buy", n)
 				}
 			})
 		}

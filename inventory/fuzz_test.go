@@ -85,3 +85,25 @@ func FuzzSaleOfOrder(f *testing.F) {
 		}
 	})
 }
+
+// TestShortRepliesAreCorruptNotPanics: a reply shorter than its script
+// promises (a script edited wrongly, a proxy mangling it) decodes as an
+// error, never a panic or a wrong success.
+func TestShortRepliesAreCorruptNotPanics(t *testing.T) {
+	e := New(nil, Options{})
+	placed := Order{ID: "s1.x", SaleID: "s1", Items: []Line{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 1}}}
+	for _, reply := range [][]any{
+		{int64(codeOK)}, {int64(codeOK), int64(3)}, {int64(codeOK), "x", int64(3)},
+		{int64(codeReplay)}, {int64(codeReplay), "s1.x"}, {int64(codeReplay), "s1.x", "garbage"},
+		{int64(codeCorrupt)}, {int64(99)},
+	} {
+		if _, err := e.decodeBuy(reply, placed); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("decodeBuy(%v) err = %v, want ErrCorrupt", reply, err)
+		}
+	}
+	for _, reply := range [][]any{{int64(codeNotActive)}, {int64(codeLimit)}, {int64(codeSoldOut)}, {int64(codeUnknown)}} {
+		if _, err := e.decodeBuy(reply, placed); err == nil {
+			t.Errorf("decodeBuy(%v) succeeded", reply)
+		}
+	}
+}

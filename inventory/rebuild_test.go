@@ -95,6 +95,18 @@ func (r *rig) lose(saleID string, withStream bool) {
 	}
 }
 
+// lostSale creates sale s1 with one item A, lets the system of record catch
+// up with it, and then loses the sale's keys and stream.
+func lostSale(t *testing.T, b backend, stock, limit int64) (*rig, *recordDB) {
+	t.Helper()
+	db := &recordDB{}
+	r := newRig(t, b, inventory.Options{Loader: db})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: limit, Items: []inventory.Item{{SKU: "A", Stock: stock}}})
+	db.catchUp(r, "s1")
+	r.lose("s1", true)
+	return r, db
+}
+
 // TestRebuildAfterLoss: a sale's keys vanish mid-sale. The next call
 // rebuilds the sale from the system of record: stock, per-user counts,
 // idempotency keys, cancellations and restocks all survive.
@@ -200,11 +212,7 @@ func TestRebuildWaitsForOrdersInFlight(t *testing.T) {
 // sale live and change nothing.
 func TestStaleRebuildNeverResetsALiveSale(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		db := &recordDB{}
-		r := newRig(t, b, inventory.Options{Loader: db})
-		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
-		db.catchUp(r, "s1")
-		r.lose("s1", true)
+		r, db := lostSale(t, b, 10, 5)
 
 		stale, _ := db.LoadSale(r.ctx, "s1") // what A will eventually commit
 		release := make(chan struct{})
@@ -243,11 +251,7 @@ func TestStaleRebuildNeverResetsALiveSale(t *testing.T) {
 // loads it, the rest wait for it.
 func TestRebuildStampede(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		db := &recordDB{}
-		r := newRig(t, b, inventory.Options{Loader: db})
-		r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 30}}})
-		db.catchUp(r, "s1")
-		r.lose("s1", true)
+		r, db := lostSale(t, b, 30, 1)
 		var wg sync.WaitGroup
 		var ok, soldOut atomic.Int64
 		for i := range 50 {

@@ -25,15 +25,10 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return {1, rem} end
 if rem == -1 then return {9, 'unlimited'} end
 if stocked + qty > tonumber(ARGV[4]) then return {9, 'too_much'} end
 
--- XADD is the one write whose key no check above has read: make sure it
--- cannot fail after the other writes.
-local events_type = redis.call('TYPE', KEYS[2])
-events_type = events_type.ok or events_type
-if events_type ~= 'stream' and events_type ~= 'none' then return {8, 'events'} end
-
+-- The event is the first write: XADD is the one write whose key no check
+-- above has read, so if it fails, nothing has been written.
+redis.call('XADD', KEYS[2], '*', 'type', 'restocked', 'sku', sku, 'qty', ARGV[3],
+  'remaining', rem + qty, 'at', ARGV[1])
 redis.call('SET', KEYS[3], '1', 'EX', 86400)
 redis.call('HINCRBY', KEYS[1], 't:' .. sku, qty)
-local after = redis.call('HINCRBY', KEYS[1], 'r:' .. sku, qty)
-redis.call('XADD', KEYS[2], '*', 'type', 'restocked', 'sku', sku, 'qty', ARGV[3],
-  'remaining', after, 'at', ARGV[1])
-return {0, after}
+return {0, redis.call('HINCRBY', KEYS[1], 'r:' .. sku, qty)}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -78,9 +79,20 @@ func (r *scriptRunner) run(ctx context.Context, s *script, keys []string, args .
 		res, err = r.rdb.Eval(ctx, s.src, keys, args...).Result()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("seckill: %s script: %w", s.name, err)
+		return nil, scriptErr(s, err)
 	}
 	return asReply(s, res)
+}
+
+// scriptErr wraps an error from running s. A key holding the wrong type
+// (WRONGTYPE) means Redis holds something the engine did not write: that is
+// ErrCorrupt. Scripts touch such a key in their checks or as their first
+// write, so the failing call wrote nothing.
+func scriptErr(s *script, err error) error {
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: %s script: %v", ErrCorrupt, s.name, err)
+	}
+	return fmt.Errorf("seckill: %s script: %w", s.name, err)
 }
 
 // call is one script invocation of a pipeline.
@@ -125,7 +137,7 @@ func (r *scriptRunner) runPipelined(ctx context.Context, calls []call) []callRes
 	for i, cmd := range cmds {
 		res, err := cmd.Result()
 		if err != nil {
-			out[i].err = fmt.Errorf("seckill: %s script: %w", calls[i].s.name, err)
+			out[i].err = scriptErr(calls[i].s, err)
 			continue
 		}
 		out[i].reply, out[i].err = asReply(calls[i].s, res)

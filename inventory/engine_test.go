@@ -4,8 +4,11 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/inventory"
 )
@@ -433,4 +436,68 @@ func TestCreatedEventCarriesTheDefinition(t *testing.T) {
 			t.Errorf("Stock().Sale = %+v, want %+v", st.Sale, s)
 		}
 	})
+}
+
+func TestRestockBoundAndCorruptCancel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+		rc, err := r.eng.Buy(r.ctx, "s1", "u1", lines("A", 2), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Near the bound that keeps Lua's numbers exact, a restock is refused.
+		if err := r.rdb.HSet(r.ctx, r.key("s1", "sale"), "t:A", "999999999999999").Err(); err != nil {
+			t.Fatal(err)
+		}
+		var inv *inventory.InvalidError
+		if _, err := r.eng.Restock(r.ctx, "s1", "A", 2); !errors.As(err, &inv) || inv.Field != "qty" {
+			t.Errorf("Restock past the bound: err = %v, want an InvalidError on qty", err)
+		}
+		// A cancel that meets a spoiled counter fails and changes nothing.
+		if err := r.rdb.HSet(r.ctx, r.key("s1", "bought"), "u1|A", "two").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, rc.Order.ID, ""); !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("Cancel err = %v, want ErrCorrupt", err)
+		}
+		if o, _ := r.eng.Order(r.ctx, rc.Order.ID); o.Status != inventory.OrderPending {
+			t.Errorf("order is %s after a failed cancel", o.Status)
+		}
+		if got := r.remaining("s1")["A"]; got != 3 {
+			t.Errorf("remaining %d after failed calls, want 3", got)
+		}
+	})
+}
+
+// TestPreloadReachesEveryNode: after Preload, buys on sales spread over
+// every node of a cluster never meet NOSCRIPT.
+func TestPreloadReachesEveryNode(t *testing.T) {
+	b := backends[2]
+	r := newRig(t, b, inventory.Options{})
+	if err := b.flushScripts(r.ctx, r.rdb); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.eng.Preload(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	masters := map[string]bool{}
+	for i := range 12 {
+		sale := "s" + strconv.Itoa(i)
+		node, err := r.rdb.(*redis.ClusterClient).MasterForKey(r.ctx, r.key(sale, "sale"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[node.Options().Addr] = true
+		r.create(inventory.Sale{ID: sale, Items: []inventory.Item{{SKU: "A", Stock: 1}}})
+		if _, err := r.eng.Buy(r.ctx, sale, "u1", lines("A", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("the sales landed on %d masters, want 3", len(masters))
+	}
+	if n := r.eng.ScriptReloads(); n != 0 {
+		t.Errorf("%d NOSCRIPT reloads after Preload, want 0", n)
+	}
 }

@@ -46,7 +46,7 @@ end
 -- The event is the first write: XADD is the one write whose key no check
 -- above has read, so if it fails, nothing has been written.
 redis.call('XADD', KEYS[4], '*', 'type', 'cancelled', 'order', order_id, 'user', user,
-  'items', lines, 'key', key, 'at', ARGV[1])
+  'items', lines, 'key', key, 'at', ARGV[1], 'created', created)
 record = 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key
 local reply = {0, record}
 for i = 1, #sku do

@@ -289,7 +289,7 @@ func TestCancel(t *testing.T) {
 		for _, ev := range r.events("s1") {
 			if ev.Type == inventory.EventCancelled {
 				cancels++
-				if ev.Order.ID != rc.Order.ID || !reflect.DeepEqual(ev.Order.Items, rc.Order.Items) {
+				if ev.Order.ID != rc.Order.ID || !reflect.DeepEqual(ev.Order.Items, rc.Order.Items) || !ev.Order.CreatedAt.Equal(rc.Order.CreatedAt) {
 					t.Errorf("cancel event = %+v", ev)
 				}
 			}

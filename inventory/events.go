@@ -16,7 +16,7 @@ type EventType string
 //
 //	created:   items ("A=100,B=-1"), limit, start, end (unix ms, 0 none), paused ("1"/"0")
 //	bought:    order, user, items ("A=1,B=2"), key (idempotency key or "")
-//	cancelled: order, user, items, key
+//	cancelled: order, user, items, key, created (the order's creation, unix ms)
 //	restocked: sku, qty, remaining
 //	paused, resumed: nothing more
 const (
@@ -71,8 +71,11 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 		ev.Order = Order{ID: get("order"), SaleID: saleID, UserID: get("user"), Items: lines,
 			IdempotencyKey: get("key"), CreatedAt: ev.At, Status: OrderPending}
 		if ev.Type == EventCancelled {
-			ev.Order.Status = OrderCancelled
-			ev.Order.CreatedAt = time.Time{} // the cancel event does not carry it
+			created, err := num("created")
+			if err != nil {
+				return Event{}, err
+			}
+			ev.Order.Status, ev.Order.CreatedAt = OrderCancelled, time.UnixMilli(created).UTC()
 		}
 	case EventRestocked:
 		ev.SKU = get("sku")

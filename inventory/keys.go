@@ -48,6 +48,12 @@ func (k saleKeys) stage(token, name string) string {
 	return k.tag + ":stage:" + token + ":" + name
 }
 
+// Key returns a key under the sale's hash tag for a caller's own per-sale
+// data ("{<prefix>:<sale>}:<name>"), so it shares the sale's cluster slot.
+// Names the engine uses itself: sale, bought, orders, idem, events,
+// initlock, op:*, stage:*.
+func (e *Engine) Key(saleID, name string) string { return e.keys(saleID).tag + ":" + name }
+
 // EventsKey is the Redis Stream holding the sale's stock movements, the
 // queue an order consumer reads.
 func (e *Engine) EventsKey(saleID string) string { return e.keys(saleID).events }

@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,7 +12,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -19,22 +20,30 @@ func main() {
 const usage = `usage: seckill <command> [flags]
 
 commands:
-  demo    run a whole flash sale with simulated buyers and print the result
+  serve       run the HTTP API, the order consumer and the reconciliation loop
+  demo        run a whole flash sale with simulated buyers and print the result
+  reconcile   compare Redis, the order stream and the database for one sale
+
+Run "seckill <command> -h" for a command's flags.
 `
 
 // run dispatches a command and returns the process exit status.
-func run(ctx context.Context, args []string, getenv func(string) string) int {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], getenv, stderr)
 	case "demo":
-		return runDemo(ctx, args[1:], getenv, os.Stdout, os.Stderr)
+		return runDemo(ctx, args[1:], getenv, stdout, stderr)
+	case "reconcile":
+		return runReconcile(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":
-		fmt.Print(usage)
+		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "seckill: unknown command %q\n\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "seckill: unknown command %q\n\n%s", args[0], usage)
 	return 2
 }

@@ -1,22 +1,26 @@
-// Package demo runs a whole flash sale against the inventory engine with
-// simulated buyers and checks every invariant on the result.
+// Package demo runs a whole flash sale end to end: it starts the service in
+// process, lets simulated buyers at its HTTP API, waits until every
+// accepted order is in the database, and checks every invariant.
 package demo
 
 import (
+	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/service"
 )
 
 // Config shapes the simulated sale.
@@ -25,6 +29,8 @@ type Config struct {
 	Concurrency  int   // buyers buying at once; default 64
 	HotStock     int64 // units of the hot item; default 100
 	PerUserLimit int64 // default 2
+	// Progress, if not nil, receives a progress bar (for a terminal).
+	Progress io.Writer
 }
 
 func (c *Config) defaults() {
@@ -42,15 +48,18 @@ func (c *Config) defaults() {
 	}
 }
 
-// Result is what the sale did, counted from the buyers' receipts and from
-// Redis afterwards.
+// Result is what the sale did, counted from the HTTP answers, the service's
+// Redis and its database afterwards.
 type Result struct {
+	Sale                                  string
 	Requests, Accepted, Rejected, Replays int
+	Errors                                int // any other answer
+	FirstError                            string
 	Items                                 []ItemResult
-	BuyersOverLimit                       int
-	EventsBought                          int
-	Errors                                int
-	Elapsed                               time.Duration
+	BuyersOverLimit                       int // from the database's orders
+	OrdersInDB                            int // confirmed orders of the accepted ones
+	Reconcile                             reconcile.Report
+	Elapsed, Settle                       time.Duration
 	P50, P99                              time.Duration
 }
 
@@ -59,7 +68,7 @@ type ItemResult struct {
 	SKU       string
 	Stock     int64 // -1 unlimited
 	Sold      int64 // from Redis
-	Receipts  int64 // units the buyers were told they bought
+	Receipts  int64 // units the 201 answers sold
 	Remaining int64
 }
 
@@ -76,7 +85,7 @@ func (r Result) Oversold() int64 {
 
 // OK reports whether every invariant held.
 func (r Result) OK() bool {
-	if r.Oversold() != 0 || r.BuyersOverLimit != 0 || r.Errors != 0 || r.EventsBought != r.Accepted {
+	if r.Oversold() != 0 || r.BuyersOverLimit != 0 || r.Errors != 0 || r.OrdersInDB != r.Accepted || !r.Reconcile.Consistent {
 		return false
 	}
 	for _, it := range r.Items {
@@ -92,50 +101,76 @@ const (
 	unlimitedSKU = "sticker"
 )
 
-// Run creates a sale named saleID in rdb under the key prefix, lets
-// cfg.Buyers simulated buyers at it, and returns what happened.
-func Run(ctx context.Context, rdb redis.UniversalClient, prefix, saleID string, cfg Config) (Result, error) {
+// Run starts the service with svcCfg (listening on a free loopback port),
+// runs the sale, and returns the result.
+func Run(ctx context.Context, svcCfg service.Config, cfg Config) (Result, error) {
 	cfg.defaults()
-	eng := inventory.New(rdb, inventory.Options{Prefix: prefix})
-	err := eng.CreateSale(ctx, inventory.Sale{ID: saleID, PerUserLimit: cfg.PerUserLimit, Items: []inventory.Item{
-		{SKU: hotSKU, Stock: cfg.HotStock}, {SKU: unlimitedSKU, Stock: inventory.Unlimited},
-	}})
+	svcCfg.Addr = "127.0.0.1:0"
+	svcCfg.ReconcileEvery = -1
+	svcCfg.Pipeline.Block = 50 * time.Millisecond
+	svc, err := service.Start(ctx, svcCfg)
 	if err != nil {
-		return Result{}, fmt.Errorf("create sale: %w", err)
+		return Result{}, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = svc.Shutdown(sctx)
+	}()
+	c := &client{base: svc.URL(), admin: svc.AdminToken(), secret: svc.JWTSecret(),
+		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency}}}
+
+	res := Result{Sale: "demo-" + strconv.FormatInt(time.Now().UnixMilli(), 36)}
+	sale := map[string]any{"id": res.Sale, "per_user_limit": cfg.PerUserLimit, "items": []map[string]any{
+		{"sku": hotSKU, "stock": cfg.HotStock}, {"sku": unlimitedSKU, "stock": inventory.Unlimited}}}
+	if status, body, err := c.do(ctx, "POST", "/v1/admin/sales", c.admin, sale, nil); err != nil || status != http.StatusCreated {
+		return res, fmt.Errorf("create sale: %d %s %v", status, body, err)
 	}
 
 	var (
 		mu        sync.Mutex
-		res       Result
 		latencies []time.Duration
-		perBuyer  = map[string]map[string]int64{}
+		accepted  = map[string]bool{}
 		receipts  = map[string]int64{}
+		done      atomic.Int64
 	)
-	record := func(user string, rc inventory.Receipt, err error, took time.Duration) {
+	record := func(status int, body []byte, took time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		res.Requests++
 		latencies = append(latencies, took)
-		switch {
-		case err == nil && rc.Replayed:
-			res.Replays++
-		case err == nil:
-			res.Accepted++
-			if perBuyer[user] == nil {
-				perBuyer[user] = map[string]int64{}
+		switch status {
+		case http.StatusCreated:
+			var o struct {
+				OrderID string `json:"order_id"`
+				Items   []struct {
+					SKU string `json:"sku"`
+					Qty int64  `json:"qty"`
+				} `json:"items"`
 			}
-			for _, l := range rc.Order.Items {
-				perBuyer[user][l.SKU] += l.Qty
+			if json.Unmarshal(body, &o) != nil || accepted[o.OrderID] {
+				res.Errors++
+				return
+			}
+			res.Accepted++
+			accepted[o.OrderID] = true
+			for _, l := range o.Items {
 				receipts[l.SKU] += l.Qty
 			}
-		case errors.Is(err, inventory.ErrSoldOut), errors.Is(err, inventory.ErrLimitExceeded):
+		case http.StatusOK:
+			res.Replays++
+		case http.StatusConflict:
 			res.Rejected++
 		default:
 			res.Errors++
+			if res.FirstError == "" {
+				res.FirstError = fmt.Sprintf("%d %s", status, bytes.TrimSpace(body))
+			}
 		}
 	}
 
 	start := time.Now()
+	stopBar := progress(cfg.Progress, &done, cfg.Buyers)
 	users := make(chan int)
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
@@ -143,7 +178,8 @@ func Run(ctx context.Context, rdb redis.UniversalClient, prefix, saleID string, 
 		go func() {
 			defer wg.Done()
 			for u := range users {
-				buyer(ctx, eng, saleID, "buyer-"+strconv.Itoa(u), record)
+				c.buyer(ctx, res.Sale, "buyer-"+strconv.Itoa(u), record)
+				done.Add(1)
 			}
 		}()
 	}
@@ -152,32 +188,37 @@ func Run(ctx context.Context, rdb redis.UniversalClient, prefix, saleID string, 
 	}
 	close(users)
 	wg.Wait()
+	stopBar()
 	res.Elapsed = time.Since(start)
 
-	st, err := eng.Stock(ctx, saleID)
-	if err != nil {
-		return res, fmt.Errorf("read stock: %w", err)
+	// Every accepted order must reach the database.
+	settle := time.Now()
+	db := svc.Store()
+	for {
+		counts, err := db.CountOrders(ctx, res.Sale)
+		if err != nil {
+			return res, err
+		}
+		if counts[inventory.OrderConfirmed] >= res.Accepted || time.Since(settle) > 20*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	for _, it := range st.Items {
+	res.Settle = time.Since(settle)
+	for id := range accepted {
+		if o, err := db.Order(ctx, id); err == nil && o.Status == inventory.OrderConfirmed {
+			res.OrdersInDB++
+		}
+	}
+	if res.BuyersOverLimit, err = overLimit(ctx, svc, res.Sale, cfg.PerUserLimit); err != nil {
+		return res, err
+	}
+	if res.Reconcile, err = reconcile.Sale(ctx, svc.Engine(), svc.Redis(), db, res.Sale); err != nil {
+		return res, err
+	}
+	for _, it := range res.Reconcile.Items {
 		res.Items = append(res.Items, ItemResult{SKU: it.SKU, Stock: it.Stocked, Sold: it.Sold,
 			Receipts: receipts[it.SKU], Remaining: it.Remaining})
-	}
-	for _, held := range perBuyer {
-		for _, n := range held {
-			if n > cfg.PerUserLimit {
-				res.BuyersOverLimit++
-				break
-			}
-		}
-	}
-	events, err := rdb.XRange(ctx, eng.EventsKey(saleID), "-", "+").Result()
-	if err != nil {
-		return res, fmt.Errorf("read events: %w", err)
-	}
-	for _, m := range events {
-		if ev, err := inventory.ParseEvent(saleID, m); err == nil && ev.Type == inventory.EventBought {
-			res.EventsBought++
-		}
 	}
 	slices.Sort(latencies)
 	if n := len(latencies); n > 0 {
@@ -186,36 +227,134 @@ func Run(ctx context.Context, rdb redis.UniversalClient, prefix, saleID string, 
 	return res, nil
 }
 
-// buyer is one simulated person: a buy of the hot item, sometimes with a
-// sticker, sometimes a double click (the same idempotency key twice),
-// sometimes greedy (going back for more than the limit allows).
-func buyer(ctx context.Context, eng *inventory.Engine, saleID, user string, record func(string, inventory.Receipt, error, time.Duration)) {
-	buy := func(lines []inventory.Line, key string) {
-		t := time.Now()
-		rc, err := eng.Buy(ctx, saleID, user, lines, key)
-		record(user, rc, err, time.Since(t))
+// overLimit counts the buyers whose confirmed orders hold more than the
+// limit of some sku, from the database.
+func overLimit(ctx context.Context, svc *service.Service, sale string, limit int64) (int, error) {
+	snap, err := svc.Store().Snapshot(ctx, sale)
+	if err != nil {
+		return 0, err
 	}
-	lines := []inventory.Line{{SKU: hotSKU, Qty: 1 + rand.Int64N(2)}}
+	held := map[string]int64{}
+	over := map[string]bool{}
+	for _, o := range snap.Orders {
+		if o.Status == inventory.OrderCancelled {
+			continue
+		}
+		for _, l := range o.Items {
+			if held[o.UserID+"|"+l.SKU] += l.Qty; held[o.UserID+"|"+l.SKU] > limit {
+				over[o.UserID] = true
+			}
+		}
+	}
+	return len(over), nil
+}
+
+// client talks to the service's API.
+type client struct {
+	base, admin, secret string
+	http                *http.Client
+}
+
+func (c *client) do(ctx context.Context, method, path, token string, body any, header map[string]string) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// buyer is one simulated person: a buy of the hot item, sometimes with a
+// sticker, sometimes a double click (the same Idempotency-Key twice),
+// sometimes greedy (going back for more stickers than the limit allows).
+func (c *client) buyer(ctx context.Context, sale, user string, record func(int, []byte, time.Duration)) {
+	token, err := service.SignUser(c.secret, user, nil)
+	if err != nil {
+		record(0, []byte(err.Error()), 0)
+		return
+	}
+	buy := func(items []map[string]any, key string) {
+		var header map[string]string
+		if key != "" {
+			header = map[string]string{"Idempotency-Key": key}
+		}
+		t := time.Now()
+		status, body, err := c.do(ctx, "POST", "/v1/sales/"+sale+"/orders", token, map[string]any{"items": items}, header)
+		if err != nil {
+			status, body = 0, []byte(err.Error())
+		}
+		record(status, body, time.Since(t))
+	}
+	items := []map[string]any{{"sku": hotSKU, "qty": 1 + rand.IntN(2)}}
 	if rand.IntN(3) == 0 {
-		lines = append(lines, inventory.Line{SKU: unlimitedSKU, Qty: 1})
+		items = append(items, map[string]any{"sku": unlimitedSKU, "qty": 1})
 	}
 	key := ""
 	if rand.IntN(5) == 0 {
 		key = "click-" + user
 	}
-	buy(lines, key)
+	buy(items, key)
 	if key != "" {
-		buy(lines, key) // the double click: must return the same order
+		buy(items, key) // the double click: the same order again, or the same refusal
 	}
 	if rand.IntN(4) == 0 {
-		buy([]inventory.Line{{SKU: unlimitedSKU, Qty: 2}}, "") // greedy: goes over the limit with the first sticker
+		buy([]map[string]any{{"sku": unlimitedSKU, "qty": 2}}, "") // greedy
 	}
+}
+
+// progress draws a bar on w until the returned function is called.
+func progress(w io.Writer, done *atomic.Int64, total int) func() {
+	if w == nil {
+		return func() {}
+	}
+	draw := func() {
+		n := int(done.Load())
+		const width = 40
+		fill := n * width / max(total, 1)
+		fmt.Fprintf(w, "\r[%s%s] %d/%d buyers", bytes.Repeat([]byte("#"), fill), bytes.Repeat([]byte("."), width-fill), n, total)
+	}
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			draw()
+			select {
+			case <-stop:
+				draw()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(stop); <-finished }
 }
 
 // Print writes the result table.
 func Print(w io.Writer, r Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "item\tstock\tsold\treceipts\tremaining\t\n")
+	fmt.Fprintf(tw, "item\tstock\tsold\t201 receipts\tremaining\t\n")
 	for _, it := range r.Items {
 		stock, rem := strconv.FormatInt(it.Stock, 10), strconv.FormatInt(it.Remaining, 10)
 		if it.Stock < 0 {
@@ -226,27 +365,35 @@ func Print(w io.Writer, r Result) {
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	consistent := "consistent"
+	if !r.Reconcile.Consistent {
+		consistent = "DRIFT"
+	}
 	rows := []struct {
 		k string
 		v any
 	}{
 		{"requests", r.Requests},
-		{"accepted", r.Accepted},
-		{"rejected (sold out / over limit)", r.Rejected},
-		{"idempotent repeats", r.Replays},
+		{"accepted (201)", r.Accepted},
+		{"rejected (409 sold out / over limit)", r.Rejected},
+		{"idempotent repeats (200)", r.Replays},
 		{"errors", r.Errors},
 		{"oversold", r.Oversold()},
 		{"buyers over the limit", r.BuyersOverLimit},
-		{"order events in the stream", fmt.Sprintf("%d (accepted %d)", r.EventsBought, r.Accepted)},
+		{"orders in the database", fmt.Sprintf("%d of %d accepted (all in %v)", r.OrdersInDB, r.Accepted, r.Settle.Round(time.Millisecond))},
+		{"reconcile", consistent},
 		{"requests/s", fmt.Sprintf("%.0f", float64(r.Requests)/r.Elapsed.Seconds())},
-		{"latency p50 / p99", fmt.Sprintf("%v / %v", r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond))},
+		{"latency p50 / p99", fmt.Sprintf("%v / %v", r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))},
 	}
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%v\n", row.k, row.v)
 	}
 	_ = tw.Flush()
+	if r.FirstError != "" {
+		fmt.Fprintln(w, "first error:", r.FirstError)
+	}
 	if r.OK() {
-		fmt.Fprintln(w, "\nall invariants held: no oversell, nobody over the limit, one order event per accepted buy")
+		fmt.Fprintln(w, "\nall invariants held: no oversell, nobody over the limit, every accepted order confirmed in the database")
 	} else {
 		fmt.Fprintln(w, "\nINVARIANT BROKEN: see the table above")
 	}

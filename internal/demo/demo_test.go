@@ -6,19 +6,22 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/service"
 )
 
 func TestDemoHoldsEveryInvariant(t *testing.T) {
-	for name, client := range map[string]func(t *testing.T) redis.UniversalClient{
-		"redis":     func(t *testing.T) redis.UniversalClient { return redistest.Standalone(t) },
-		"miniredis": func(t *testing.T) redis.UniversalClient { c, _ := redistest.Mini(t); return c },
+	for name, cfg := range map[string]func(t *testing.T) service.Config{
+		"redis+postgres": func(t *testing.T) service.Config {
+			rdb := redistest.Standalone(t)
+			return service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
+				DatabaseURL: dbtest.PostgresURL(t)}
+		},
+		"embedded": func(t *testing.T) service.Config { return service.Config{DatabaseURL: dbtest.SQLiteURL(t)} },
 	} {
 		t.Run(name, func(t *testing.T) {
-			rdb := client(t)
-			res, err := Run(context.Background(), rdb, redistest.Prefix(t, rdb), "demo", Config{Buyers: 500, Concurrency: 32, HotStock: 50})
+			res, err := Run(context.Background(), cfg(t), Config{Buyers: 500, Concurrency: 32, HotStock: 50})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -28,7 +31,7 @@ func TestDemoHoldsEveryInvariant(t *testing.T) {
 			if hot := res.Items[0]; hot.SKU != hotSKU || hot.Sold != 50 || hot.Remaining != 0 {
 				t.Errorf("hot item %+v: 500 buyers should sell all 50 units", hot)
 			}
-			if res.Requests != res.Accepted+res.Rejected+res.Replays+res.Errors || res.Requests < 500 {
+			if res.Requests != res.Accepted+res.Rejected+res.Replays+res.Errors || res.Requests < 500 || res.OrdersInDB != res.Accepted {
 				t.Errorf("counts do not add up: %+v", res)
 			}
 			var out bytes.Buffer
@@ -43,17 +46,19 @@ func TestDemoHoldsEveryInvariant(t *testing.T) {
 // TestResultCatchesBrokenInvariants: the checks the demo's exit status rests
 // on do fail when the numbers are wrong.
 func TestResultCatchesBrokenInvariants(t *testing.T) {
-	good := Result{Accepted: 2, EventsBought: 2, Items: []ItemResult{{SKU: "hot", Stock: 10, Sold: 2, Receipts: 2, Remaining: 8}}}
+	good := Result{Accepted: 2, OrdersInDB: 2, Items: []ItemResult{{SKU: "hot", Stock: 10, Sold: 2, Receipts: 2, Remaining: 8}}}
+	good.Reconcile.Consistent = true
 	if !good.OK() {
 		t.Fatal("a consistent result is reported broken")
 	}
 	for name, broken := range map[string]func(r *Result){
 		"oversold":        func(r *Result) { r.Items[0].Sold, r.Items[0].Receipts, r.Items[0].Remaining = 12, 12, -2 },
 		"over the limit":  func(r *Result) { r.BuyersOverLimit = 1 },
-		"lost event":      func(r *Result) { r.EventsBought = 1 },
+		"lost order":      func(r *Result) { r.OrdersInDB = 1 },
 		"receipts differ": func(r *Result) { r.Items[0].Receipts = 3 },
 		"stock leak":      func(r *Result) { r.Items[0].Remaining = 7 },
 		"errors":          func(r *Result) { r.Errors = 1 },
+		"drift":           func(r *Result) { r.Reconcile.Consistent = false },
 	} {
 		r := good
 		r.Items = append([]ItemResult(nil), good.Items...)

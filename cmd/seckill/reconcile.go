@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/store"
+)
+
+// runReconcile runs one reconciliation pass of one sale and prints it.
+// Exit status: 0 consistent, 1 drift or failure, 2 usage.
+func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("seckill reconcile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := configFlags(fs, getenv)
+	sale := fs.String("sale", "", "the sale to reconcile (required)")
+	repair := fs.Bool("repair", false, "fix drift from the database (not available yet)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := config()
+	switch {
+	case !inventory.ValidID(*sale):
+		fmt.Fprintln(stderr, "seckill reconcile: --sale is required and must be a sale id")
+		return 2
+	case *repair:
+		fmt.Fprintln(stderr, "seckill reconcile: --repair is not available yet; this pass only reports")
+		return 2
+	case cfg.RedisURL == "" && len(cfg.RedisClusterAddrs) == 0:
+		fmt.Fprintln(stderr, "seckill reconcile: needs the service's Redis (--redis or SECKILL_REDIS_URL, or --redis-cluster); an embedded one lives only inside its serve process")
+		return 2
+	}
+	var rdb redis.UniversalClient
+	if len(cfg.RedisClusterAddrs) > 0 {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisClusterAddrs})
+	} else {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			fmt.Fprintln(stderr, "seckill reconcile: bad redis url:", err)
+			return 2
+		}
+		rdb = redis.NewClient(opts)
+	}
+	defer rdb.Close()
+	db, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		fmt.Fprintln(stderr, "seckill reconcile:", err)
+		return 1
+	}
+	defer db.Close()
+	eng := inventory.New(rdb, inventory.Options{Prefix: cfg.KeyPrefix})
+	rep, err := reconcile.Sale(ctx, eng, rdb, db, *sale)
+	if err != nil {
+		fmt.Fprintln(stderr, "seckill reconcile:", err)
+		return 1
+	}
+	reconcile.Print(stdout, rep)
+	if !rep.Consistent {
+		return 1
+	}
+	return 0
+}

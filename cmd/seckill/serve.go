@@ -1,0 +1,27 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/seckill/seckill/service"
+)
+
+// runServe runs `seckill serve` until SIGTERM/SIGINT.
+func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("seckill serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := configFlags(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := config()
+	cfg.Logger = newLogger(stderr)
+	if err := service.Run(ctx, cfg); err != nil {
+		fmt.Fprintln(stderr, "seckill:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,111 @@
+// Package dbtest provides databases for tests: a fresh schema in the
+// machine's PostgreSQL per test, and a fresh SQLite file per test. Each is
+// removed when the test ends, so tests (and test binaries) may run in
+// parallel on one PostgreSQL server.
+//
+// It is meant to be imported from _test.go files only.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+)
+
+// DefaultURL is the PostgreSQL PostgresURL uses unless URLEnv is set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URLEnv names the environment variable that overrides DefaultURL.
+const URLEnv = "SECKILL_TEST_DATABASE_URL"
+
+// PostgresURL creates a schema of its own for the test ("t_" and 10 random
+// lowercase letters and digits) in the machine's PostgreSQL
+// ($SECKILL_TEST_DATABASE_URL, or DefaultURL) and returns a URL whose
+// connections work in it: the URL sets search_path, which pgx sends as a
+// run-time parameter when it connects. The schema and everything in it is
+// dropped in tb.Cleanup (a failure to drop is logged, not fatal); close what uses it with a cleanup registered after
+// this call (or with defer). If the server cannot be reached, the test fails
+// with a one-line reason (it never skips).
+func PostgresURL(tb testing.TB) string {
+	tb.Helper()
+	base := serverURL()
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		tb.Fatalf("dbtest: $%s (or the default) must be a postgres:// URL, got %q", URLEnv, base)
+	}
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		tb.Fatalf("dbtest: open PostgreSQL %s: %v", u.Redacted(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	schema := "t_" + randomName(10)
+	// The name is ours (letters and digits only): safe to splice in.
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		db.Close()
+		tb.Fatalf("dbtest: cannot create a schema in PostgreSQL %s (start it, or point $%s elsewhere): %v", u.Redacted(), URLEnv, err)
+	}
+	tb.Cleanup(func() {
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			tb.Logf("dbtest: drop schema %s: %v", schema, err)
+		}
+	})
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// serverURL is $SECKILL_TEST_DATABASE_URL, or DefaultURL.
+func serverURL() string {
+	if u := os.Getenv(URLEnv); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// SQLiteURL returns "sqlite://" and the path of a database file, not yet
+// created, in tb.TempDir() (removed when the test ends).
+func SQLiteURL(tb testing.TB) string {
+	tb.Helper()
+	return "sqlite://" + filepath.Join(tb.TempDir(), "seckill.db")
+}
+
+// Dialect is a database for a table test: Name is "postgres" or "sqlite".
+type Dialect struct {
+	Name string
+	URL  string
+}
+
+// Dialects returns a fresh PostgreSQL schema and a fresh SQLite file, in
+// that order, for tests that run on both:
+//
+//	for _, d := range dbtest.Dialects(t) {
+//		t.Run(d.Name, func(t *testing.T) { ... store.Open(ctx, d.URL) ... })
+//	}
+//
+// Both are removed when tb ends.
+func Dialects(tb testing.TB) []Dialect {
+	tb.Helper()
+	return []Dialect{{Name: "postgres", URL: PostgresURL(tb)}, {Name: "sqlite", URL: SQLiteURL(tb)}}
+}
+
+func randomName(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}

@@ -1,0 +1,166 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// backlog is where the consumer group stands in a stream, read in one
+// MULTI so the parts agree.
+type backlog struct {
+	lastID        string // newest entry of the stream, "" if empty
+	groupExists   bool
+	lastDelivered string // newest entry handed to a consumer
+	pending       int64  // delivered, not acknowledged
+	lowestPending string
+	// minNeeded is the oldest entry not yet acknowledged (pending, or not
+	// delivered yet); everything older may be trimmed. "" if none is known.
+	minNeeded string
+}
+
+func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (backlog, error) {
+	var (
+		last    *redis.XMessageSliceCmd
+		groups  *redis.XInfoGroupsCmd
+		pending *redis.XPendingCmd
+	)
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		last = p.XRevRangeN(ctx, key, "+", "-", 1)
+		groups = p.XInfoGroups(ctx, key)
+		pending = p.XPending(ctx, key, Group)
+		return nil
+	})
+	var b backlog
+	var reply redis.Error // a reply error (no such key, no group) is read per command below
+	if err != nil && !errors.As(err, &reply) && !errors.Is(err, redis.Nil) {
+		return b, err
+	}
+	if msgs, err := last.Result(); err == nil && len(msgs) > 0 {
+		b.lastID = msgs[0].ID
+	}
+	if gs, err := groups.Result(); err == nil {
+		for _, g := range gs {
+			if g.Name == Group {
+				b.groupExists, b.lastDelivered = true, g.LastDeliveredID
+			}
+		}
+	}
+	if b.groupExists {
+		if p, err := pending.Result(); err == nil {
+			b.pending, b.lowestPending = p.Count, p.Lower
+		}
+	}
+	switch {
+	case !b.groupExists:
+	case b.pending > 0:
+		b.minNeeded = b.lowestPending
+	case b.lastDelivered != "":
+		b.minNeeded = nextID(b.lastDelivered)
+	}
+	return b, nil
+}
+
+// inFlight reports whether some entry of the stream is not yet applied.
+func (b backlog) inFlight() bool {
+	if b.lastID == "" {
+		return false
+	}
+	return !b.groupExists || b.pending > 0 || compareIDs(b.lastDelivered, b.lastID) < 0
+}
+
+// Applied returns the newest event of the sale's stream that the database
+// holds, in the sense of inventory.Snapshot.EventsApplied: the stream's
+// last entry when every entry is acknowledged, "" when some are still in
+// flight (or the stream is empty). Read it before reading the database.
+func Applied(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (string, error) {
+	b, err := readBacklog(ctx, rdb, eng.EventsKey(saleID))
+	if err != nil {
+		return "", err
+	}
+	if b.inFlight() {
+		return "", nil
+	}
+	return b.lastID, nil
+}
+
+// InFlight returns the sale's events that are in the stream but not yet
+// in the database: delivered and not acknowledged, or not delivered yet.
+func InFlight(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) ([]inventory.Event, error) {
+	key := eng.EventsKey(saleID)
+	b, err := readBacklog(ctx, rdb, key)
+	if err != nil || !b.inFlight() {
+		return nil, err
+	}
+	from := "-"
+	if b.minNeeded != "" {
+		from = b.minNeeded
+	}
+	msgs, err := rdb.XRange(ctx, key, from, "+").Result()
+	if err != nil {
+		return nil, fmt.Errorf("read stream of sale %s: %w", saleID, err)
+	}
+	pendingIDs := map[string]bool{}
+	if b.pending > 0 {
+		ps, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: Group, Start: "-", End: "+", Count: b.pending}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read pending entries of sale %s: %w", saleID, err)
+		}
+		for _, p := range ps {
+			pendingIDs[p.ID] = true
+		}
+	}
+	var out []inventory.Event
+	for _, m := range msgs {
+		if b.groupExists && compareIDs(m.ID, b.lastDelivered) <= 0 && !pendingIDs[m.ID] {
+			continue // acknowledged, not trimmed yet
+		}
+		ev, err := inventory.ParseEvent(saleID, m)
+		if err != nil {
+			continue // a dead letter to be: never reaches the database
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// compareIDs orders stream ids "<ms>-<seq>"; "" is before everything.
+func compareIDs(a, b string) int {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	switch {
+	case am != bm:
+		return cmpUint(am, bm)
+	default:
+		return cmpUint(as, bs)
+	}
+}
+
+func splitID(id string) (uint64, uint64) {
+	ms, seq, _ := strings.Cut(id, "-")
+	m, _ := strconv.ParseUint(ms, 10, 64)
+	s, _ := strconv.ParseUint(seq, 10, 64)
+	return m, s
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// nextID is the smallest stream id after id.
+func nextID(id string) string {
+	m, s := splitID(id)
+	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10)
+}

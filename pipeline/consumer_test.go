@@ -1,0 +1,255 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/store"
+)
+
+// rig is a sale with orders in its stream, and the database to move them to.
+type rig struct {
+	t   *testing.T
+	ctx context.Context
+	rdb redis.UniversalClient
+	eng *inventory.Engine
+	db  *store.Store
+}
+
+func forEachStack(t *testing.T, f func(t *testing.T, r *rig)) {
+	stacks := map[string]func(t *testing.T) (redis.UniversalClient, string){
+		"redis+postgres": func(t *testing.T) (redis.UniversalClient, string) {
+			return redistest.Standalone(t), dbtest.PostgresURL(t)
+		},
+		"miniredis+sqlite": func(t *testing.T) (redis.UniversalClient, string) {
+			c, _ := redistest.Mini(t)
+			return c, dbtest.SQLiteURL(t)
+		},
+	}
+	for name, open := range stacks {
+		t.Run(name, func(t *testing.T) {
+			rdb, url := open(t)
+			db, err := store.Open(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			r := &rig{t: t, ctx: context.Background(), rdb: rdb, db: db,
+				eng: inventory.New(rdb, inventory.Options{Prefix: redistest.Prefix(t, rdb)})}
+			f(t, r)
+		})
+	}
+}
+
+// sale creates sale s1 in both places and buys n orders of one unit each.
+func (r *rig) sale(n int) []string {
+	r.t.Helper()
+	sale := store.Sale{Sale: inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100_000}}}}
+	if err := r.db.CreateSale(r.ctx, sale); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.eng.CreateSale(r.ctx, sale.Sale); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.buy(n, 0)
+}
+
+func (r *rig) buy(n, from int) []string {
+	r.t.Helper()
+	var ids []string
+	for i := from; i < from+n; i++ {
+		rc, err := r.eng.Buy(r.ctx, "s1", fmt.Sprintf("u%d", i), []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		ids = append(ids, rc.Order.ID)
+	}
+	return ids
+}
+
+// consumer starts a consumer on db until the test ends or stop is called.
+func (r *rig) consumer(name string, db pipeline.Store, o pipeline.Options) (stop func()) {
+	o.Name = name
+	o.Block = 20 * time.Millisecond
+	o.DiscoverAll = 20 * time.Millisecond
+	o.ClaimEvery = 50 * time.Millisecond
+	o.MaxBackoff = 100 * time.Millisecond
+	if o.ClaimIdle == 0 {
+		o.ClaimIdle = 300 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = pipeline.New(r.rdb, r.eng, db, o).Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	r.t.Cleanup(stop)
+	return stop
+}
+
+// settled waits until every order is stored once and the stream has
+// nothing in flight, then checks there is no duplicate.
+func (r *rig) settled(ids []string) {
+	r.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		counts, err := r.db.CountOrders(r.ctx, "s1")
+		inflight, err2 := pipeline.InFlight(r.ctx, r.rdb, r.eng, "s1")
+		if err == nil && err2 == nil && counts[inventory.OrderConfirmed] == len(ids) && len(inflight) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("not settled: %v orders stored (want %d), %d events in flight, errs %v %v", counts, len(ids), len(inflight), err, err2)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, id := range ids {
+		if o, err := r.db.Order(r.ctx, id); err != nil || o.Status != inventory.OrderConfirmed {
+			r.t.Errorf("order %s: %+v %v", id, o, err)
+		}
+	}
+	journal, err := r.db.Journal(r.ctx, "s1")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	bought := map[string]int{}
+	for _, j := range journal {
+		if j.Type == inventory.EventBought {
+			bought[j.OrderID]++
+		}
+	}
+	for id, n := range bought {
+		if n != 1 {
+			r.t.Errorf("order %s journaled %d times", id, n)
+		}
+	}
+	if len(bought) != len(ids) {
+		r.t.Errorf("%d orders journaled, want %d", len(bought), len(ids))
+	}
+	if p, err := r.rdb.XPending(r.ctx, r.eng.EventsKey("s1"), pipeline.Group).Result(); err != nil || p.Count != 0 {
+		r.t.Errorf("pending entries after settling: %+v, %v", p, err)
+	}
+	if n, _ := r.rdb.XLen(r.ctx, r.eng.EventsKey("s1")).Result(); n != 0 {
+		r.t.Errorf("%d entries left in the stream: acknowledged entries are trimmed", n)
+	}
+}
+
+// dying is a database connection that dies in the middle of a batch, like
+// a process killed with kill -9: Apply never returns. With commit set, the
+// batch is committed first (killed between commit and XACK).
+type dying struct {
+	pipeline.Store
+	commit  bool
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (d *dying) Apply(ctx context.Context, sale string, evs []inventory.Event) error {
+	if d.commit {
+		if err := d.Store.Apply(ctx, sale, evs); err != nil {
+			return err
+		}
+	}
+	d.once.Do(func() { close(d.entered) })
+	<-d.release // the "dead" process never comes back; released at test end
+	return errors.New("dead")
+}
+
+func TestConsumerKilledMidBatch(t *testing.T) {
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after commit=%v", commit), func(t *testing.T) {
+			forEachStack(t, func(t *testing.T, r *rig) {
+				ids := r.sale(300)
+				d := &dying{Store: r.db, commit: commit, entered: make(chan struct{}), release: make(chan struct{})}
+				r.consumer("doomed", d, pipeline.Options{BatchSize: 100})
+				t.Cleanup(func() { close(d.release) }) // before the doomed consumer's stop (cleanups run last-in first-out)
+				<-d.entered                            // it holds a batch of 100 it will never acknowledge
+				ids = append(ids, r.buy(100, 300)...)
+				r.consumer("survivor", r.db, pipeline.Options{BatchSize: 100})
+				r.settled(ids)
+			})
+		})
+	}
+}
+
+// TestConsumerRestartResumes: a consumer stopped and started again under
+// the same name finishes what it held, then goes on with new entries.
+func TestConsumerRestartResumes(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(200)
+		stop := r.consumer("c1", r.db, pipeline.Options{BatchSize: 50})
+		time.Sleep(30 * time.Millisecond)
+		stop()
+		ids = append(ids, r.buy(100, 200)...)
+		r.consumer("c1", r.db, pipeline.Options{BatchSize: 50, ClaimIdle: time.Hour})
+		r.settled(ids)
+	})
+}
+
+// flaky is a database that is down until up is set: Apply fails like a
+// refused connection.
+type flaky struct {
+	pipeline.Store
+	up    atomic.Bool
+	tries atomic.Int64
+}
+
+func (f *flaky) Apply(ctx context.Context, sale string, evs []inventory.Event) error {
+	f.tries.Add(1)
+	if !f.up.Load() {
+		return fmt.Errorf("dial tcp 127.0.0.1:5432: %w", syscall.ECONNREFUSED)
+	}
+	return f.Store.Apply(ctx, sale, evs)
+}
+
+func TestDatabaseDownForAWhile(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(100)
+		f := &flaky{Store: r.db}
+		var retries atomic.Int64
+		r.consumer("c1", f, pipeline.Options{OnRetry: func(string, error) { retries.Add(1) }})
+		ids = append(ids, r.buy(100, 100)...) // the sale goes on while the database is down
+		time.Sleep(300 * time.Millisecond)
+		if counts, _ := r.db.CountOrders(r.ctx, "s1"); counts[inventory.OrderConfirmed] != 0 {
+			t.Fatalf("orders stored while the database was down: %v", counts)
+		}
+		if retries.Load() < 2 {
+			t.Errorf("%d retries while down", retries.Load())
+		}
+		f.up.Store(true)
+		r.settled(ids)
+	})
+}
+
+// TestPoisonEntryIsDeadLettered: an entry no one can parse goes to the
+// dead-letter table with its reason; the orders around it are stored.
+func TestPoisonEntryIsDeadLettered(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(5)
+		poison, err := r.rdb.XAdd(r.ctx, &redis.XAddArgs{Stream: r.eng.EventsKey("s1"),
+			Values: []any{"type", "bought", "order", "x", "items", "A=lots", "at", "1"}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.buy(5, 5)...)
+		var dead atomic.Int64
+		r.consumer("c1", r.db, pipeline.Options{OnDeadLetter: func(string, string) { dead.Add(1) }})
+		r.settled(ids)
+		letters, err := r.db.DeadLetters(r.ctx, "s1")
+		if err != nil || len(letters) != 1 || letters[0].EventID != poison || letters[0].Reason == "" || dead.Load() != 1 {
+			t.Errorf("dead letters = %+v, %v (counted %d)", letters, err, dead.Load())
+		}
+	})
+}

@@ -1,0 +1,482 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/store"
+)
+
+// routes registers the contract's endpoints. Each path is registered once
+// and dispatches on the method itself, so a wrong method gets the JSON
+// error body too (405), and anything unknown is a JSON 404.
+func (s *Service) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(path string, methods map[string]http.HandlerFunc) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			h, ok := methods[r.Method]
+			if !ok {
+				allowed := make([]string, 0, len(methods))
+				for m := range methods {
+					allowed = append(allowed, m)
+				}
+				w.Header().Set("Allow", strings.Join(allowed, ", "))
+				writeError(w, r, s.log, &apiError{Status: http.StatusMethodNotAllowed, Code: "invalid_argument",
+					Message: r.Method + " is not allowed here"})
+				return
+			}
+			h(w, r)
+		})
+	}
+	handle("/v1/admin/sales", map[string]http.HandlerFunc{"POST": s.createSale})
+	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]http.HandlerFunc{"POST": s.restock})
+	handle("/v1/admin/sales/{sale}/pause", map[string]http.HandlerFunc{"POST": s.setPaused(true)})
+	handle("/v1/admin/sales/{sale}/resume", map[string]http.HandlerFunc{"POST": s.setPaused(false)})
+	handle("/v1/admin/sales/{sale}/reconcile", map[string]http.HandlerFunc{"GET": s.reconcile})
+	handle("/v1/sales", map[string]http.HandlerFunc{"GET": s.listSales})
+	handle("/v1/sales/{sale}", map[string]http.HandlerFunc{"GET": s.getSale})
+	handle("/v1/sales/{sale}/orders", map[string]http.HandlerFunc{"POST": s.buy})
+	handle("/v1/sales/{sale}/purchase-tokens", map[string]http.HandlerFunc{"POST": s.issuePurchaseToken})
+	handle("/v1/orders/{order}", map[string]http.HandlerFunc{"GET": s.getOrder})
+	handle("/v1/orders/{order}/cancel", map[string]http.HandlerFunc{"POST": s.cancel})
+	handle("/healthz", map[string]http.HandlerFunc{"GET": func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}})
+	handle("/readyz", map[string]http.HandlerFunc{"GET": s.ready})
+	handle("/metrics", map[string]http.HandlerFunc{"GET": s.metrics.handler().ServeHTTP})
+	handle("/{$}", map[string]http.HandlerFunc{"GET": s.dashboard})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.log, errNotFound("no such endpoint: "+r.URL.Path))
+	})
+	return mux
+}
+
+// fail answers with err.
+func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, s.log, err)
+}
+
+// ---- sales
+
+type itemJSON struct {
+	SKU       string `json:"sku"`
+	Remaining int64  `json:"remaining"`
+	Stocked   int64  `json:"stocked"`
+	Sold      int64  `json:"sold"`
+}
+
+type saleJSON struct {
+	ID                   string     `json:"id"`
+	Status               string     `json:"status"`
+	PerUserLimit         int64      `json:"per_user_limit"`
+	StartsAt             *time.Time `json:"starts_at,omitempty"`
+	EndsAt               *time.Time `json:"ends_at,omitempty"`
+	RequirePurchaseToken bool       `json:"require_purchase_token"`
+	Items                []itemJSON `json:"items"`
+}
+
+func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
+	st, err := s.eng.Stock(ctx, id)
+	if err != nil {
+		return saleJSON{}, err
+	}
+	settings, err := s.settings(ctx, id)
+	if err != nil {
+		return saleJSON{}, err
+	}
+	b := saleJSON{ID: id, Status: string(st.Status), PerUserLimit: st.Sale.PerUserLimit,
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items))}
+	if t := st.Sale.StartsAt; !t.IsZero() {
+		b.StartsAt = &t
+	}
+	if t := st.Sale.EndsAt; !t.IsZero() {
+		b.EndsAt = &t
+	}
+	for _, it := range st.Items {
+		b.Items = append(b.Items, itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold})
+	}
+	return b, nil
+}
+
+type createSaleRequest struct {
+	ID                   *string `json:"id"`
+	PerUserLimit         *int64  `json:"per_user_limit"`
+	StartsAt             *string `json:"starts_at"`
+	EndsAt               *string `json:"ends_at"`
+	RequirePurchaseToken *bool   `json:"require_purchase_token"`
+	Items                []struct {
+		SKU   *string `json:"sku"`
+		Stock *int64  `json:"stock"`
+	} `json:"items"`
+}
+
+func (req createSaleRequest) sale() (store.Sale, error) {
+	var sale store.Sale
+	if req.ID == nil {
+		return sale, errInvalid("id is required")
+	}
+	sale.ID, sale.PerUserLimit = *req.ID, 1
+	if req.PerUserLimit != nil {
+		if *req.PerUserLimit < 1 {
+			return sale, errInvalid("per_user_limit must be at least 1")
+		}
+		sale.PerUserLimit = *req.PerUserLimit
+	}
+	for _, t := range []struct {
+		field string
+		in    *string
+		out   *time.Time
+	}{{"starts_at", req.StartsAt, &sale.StartsAt}, {"ends_at", req.EndsAt, &sale.EndsAt}} {
+		if t.in == nil {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, *t.in)
+		if err != nil {
+			return sale, errInvalid(t.field + " must be an RFC 3339 time")
+		}
+		*t.out = v.UTC()
+	}
+	if req.RequirePurchaseToken != nil {
+		sale.RequirePurchaseToken = *req.RequirePurchaseToken
+	}
+	for i, it := range req.Items {
+		if it.SKU == nil || it.Stock == nil {
+			return sale, errInvalid("items[" + itoa(i) + "] needs sku and stock")
+		}
+		sale.Items = append(sale.Items, inventory.Item{SKU: *it.SKU, Stock: *it.Stock})
+	}
+	return sale, inventory.ValidateSale(sale.Sale)
+}
+
+func (s *Service) createSale(w http.ResponseWriter, r *http.Request) {
+	if err := s.auth.operator(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req createSaleRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sale, err := req.sale()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sale.CreatedAt = time.Now().UTC()
+	// The database first: it is the system of record, and the one that says
+	// whether the id is taken. Then Redis; if Redis holds a sale of that id
+	// already (left from an earlier database), the create is undone.
+	if err := s.db.CreateSale(r.Context(), sale); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.eng.CreateSale(r.Context(), sale.Sale); err != nil {
+		if delErr := s.db.DeleteSale(context.WithoutCancel(r.Context()), sale.ID); delErr != nil {
+			s.log.Error("undo sale create", "sale", sale.ID, "err", delErr)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "sale created", "sale", sale.ID)
+	body, err := s.saleBody(r.Context(), sale.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, body)
+}
+
+func (s *Service) getSale(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("sale")
+	if !inventory.ValidID(id) {
+		s.fail(w, r, errNotFound("sale not found: "+id))
+		return
+	}
+	body, err := s.saleBody(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// listSales lists every sale (for the dashboard).
+func (s *Service) listSales(w http.ResponseWriter, r *http.Request) {
+	ids, err := s.db.SaleIDs(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]saleJSON, 0, len(ids))
+	for _, id := range ids {
+		if body, err := s.saleBody(r.Context(), id); err == nil {
+			out = append(out, body)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sales": out})
+}
+
+func (s *Service) restock(w http.ResponseWriter, r *http.Request) {
+	if err := s.auth.operator(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req struct {
+		Qty *int64 `json:"qty"`
+	}
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Qty == nil {
+		s.fail(w, r, errInvalid("qty is required"))
+		return
+	}
+	sale, sku := r.PathValue("sale"), r.PathValue("sku")
+	remaining, err := s.eng.Restock(r.Context(), sale, sku, *req.Qty)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.audit(r, "restocked", "sale", sale, "sku", sku, "qty", *req.Qty)
+	writeJSON(w, http.StatusOK, map[string]any{"sku": sku, "remaining": remaining})
+}
+
+func (s *Service) setPaused(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.auth.operator(r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		id := r.PathValue("sale")
+		op := s.eng.Resume
+		if paused {
+			op = s.eng.Pause
+		}
+		if err := op(r.Context(), id); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.audit(r, map[bool]string{true: "paused", false: "resumed"}[paused], "sale", id)
+		body, err := s.saleBody(r.Context(), id)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, body)
+	}
+}
+
+func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) {
+	if err := s.auth.operator(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("sale")
+	if !inventory.ValidID(id) {
+		s.fail(w, r, errNotFound("sale not found: "+id))
+		return
+	}
+	rep, err := reconcile.Sale(r.Context(), s.eng, s.rdb, s.db, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// ---- orders
+
+type lineJSON struct {
+	SKU       string `json:"sku"`
+	Qty       int64  `json:"qty"`
+	Remaining *int64 `json:"remaining,omitempty"`
+}
+
+type orderJSON struct {
+	OrderID   string     `json:"order_id"`
+	SaleID    string     `json:"sale_id"`
+	UserID    string     `json:"user_id"`
+	Status    string     `json:"status"`
+	Items     []lineJSON `json:"items"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+func orderBody(o inventory.Order, remaining []int64) orderJSON {
+	b := orderJSON{OrderID: o.ID, SaleID: o.SaleID, UserID: o.UserID, Status: string(o.Status),
+		CreatedAt: o.CreatedAt, Items: make([]lineJSON, len(o.Items))}
+	for i, l := range o.Items {
+		b.Items[i] = lineJSON{SKU: l.SKU, Qty: l.Qty}
+		if i < len(remaining) {
+			b.Items[i].Remaining = &remaining[i]
+		}
+	}
+	return b
+}
+
+func (s *Service) buy(w http.ResponseWriter, r *http.Request) {
+	user, err := s.auth.buyer(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	saleID := r.PathValue("sale")
+	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
+	if hasKey && (key == "" || len(key) > inventory.MaxIdempotencyKey) {
+		s.fail(w, r, errInvalid("Idempotency-Key must be 1 to 64 characters"))
+		return
+	}
+	var req struct {
+		Items []struct {
+			SKU *string `json:"sku"`
+			Qty *int64  `json:"qty"`
+		} `json:"items"`
+	}
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	lines := make([]inventory.Line, 0, len(req.Items))
+	for i, it := range req.Items {
+		if it.SKU == nil || it.Qty == nil {
+			s.fail(w, r, errInvalid("items["+itoa(i)+"] needs sku and qty"))
+			return
+		}
+		lines = append(lines, inventory.Line{SKU: *it.SKU, Qty: *it.Qty})
+	}
+	if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	settings, err := s.settings(r.Context(), saleID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if settings.RequirePurchaseToken {
+		if err := s.usePurchaseToken(r.Context(), saleID, user, r.Header.Get("X-Purchase-Token")); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	began := time.Now()
+	rc, err := s.eng.Buy(r.Context(), saleID, user, lines, key)
+	s.metrics.observeBuy(err, time.Since(began))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if rc.Replayed {
+		status = http.StatusOK
+		if o, err := s.order(r.Context(), rc.Order.ID); err == nil {
+			rc.Order.Status = o.Status // it may be confirmed or cancelled by now
+		}
+	}
+	writeJSON(w, status, orderBody(rc.Order, rc.Remaining))
+}
+
+// order finds an order: in the database once confirmed, else in Redis.
+func (s *Service) order(ctx context.Context, id string) (inventory.Order, error) {
+	o, err := s.db.Order(ctx, id)
+	if err == nil || !errors.Is(err, inventory.ErrNotFound) {
+		return o, err
+	}
+	return s.eng.Order(ctx, id)
+}
+
+func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
+	who, err := s.auth.buyerOrOperator(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("order")
+	o, err := s.order(r.Context(), id)
+	if errors.Is(err, inventory.ErrInvalid) || err == nil && !who.admin && o.UserID != who.user {
+		err = errNotFound("order not found: " + id) // someone else's order does not exist for you
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, orderBody(o, nil))
+}
+
+func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
+	who, err := s.auth.buyerOrOperator(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("order")
+	rc, err := s.eng.Cancel(r.Context(), id, who.user)
+	if errors.Is(err, inventory.ErrInvalid) {
+		err = errNotFound("order not found: " + id)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if who.admin {
+		s.audit(r, "order cancelled", "order", id)
+	}
+	writeJSON(w, http.StatusOK, orderBody(rc.Order, nil))
+}
+
+// ---- sale settings the engine does not keep
+
+// settings returns the sale's service-level settings, cached: they never
+// change after the sale is created.
+func (s *Service) settings(ctx context.Context, saleID string) (store.Sale, error) {
+	if v, ok := s.saleCache.Load(saleID); ok {
+		return v.(store.Sale), nil
+	}
+	sale, err := s.db.Sale(ctx, saleID)
+	if err != nil {
+		if errors.Is(err, inventory.ErrNotFound) {
+			return store.Sale{}, errNotFound("sale not found: " + saleID)
+		}
+		return store.Sale{}, err
+	}
+	s.saleCache.Store(saleID, sale)
+	return sale, nil
+}
+
+// ---- operations
+
+func (s *Service) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var redisErr, dbErr error
+	wg.Add(2)
+	go func() { defer wg.Done(); redisErr = s.rdb.Ping(ctx).Err() }()
+	go func() { defer wg.Done(); dbErr = s.db.Ping(ctx) }()
+	wg.Wait()
+	if redisErr != nil || dbErr != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable",
+			"redis": errText(redisErr), "database": errText(dbErr)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "redis": "ok", "database": "ok"})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "unreachable"
+}
+
+// audit logs an operator's action.
+func (s *Service) audit(r *http.Request, what string, args ...any) {
+	s.log.Info("admin: "+what, append(args, "remote", r.RemoteAddr)...)
+}

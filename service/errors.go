@@ -1,0 +1,107 @@
+package service
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// apiError is every non-2xx answer: the status, the contract's code, a
+// message for people, and the skus a sold_out or limit_exceeded names.
+type apiError struct {
+	Status     int
+	Code       string
+	Message    string
+	SKUs       []string
+	RetryAfter int // seconds, for 429 and 503
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func errInvalid(msg string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Code: "invalid_argument", Message: msg}
+}
+
+func errNotFound(msg string) *apiError {
+	return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: msg}
+}
+
+var (
+	errUnauthenticated = &apiError{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
+	errForbidden       = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "this token does not grant that"}
+)
+
+// toAPI is the one table from errors to HTTP answers. Anything it does not
+// know is an internal error: logged, and answered without details.
+func toAPI(err error) *apiError {
+	var (
+		api      *apiError
+		inv      *inventory.InvalidError
+		notFound *inventory.NotFoundError
+		soldOut  *inventory.SoldOutError
+		limit    *inventory.LimitError
+		inactive *inventory.NotActiveError
+	)
+	switch {
+	case errors.As(err, &api):
+		return api
+	case errors.As(err, &inv):
+		return errInvalid(inv.Field + " " + inv.Reason)
+	case errors.As(err, &notFound):
+		return errNotFound(notFound.Error()[len("seckill: "):])
+	case errors.Is(err, inventory.ErrNotFound):
+		return errNotFound("not found")
+	case errors.Is(err, inventory.ErrExists):
+		return &apiError{Status: http.StatusConflict, Code: "already_exists", Message: "a sale with this id exists"}
+	case errors.As(err, &soldOut):
+		return &apiError{Status: http.StatusConflict, Code: "sold_out", Message: "not enough stock", SKUs: soldOut.SKUs}
+	case errors.As(err, &limit):
+		return &apiError{Status: http.StatusConflict, Code: "limit_exceeded",
+			Message: "the per-user limit is " + strconv.FormatInt(limit.Limit, 10), SKUs: limit.SKUs}
+	case errors.As(err, &inactive):
+		return &apiError{Status: http.StatusConflict, Code: "sale_not_active", Message: "the sale is " + string(inactive.Status)}
+	case errors.Is(err, inventory.ErrUnavailable), isRedisDown(err):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the inventory is unavailable; retry", RetryAfter: 1}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+}
+
+// isRedisDown: a dial error, a timeout, a broken or closed connection —
+// Redis (or the database) did not answer.
+func isRedisDown(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string   `json:"code"`
+		Message string   `json:"message"`
+		SKUs    []string `json:"skus,omitempty"`
+	} `json:"error"`
+	SKUs []string `json:"skus,omitempty"`
+}
+
+// writeError answers with err; internal errors are logged with the request.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	api := toAPI(err)
+	if api.Status >= 500 {
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", api.Status, "err", err)
+	}
+	var body errorBody
+	body.Error.Code, body.Error.Message, body.Error.SKUs = api.Code, api.Message, api.SKUs
+	body.SKUs = api.SKUs
+	if api.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(api.RetryAfter))
+	}
+	writeJSON(w, api.Status, body)
+}

@@ -1,0 +1,353 @@
+// Package service is seckill's HTTP service: the API of the contract, the
+// order pipeline into the database, and the reconciliation loop, wired on
+// Redis (or an embedded stand-in) and PostgreSQL (or an embedded SQLite).
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/store"
+)
+
+// Config is the service's configuration; see the contract for each field's
+// environment variable and flag. Zero values mean the defaults.
+type Config struct {
+	Addr              string   // default 127.0.0.1:8080; ":0" picks a free port
+	RedisURL          string   // redis://...; empty and no cluster: embedded server
+	RedisClusterAddrs []string // seeds of a Redis Cluster
+	DatabaseURL       string   // postgres://... or sqlite://PATH; empty: sqlite file seckill.db
+	AdminToken        string   // empty: generated and logged once
+	JWTSecret         string   // empty: generated and logged once
+	KeyPrefix         string   // default "seckill"
+	Logger            *slog.Logger
+
+	// Pipeline tunes the order consumer (tests shorten its timings).
+	Pipeline pipeline.Options
+	// ReconcileEvery is the period of the reconciliation loop; default 30s,
+	// negative turns it off.
+	ReconcileEvery time.Duration
+}
+
+// Service is a running seckill service.
+type Service struct {
+	cfg       Config
+	log       *slog.Logger
+	rdb       redis.UniversalClient
+	mini      *miniredis.Miniredis
+	miniStop  func()
+	db        *store.Store
+	eng       *inventory.Engine
+	auth      *auth
+	metrics   *metrics
+	http      *http.Server
+	listener  net.Listener
+	saleCache sync.Map // sale id -> store.Sale
+
+	stop context.CancelFunc
+	bg   sync.WaitGroup // consumer and reconciliation loop
+}
+
+// Start connects to Redis and the database (or starts the embedded ones),
+// migrates, starts the order consumer, the reconciliation loop and the
+// HTTP server, and logs one line when ready. Its errors are one line each.
+func Start(ctx context.Context, cfg Config) (*Service, error) {
+	s := &Service{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.cfg.Addr == "" {
+		s.cfg.Addr = "127.0.0.1:8080"
+	}
+	if s.cfg.KeyPrefix == "" {
+		s.cfg.KeyPrefix = "seckill"
+	}
+	if s.cfg.ReconcileEvery == 0 {
+		s.cfg.ReconcileEvery = 30 * time.Second
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.close()
+		}
+	}()
+	if err := s.connectRedis(ctx); err != nil {
+		return nil, err
+	}
+	db, err := store.Open(ctx, s.cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	s.db = db
+	if db.Dialect() == "sqlite" {
+		s.log.Warn("using an embedded SQLite database: not for production", "url", orDefault(s.cfg.DatabaseURL, "sqlite://seckill.db"))
+	}
+	s.secrets()
+	s.auth = newAuth(s.cfg.JWTSecret, s.cfg.AdminToken)
+	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale)})
+	if err := s.eng.Preload(ctx); err != nil {
+		return nil, fmt.Errorf("load scripts into redis: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.listener = ln
+	s.http = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
+	s.startBackground(bgCtx)
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", "err", err)
+		}
+	}()
+	ok = true
+	s.log.Info("seckill ready", "addr", "http://"+ln.Addr().String(), "database", db.Dialect(), "redis", s.redisName())
+	return s, nil
+}
+
+// Run starts the service and runs it until ctx is done, then shuts it down
+// gracefully: in-flight requests drain, the consumer finishes its batch.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	s.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+// URL is the base URL the service listens on.
+func (s *Service) URL() string { return "http://" + s.listener.Addr().String() }
+
+// AdminToken is the operators' bearer token (generated if not configured).
+func (s *Service) AdminToken() string { return s.cfg.AdminToken }
+
+// JWTSecret is the secret buyers' tokens are signed with.
+func (s *Service) JWTSecret() string { return s.cfg.JWTSecret }
+
+// Engine, Redis and Store give tests and the demo the service's parts.
+func (s *Service) Engine() *inventory.Engine { return s.eng }
+
+// Redis is the service's Redis client.
+func (s *Service) Redis() redis.UniversalClient { return s.rdb }
+
+// Store is the service's database.
+func (s *Service) Store() *store.Store { return s.db }
+
+// Shutdown drains HTTP requests, stops the consumer after its current
+// batch, and closes the connections.
+func (s *Service) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.stop()
+	done := make(chan struct{})
+	go func() { s.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, ctx.Err())
+	}
+	s.close()
+	return err
+}
+
+func (s *Service) close() {
+	if s.db != nil {
+		_ = s.db.Close()
+	}
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+	}
+	if s.mini != nil {
+		s.miniStop()
+		s.mini.Close()
+	}
+}
+
+func (s *Service) connectRedis(ctx context.Context) error {
+	switch {
+	case len(s.cfg.RedisClusterAddrs) > 0:
+		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs})
+	case s.cfg.RedisURL != "":
+		opts, err := redis.ParseURL(s.cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("bad redis url: %w", err)
+		}
+		s.rdb = redis.NewClient(opts)
+	default:
+		mini, stop, err := startEmbeddedRedis()
+		if err != nil {
+			return err
+		}
+		s.mini, s.miniStop = mini, stop
+		s.rdb = redis.NewClient(&redis.Options{Addr: mini.Addr()})
+		s.log.Warn("using an embedded in-process Redis-compatible server (miniredis): not for production; its data lives as long as this process")
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("cannot reach redis at %s: %w", s.redisName(), err)
+	}
+	return nil
+}
+
+func (s *Service) redisName() string {
+	switch {
+	case len(s.cfg.RedisClusterAddrs) > 0:
+		return "cluster " + fmt.Sprint(s.cfg.RedisClusterAddrs)
+	case s.cfg.RedisURL != "":
+		if o, err := redis.ParseURL(s.cfg.RedisURL); err == nil {
+			return o.Addr
+		}
+		return "?"
+	}
+	return "embedded"
+}
+
+// startEmbeddedRedis starts miniredis and lets its key expiry follow the
+// wall clock (miniredis only expires keys when told time has passed).
+func startEmbeddedRedis() (*miniredis.Miniredis, func(), error) {
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, nil, fmt.Errorf("start embedded redis: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		const step = 100 * time.Millisecond
+		t := time.NewTicker(step)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				m.FastForward(step)
+			}
+		}
+	}()
+	return m, func() { close(done) }, nil
+}
+
+// secrets generates what was not configured, and logs each once.
+func (s *Service) secrets() {
+	if s.cfg.AdminToken == "" {
+		s.cfg.AdminToken = randomHex(24)
+		s.log.Warn("generated an admin token for this run (set SECKILL_ADMIN_TOKEN to choose one); it is shown once", "admin_token", s.cfg.AdminToken)
+	}
+	if s.cfg.JWTSecret == "" {
+		s.cfg.JWTSecret = randomHex(32)
+		s.log.Warn("generated a JWT secret for this run (set SECKILL_JWT_SECRET to choose one); it is shown once", "jwt_secret", s.cfg.JWTSecret)
+	}
+}
+
+// loadSale is the engine's Loader: the database, fenced by the stream. The
+// stream is read first: if every entry is acknowledged (so committed), the
+// database holds everything the stream said.
+func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+	applied, err := pipeline.Applied(ctx, s.rdb, s.eng, saleID)
+	if err != nil {
+		return inventory.Snapshot{}, err
+	}
+	snap, err := s.db.Snapshot(ctx, saleID)
+	if err != nil {
+		return inventory.Snapshot{}, err
+	}
+	snap.EventsApplied = applied
+	return snap, nil
+}
+
+// startBackground runs the order consumer and the reconciliation loop.
+func (s *Service) startBackground(ctx context.Context) {
+	po := s.cfg.Pipeline
+	po.Logger = s.log
+	po.OnBatch = func(_ string, n int, took time.Duration) {
+		s.metrics.batches.Observe(took.Seconds())
+		s.metrics.batchEntries.Add(float64(n))
+	}
+	po.OnDeadLetter = func(sale, _ string) { s.metrics.deadLetters.WithLabelValues(sale).Inc() }
+	po.OnRetry = func(string, error) { s.metrics.dbRetries.Inc() }
+	consumer := pipeline.New(s.rdb, s.eng, s.db, po)
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); _ = consumer.Run(ctx) }()
+	if s.cfg.ReconcileEvery > 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.reconcileLoop(ctx) }()
+	}
+}
+
+// reconcileLoop checks every sale periodically and warns about drift that
+// two passes in a row agree on (under load the three sources are read at
+// slightly different moments, so one pass alone can see moving numbers).
+func (s *Service) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileEvery)
+	defer t.Stop()
+	seen := map[string][2]int64{} // "sale|sku" -> drift, stock drift of the last pass
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids, err := s.db.SaleIDs(ctx)
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
+			if err != nil {
+				continue
+			}
+			for _, it := range rep.Items {
+				k, d := id+"|"+it.SKU, [2]int64{it.Drift, it.StockDrift}
+				if d != ([2]int64{}) && seen[k] == d {
+					s.log.Warn("reconcile: drift", "sale", id, "sku", it.SKU, "drift", it.Drift, "stock_drift", it.StockDrift,
+						"in_flight", it.InFlight)
+				}
+				seen[k] = d
+			}
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,91 @@
+package service
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// Purchase tokens are the "hidden seckill URL": a short-lived token bound to
+// one user and one sale, issued only while the sale is active and accepted
+// by one buy. A token is "<sale>|<user>|<expiry ms>|<nonce>" signed with
+// HMAC-SHA256 under a key derived from the JWT secret; its single use is a
+// SET NX of the nonce under the sale's hash tag.
+const purchaseTokenTTL = 5 * time.Minute
+
+func (s *Service) tokenKey() []byte {
+	m := hmac.New(sha256.New, []byte(s.cfg.JWTSecret))
+	m.Write([]byte("seckill purchase tokens"))
+	return m.Sum(nil)
+}
+
+func (s *Service) signToken(payload string) string {
+	m := hmac.New(sha256.New, s.tokenKey())
+	m.Write([]byte(payload))
+	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) {
+	user, err := s.auth.buyer(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	saleID := r.PathValue("sale")
+	if !inventory.ValidID(saleID) {
+		s.fail(w, r, errNotFound("sale not found: "+saleID))
+		return
+	}
+	st, err := s.eng.Stock(r.Context(), saleID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if st.Status != inventory.StatusActive {
+		s.fail(w, r, &inventory.NotActiveError{Status: st.Status})
+		return
+	}
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:])
+	expires := time.Now().Add(purchaseTokenTTL).UTC()
+	payload := saleID + "|" + user + "|" + strconv.FormatInt(expires.UnixMilli(), 10) + "|" + hex.EncodeToString(nonce[:])
+	writeJSON(w, http.StatusCreated, map[string]any{"token": s.signToken(payload), "expires_at": expires})
+}
+
+// usePurchaseToken accepts a token once, for the user and sale it names.
+func (s *Service) usePurchaseToken(ctx context.Context, saleID, user, token string) error {
+	denied := &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "a valid, unused X-Purchase-Token for this sale is required"}
+	enc, _, ok := strings.Cut(token, ".")
+	if !ok {
+		return denied
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || !hmac.Equal([]byte(s.signToken(string(raw))), []byte(token)) {
+		return denied
+	}
+	parts := strings.Split(string(raw), "|")
+	if len(parts) != 4 || parts[0] != saleID || parts[1] != user {
+		return denied
+	}
+	exp, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil || time.Now().UnixMilli() >= exp {
+		return denied
+	}
+	fresh, err := s.rdb.SetNX(ctx, s.eng.Key(saleID, "ptoken:"+parts[3]), user, time.Until(time.UnixMilli(exp))+time.Minute).Result()
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		return denied
+	}
+	return nil
+}

@@ -1,0 +1,310 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// ErrPermanent matches the error of Apply for an event that can never be
+// written: retrying cannot help, so the consumer should dead-letter it (see
+// PermanentError) and apply the rest of its batch.
+var ErrPermanent = errors.New("store: event can never be applied")
+
+// PermanentError names the event Apply refused and why. It matches
+// ErrPermanent. Apply refuses the whole batch before writing anything.
+type PermanentError struct {
+	EventID string
+	Reason  string
+}
+
+// Error names the event and the reason.
+func (e *PermanentError) Error() string {
+	return fmt.Sprintf("store: event %s can never be applied: %s", e.EventID, e.Reason)
+}
+
+// Is reports whether target is ErrPermanent.
+func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
+
+// Apply writes a batch of events of one sale, in order, in one transaction,
+// idempotently: applying events again (a consumer crashed after the commit,
+// before it acknowledged them) changes nothing.
+//
+// Each event first gets its journal rows (one per sku it moves; the
+// journal's unique key is (sale, event id, sku)); its effect is applied only
+// if those rows are new:
+//
+//   - created: inserts the sale and its items if the sale has no row (a sale
+//     created through the library rather than the service), counting in
+//     restocks of it applied before.
+//   - bought: inserts the order as confirmed, with its items; an order that
+//     is already there (cancelled by an event applied earlier) stays as is.
+//   - cancelled: marks the order cancelled, or inserts it cancelled if its
+//     bought event has not been applied yet.
+//   - restocked: adds the units to the item's stocked total.
+//   - paused, resumed: sets the sale's paused flag.
+//
+// Runs of consecutive bought events are written with a few multi-row
+// statements, whatever their length.
+//
+// An event the engine could not have written (it fails the engine's own
+// validation, or lacks a stream id, or belongs to another sale) can never be
+// applied: Apply writes nothing and returns a *PermanentError (matching
+// ErrPermanent) naming the first such event. An invalid saleID is an error
+// matching inventory.ErrInvalid. Any other error is the database's (or the
+// context's), wrapped: retry.
+func (s *Store) Apply(ctx context.Context, saleID string, events []inventory.Event) error {
+	if !inventory.ValidID(saleID) {
+		return &inventory.InvalidError{Field: "sale", Reason: fmt.Sprintf("%q is not a sale id", truncate(saleID, 80))}
+	}
+	for _, ev := range events {
+		if reason := checkEvent(saleID, ev); reason != "" {
+			return &PermanentError{EventID: ev.ID, Reason: reason}
+		}
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		for rest := events; len(rest) > 0; {
+			n := 1
+			if rest[0].Type == inventory.EventBought {
+				for n < len(rest) && rest[n].Type == inventory.EventBought {
+					n++
+				}
+				if err := s.applyBought(ctx, tx, saleID, rest[:n]); err != nil {
+					return err
+				}
+			} else if err := s.applyOne(ctx, tx, saleID, rest[0]); err != nil {
+				return err
+			}
+			rest = rest[n:]
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: apply %d events of sale %s: %w", len(events), saleID, err)
+	}
+	return nil
+}
+
+// checkEvent returns why ev can never be applied, or "". The rule: an event
+// must be one the engine could have written, checked with the engine's own
+// validation. Everything that passes fits both databases, and a snapshot
+// made of such events is one the engine accepts when it rebuilds.
+func checkEvent(saleID string, ev inventory.Event) string {
+	if !validStreamID(ev.ID) {
+		return fmt.Sprintf("stream id %q is not <ms>-<seq>", truncate(ev.ID, 80))
+	}
+	if ev.SaleID != "" && ev.SaleID != saleID {
+		return fmt.Sprintf("is an event of sale %q", truncate(ev.SaleID, 80))
+	}
+	switch ev.Type {
+	case inventory.EventBought, inventory.EventCancelled:
+		o := ev.Order
+		if err := inventory.ValidateBuy(saleID, o.UserID, o.Items, o.IdempotencyKey); err != nil {
+			return err.Error()
+		}
+		if sale, err := inventory.SaleOfOrder(o.ID); err != nil || sale != saleID {
+			return fmt.Sprintf("%q is not an order id of sale %s", truncate(o.ID, 80), saleID)
+		}
+	case inventory.EventRestocked:
+		if !inventory.ValidID(ev.SKU) {
+			return fmt.Sprintf("sku %q is not an id", truncate(ev.SKU, 80))
+		}
+		if ev.Qty < 1 || ev.Qty > inventory.MaxQty {
+			return fmt.Sprintf("restock of %d units", ev.Qty)
+		}
+	case inventory.EventCreated:
+		sale := ev.Sale
+		if sale.ID != "" && sale.ID != saleID {
+			return fmt.Sprintf("creates sale %q", truncate(sale.ID, 80))
+		}
+		sale.ID = saleID
+		if err := inventory.ValidateSale(sale); err != nil {
+			return err.Error()
+		}
+	case inventory.EventPaused, inventory.EventResumed:
+	default:
+		return fmt.Sprintf("unknown type %q", truncate(string(ev.Type), 80))
+	}
+	return ""
+}
+
+// validStreamID reports whether id looks like a Redis stream entry id.
+func validStreamID(id string) bool {
+	msPart, seq, ok := strings.Cut(id, "-")
+	return ok && digits(msPart) && digits(seq)
+}
+
+func digits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+const journalInsert = "INSERT INTO journal (sale_id, event_id, type, sku, order_id, user_id, qty, at)"
+
+// journal inserts the journal rows of events and returns the ids of the
+// events whose rows were new: the events not applied before.
+func (s *Store) journal(ctx context.Context, tx *sql.Tx, saleID string, events []inventory.Event) (map[string]bool, error) {
+	var args []any
+	for _, ev := range events {
+		args = appendJournalRows(args, saleID, ev)
+	}
+	fresh := make(map[string]bool, len(events))
+	err := s.insertRows(ctx, tx, journalInsert, 8, args,
+		"ON CONFLICT (sale_id, event_id, sku) DO NOTHING RETURNING event_id",
+		func(id string) { fresh[id] = true })
+	return fresh, err
+}
+
+// appendJournalRows appends the journal rows of ev (8 values each) to args:
+// one per line, item or restocked sku; one with sku "" for pause and resume.
+func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
+	at := ms(ev.At)
+	row := func(sku, orderID, userID string, qty int64) {
+		args = append(args, saleID, ev.ID, string(ev.Type), sku, orderID, userID, qty, at)
+	}
+	switch ev.Type {
+	case inventory.EventBought, inventory.EventCancelled:
+		for _, l := range ev.Order.Items {
+			row(l.SKU, ev.Order.ID, ev.Order.UserID, l.Qty)
+		}
+	case inventory.EventCreated:
+		for _, it := range ev.Sale.Items {
+			row(it.SKU, "", "", it.Stock)
+		}
+	case inventory.EventRestocked:
+		row(ev.SKU, "", "", ev.Qty)
+	default:
+		row("", "", "", 0)
+	}
+	return args
+}
+
+// applyBought applies a run of bought events with one multi-row statement
+// per table (more only past the parameter limit): the journal rows, then
+// the orders and order lines of the events whose journal rows are new.
+func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, saleID string, events []inventory.Event) error {
+	fresh, err := s.journal(ctx, tx, saleID, events)
+	if err != nil || len(fresh) == 0 {
+		return err
+	}
+	orders := make([]any, 0, 6*len(fresh))
+	var items []any
+	for _, ev := range events {
+		if !fresh[ev.ID] {
+			continue
+		}
+		delete(fresh, ev.ID) // once, should the batch hold the event twice
+		o := ev.Order
+		orders = append(orders, o.ID, saleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt))
+		items = appendOrderItems(items, o)
+	}
+	if err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)",
+		6, orders, "ON CONFLICT (id) DO NOTHING", nil); err != nil {
+		return err
+	}
+	return s.insertOrderItems(ctx, tx, items)
+}
+
+// appendOrderItems appends the order_items rows of o (4 values each).
+func appendOrderItems(args []any, o inventory.Order) []any {
+	for i, l := range o.Items {
+		args = append(args, o.ID, l.SKU, l.Qty, i)
+	}
+	return args
+}
+
+// insertOrderItems inserts order lines; lines already there stay as they are.
+func (s *Store) insertOrderItems(ctx context.Context, tx *sql.Tx, items []any) error {
+	return s.insertRows(ctx, tx, "INSERT INTO order_items (order_id, sku, qty, position)",
+		4, items, "ON CONFLICT (order_id, sku) DO NOTHING", nil)
+}
+
+// applyOne applies one event that is not a bought event.
+func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
+	fresh, err := s.journal(ctx, tx, saleID, []inventory.Event{ev})
+	if err != nil || !fresh[ev.ID] {
+		return err
+	}
+	switch ev.Type {
+	case inventory.EventCreated:
+		return s.applyCreated(ctx, tx, saleID, ev)
+	case inventory.EventCancelled:
+		o := ev.Order
+		// The order may not be here yet: its bought event can come later when
+		// a crashed consumer's entries are reclaimed. Then it goes in
+		// cancelled, and that bought event will leave it so.
+		_, err := s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET status = excluded.status, cancelled_at = excluded.cancelled_at`,
+			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt), ms(ev.At))
+		if err != nil {
+			return err
+		}
+		return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
+	case inventory.EventRestocked:
+		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
+	case inventory.EventPaused, inventory.EventResumed:
+		_, err := s.exec(ctx, tx, "UPDATE sales SET paused = ? WHERE id = ?", flag(ev.Type == inventory.EventPaused), saleID)
+		return err
+	}
+	return nil
+}
+
+// applyCreated inserts a sale from its created event unless the sale has a
+// row already (created through the service, whose row also carries the
+// service's settings).
+func (s *Store) applyCreated(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
+	sale := Sale{Sale: ev.Sale, CreatedAt: ev.At}
+	sale.ID = saleID
+	if sale.PerUserLimit == 0 {
+		sale.PerUserLimit = 1
+	}
+	created, err := s.insertSale(ctx, tx, sale)
+	if err != nil || !created {
+		return err
+	}
+	// Restocks of this sale journaled before its created event (entries
+	// reclaimed out of order) found no item to add to: add them now.
+	rows, err := s.query(ctx, tx, `SELECT sku, CAST(SUM(qty) AS BIGINT) FROM journal
+		WHERE sale_id = ? AND type = ? GROUP BY sku`, saleID, string(inventory.EventRestocked))
+	if err != nil {
+		return err
+	}
+	var early []inventory.Item
+	err = scanEach(rows, func() error {
+		var it inventory.Item
+		err := rows.Scan(&it.SKU, &it.Stock)
+		early = append(early, it)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, it := range early {
+		if err := s.restock(ctx, tx, saleID, it.SKU, it.Stock); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restock adds qty units to a limited item's stocked total.
+func (s *Store) restock(ctx context.Context, tx *sql.Tx, saleID, sku string, qty int64) error {
+	_, err := s.exec(ctx, tx, "UPDATE sale_items SET stocked = stocked + ? WHERE sale_id = ? AND sku = ? AND stocked <> -1",
+		qty, saleID, sku)
+	return err
+}

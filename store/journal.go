@@ -1,0 +1,92 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// JournalEntry is one row of the journal: one stock movement of one sku.
+// Paused and resumed events have one row with SKU "" and Qty 0; a created
+// event has one row per item with its initial stock (-1 unlimited).
+type JournalEntry struct {
+	SaleID  string
+	EventID string // the stream entry id
+	Type    inventory.EventType
+	SKU     string
+	OrderID string // bought and cancelled; "" otherwise
+	UserID  string // bought and cancelled; "" otherwise
+	Qty     int64
+	At      time.Time // when the engine made the movement
+}
+
+// Journal lists the sale's journal rows in the order they were written.
+func (s *Store) Journal(ctx context.Context, saleID string) ([]JournalEntry, error) {
+	rows, err := s.query(ctx, s.db, `SELECT sale_id, event_id, type, sku, order_id, user_id, qty, at
+		FROM journal WHERE sale_id = ? ORDER BY id`, saleID)
+	if err != nil {
+		return nil, fmt.Errorf("store: journal of sale %s: %w", saleID, err)
+	}
+	var entries []JournalEntry
+	err = scanEach(rows, func() error {
+		var e JournalEntry
+		var at int64
+		err := rows.Scan(&e.SaleID, &e.EventID, &e.Type, &e.SKU, &e.OrderID, &e.UserID, &e.Qty, &at)
+		e.At = fromMs(at)
+		entries = append(entries, e)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: journal of sale %s: %w", saleID, err)
+	}
+	return entries, nil
+}
+
+// DeadLetter is an event that could never be applied.
+type DeadLetter struct {
+	SaleID, EventID string
+	Reason          string
+	Payload         string // the stream entry's fields as a JSON object
+	At              time.Time
+}
+
+// DeadLetter records an event that can never be applied: why, and the raw
+// fields of its stream entry (stored as JSON). Recording the same (sale,
+// event) again changes nothing: the first record stays.
+func (s *Store) DeadLetter(ctx context.Context, saleID, eventID, reason string, fields map[string]any) error {
+	payload, err := json.Marshal(fields)
+	if err != nil {
+		return fmt.Errorf("store: dead letter %s of sale %s: fields: %w", eventID, saleID, err)
+	}
+	_, err = s.exec(ctx, s.db, `INSERT INTO dead_letters (sale_id, event_id, reason, payload, at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (sale_id, event_id) DO NOTHING`, saleID, eventID, reason, string(payload), time.Now().UnixMilli())
+	if err != nil {
+		return fmt.Errorf("store: dead letter %s of sale %s: %w", eventID, saleID, err)
+	}
+	return nil
+}
+
+// DeadLetters lists the sale's dead letters, oldest first.
+func (s *Store) DeadLetters(ctx context.Context, saleID string) ([]DeadLetter, error) {
+	rows, err := s.query(ctx, s.db, `SELECT sale_id, event_id, reason, payload, at FROM dead_letters
+		WHERE sale_id = ? ORDER BY at, event_id`, saleID)
+	if err != nil {
+		return nil, fmt.Errorf("store: dead letters of sale %s: %w", saleID, err)
+	}
+	var dls []DeadLetter
+	err = scanEach(rows, func() error {
+		var d DeadLetter
+		var at int64
+		err := rows.Scan(&d.SaleID, &d.EventID, &d.Reason, &d.Payload, &at)
+		d.At = fromMs(at)
+		dls = append(dls, d)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: dead letters of sale %s: %w", saleID, err)
+	}
+	return dls, nil
+}

@@ -1,0 +1,340 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// ErrSaleInUse matches the error of DeleteSale for a sale that has orders
+// or applied events: it is live, not a create to roll back.
+var ErrSaleInUse = errors.New("store: sale has orders or applied events")
+
+// Sale is a sale as stored: the definition, whose Items[i].Stock is every
+// unit ever stocked (initial plus applied restocks, or inventory.Unlimited),
+// in creation order, plus the settings of the service.
+type Sale struct {
+	inventory.Sale
+	// RequirePurchaseToken: buys must carry a purchase token (the service
+	// enforces it).
+	RequirePurchaseToken bool
+	// CreatedAt is when the sale was created (millisecond precision).
+	CreatedAt time.Time
+}
+
+// CreateSale inserts a sale and its items, each item's Stock as its initial
+// stock. A zero CreatedAt is set to now and a zero PerUserLimit to 1, as the
+// engine reads them. The definition is checked as the engine checks it
+// (inventory.ValidateSale: errors match inventory.ErrInvalid). If a sale with
+// that id exists, it returns an error matching inventory.ErrExists and
+// writes nothing.
+func (s *Store) CreateSale(ctx context.Context, sale Sale) error {
+	if err := inventory.ValidateSale(sale.Sale); err != nil {
+		return err
+	}
+	if sale.PerUserLimit == 0 {
+		sale.PerUserLimit = 1
+	}
+	if sale.CreatedAt.IsZero() {
+		sale.CreatedAt = time.Now()
+	}
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		created, err := s.insertSale(ctx, tx, sale)
+		if err != nil {
+			return err
+		}
+		if !created {
+			return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, inventory.ErrExists) {
+		return fmt.Errorf("store: create sale %s: %w", sale.ID, err)
+	}
+	return err
+}
+
+// insertSale inserts the sale and its items unless a sale with its id
+// exists; created says whether it did.
+func (s *Store) insertSale(ctx context.Context, tx *sql.Tx, sale Sale) (created bool, err error) {
+	res, err := s.exec(ctx, tx, `INSERT INTO sales (id, per_user_limit, starts_at, ends_at, paused, require_purchase_token, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		sale.ID, sale.PerUserLimit, ms(sale.StartsAt), ms(sale.EndsAt), flag(sale.Paused),
+		flag(sale.RequirePurchaseToken), ms(sale.CreatedAt))
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	args := make([]any, 0, 5*len(sale.Items))
+	for i, it := range sale.Items {
+		args = append(args, sale.ID, it.SKU, i, it.Stock, it.Stock)
+	}
+	err = s.insertRows(ctx, tx, "INSERT INTO sale_items (sale_id, sku, position, initial_stock, stocked)", 5, args, "", nil)
+	return err == nil, err
+}
+
+// DeleteSale removes a sale that has neither orders nor applied events: it
+// rolls back a CreateSale that Redis then refused. An unknown id is an error
+// matching inventory.ErrNotFound; a sale with orders or journal rows is left
+// alone with an error matching ErrSaleInUse.
+func (s *Store) DeleteSale(ctx context.Context, id string) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		// One statement, so no order or event can slip in between a check
+		// and the delete.
+		res, err := s.exec(ctx, tx, `DELETE FROM sales WHERE id = ?
+			AND NOT EXISTS (SELECT 1 FROM orders WHERE sale_id = ?)
+			AND NOT EXISTS (SELECT 1 FROM journal WHERE sale_id = ?)`, id, id, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		var exists int
+		if err := s.queryRow(ctx, tx, "SELECT COUNT(*) FROM sales WHERE id = ?", id).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return saleNotFound(id)
+		}
+		return fmt.Errorf("%w: %s", ErrSaleInUse, id)
+	})
+	if err != nil && !errors.Is(err, inventory.ErrNotFound) && !errors.Is(err, ErrSaleInUse) {
+		return fmt.Errorf("store: delete sale %s: %w", id, err)
+	}
+	return err
+}
+
+// Sale returns a sale; an unknown id is an error matching inventory.ErrNotFound.
+func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
+	var sale Sale
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		sale, err = s.readSale(ctx, tx, id)
+		return err
+	})
+	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return Sale{}, fmt.Errorf("store: read sale %s: %w", id, err)
+	}
+	return sale, err
+}
+
+func (s *Store) readSale(ctx context.Context, q querier, id string) (Sale, error) {
+	sale := Sale{Sale: inventory.Sale{ID: id}}
+	var startsAt, endsAt, paused, token, createdAt int64
+	err := s.queryRow(ctx, q, `SELECT per_user_limit, starts_at, ends_at, paused, require_purchase_token, created_at
+		FROM sales WHERE id = ?`, id).Scan(&sale.PerUserLimit, &startsAt, &endsAt, &paused, &token, &createdAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sale{}, saleNotFound(id)
+	}
+	if err != nil {
+		return Sale{}, err
+	}
+	sale.StartsAt, sale.EndsAt, sale.CreatedAt = fromMs(startsAt), fromMs(endsAt), fromMs(createdAt)
+	sale.Paused, sale.RequirePurchaseToken = paused != 0, token != 0
+	rows, err := s.query(ctx, q, "SELECT sku, stocked FROM sale_items WHERE sale_id = ? ORDER BY position", id)
+	if err != nil {
+		return Sale{}, err
+	}
+	err = scanEach(rows, func() error {
+		var it inventory.Item
+		if err := rows.Scan(&it.SKU, &it.Stock); err != nil {
+			return err
+		}
+		sale.Items = append(sale.Items, it)
+		return nil
+	})
+	return sale, err
+}
+
+// SaleIDs returns the id of every sale, sorted.
+func (s *Store) SaleIDs(ctx context.Context) ([]string, error) {
+	rows, err := s.query(ctx, s.db, "SELECT id FROM sales")
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales: %w", err)
+	}
+	var ids []string
+	err = scanEach(rows, func() error {
+		var id string
+		err := rows.Scan(&id)
+		ids = append(ids, id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales: %w", err)
+	}
+	slices.Sort(ids) // byte order, whatever the database's collation
+	return ids, nil
+}
+
+// Snapshot returns the sale as the engine needs it to rebuild it: the
+// definition (each item's Stock is every unit ever stocked) and every order
+// of the sale with its items and idempotency key, confirmed ones with
+// Status inventory.OrderConfirmed (the engine counts them as sold) and
+// cancelled ones with inventory.OrderCancelled. EventsApplied is left ""
+// for the caller to set. It reads one consistent state of the database. An
+// unknown sale is an error matching inventory.ErrNotFound.
+func (s *Store) Snapshot(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+	var snap inventory.Snapshot
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		sale, err := s.readSale(ctx, tx, saleID)
+		if err != nil {
+			return err
+		}
+		snap.Sale = sale.Sale
+		snap.Orders, err = s.readOrders(ctx, tx, "o.sale_id = ?", saleID)
+		return err
+	})
+	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return inventory.Snapshot{}, fmt.Errorf("store: snapshot of sale %s: %w", saleID, err)
+	}
+	return snap, err
+}
+
+// Order returns an order as stored: Status is inventory.OrderConfirmed or
+// inventory.OrderCancelled, Items in line order. An unknown id is an error
+// matching inventory.ErrNotFound.
+func (s *Store) Order(ctx context.Context, id string) (inventory.Order, error) {
+	var orders []inventory.Order
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		orders, err = s.readOrders(ctx, tx, "o.id = ?", id)
+		return err
+	})
+	if err != nil {
+		return inventory.Order{}, fmt.Errorf("store: read order %s: %w", id, err)
+	}
+	if len(orders) == 0 {
+		return inventory.Order{}, &inventory.NotFoundError{Kind: "order", IDs: []string{id}}
+	}
+	return orders[0], nil
+}
+
+// readOrders returns the orders matching where (a condition on orders o
+// with one parameter, arg) with their items, by creation time then id.
+func (s *Store) readOrders(ctx context.Context, q querier, where string, arg any) ([]inventory.Order, error) {
+	rows, err := s.query(ctx, q, `SELECT o.id, o.sale_id, o.user_id, o.status, o.idempotency_key, o.created_at
+		FROM orders o WHERE `+where+` ORDER BY o.created_at, o.id`, arg)
+	if err != nil {
+		return nil, err
+	}
+	var orders []inventory.Order
+	index := map[string]int{}
+	err = scanEach(rows, func() error {
+		var o inventory.Order
+		var created int64
+		if err := rows.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Status, &o.IdempotencyKey, &created); err != nil {
+			return err
+		}
+		o.CreatedAt = fromMs(created)
+		index[o.ID] = len(orders)
+		orders = append(orders, o)
+		return nil
+	})
+	if err != nil || len(orders) == 0 {
+		return nil, err
+	}
+	rows, err = s.query(ctx, q, `SELECT oi.order_id, oi.sku, oi.qty FROM order_items oi
+		JOIN orders o ON o.id = oi.order_id WHERE `+where+` ORDER BY oi.order_id, oi.position`, arg)
+	if err != nil {
+		return nil, err
+	}
+	err = scanEach(rows, func() error {
+		var id string
+		var l inventory.Line
+		if err := rows.Scan(&id, &l.SKU, &l.Qty); err != nil {
+			return err
+		}
+		if i, ok := index[id]; ok {
+			orders[i].Items = append(orders[i].Items, l)
+		}
+		return nil
+	})
+	return orders, err
+}
+
+// ItemTotals is what the database alone says of one item of a sale.
+type ItemTotals struct {
+	SKU string
+	// Stocked is the initial stock plus applied restocks (-1: unlimited).
+	Stocked int64
+	// Sold is the units of the item in confirmed (not cancelled) orders.
+	Sold int64
+}
+
+// Totals returns each item's totals, in item order, for reconciliation. An
+// unknown sale is an error matching inventory.ErrNotFound.
+func (s *Store) Totals(ctx context.Context, saleID string) ([]ItemTotals, error) {
+	var totals []ItemTotals
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		rows, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, COALESCE(sold.qty, 0)
+			FROM sale_items i LEFT JOIN (
+				SELECT oi.sku AS sku, CAST(SUM(oi.qty) AS BIGINT) AS qty FROM orders o JOIN order_items oi ON oi.order_id = o.id
+				WHERE o.sale_id = ? AND o.status = ? GROUP BY oi.sku
+			) sold ON sold.sku = i.sku
+			WHERE i.sale_id = ? ORDER BY i.position`, saleID, string(inventory.OrderConfirmed), saleID)
+		if err != nil {
+			return err
+		}
+		err = scanEach(rows, func() error {
+			var t ItemTotals
+			err := rows.Scan(&t.SKU, &t.Stocked, &t.Sold)
+			totals = append(totals, t)
+			return err
+		})
+		if err != nil || len(totals) > 0 {
+			return err
+		}
+		return s.saleExists(ctx, tx, saleID)
+	})
+	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return nil, fmt.Errorf("store: totals of sale %s: %w", saleID, err)
+	}
+	return totals, err
+}
+
+// CountOrders returns how many orders of the sale the database holds, by
+// status; both inventory.OrderConfirmed and inventory.OrderCancelled are
+// always in the map. Orders are counted even if the sale row is missing.
+func (s *Store) CountOrders(ctx context.Context, saleID string) (map[inventory.OrderStatus]int, error) {
+	counts := map[inventory.OrderStatus]int{inventory.OrderConfirmed: 0, inventory.OrderCancelled: 0}
+	rows, err := s.query(ctx, s.db, "SELECT status, COUNT(*) FROM orders WHERE sale_id = ? GROUP BY status", saleID)
+	if err != nil {
+		return nil, fmt.Errorf("store: count orders of sale %s: %w", saleID, err)
+	}
+	err = scanEach(rows, func() error {
+		var status inventory.OrderStatus
+		var n int
+		err := rows.Scan(&status, &n)
+		counts[status] = n
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: count orders of sale %s: %w", saleID, err)
+	}
+	return counts, nil
+}
+
+// saleExists returns nil if the sale has a row, else an error matching
+// inventory.ErrNotFound.
+func (s *Store) saleExists(ctx context.Context, q querier, id string) error {
+	var n int
+	if err := s.queryRow(ctx, q, "SELECT COUNT(*) FROM sales WHERE id = ?", id).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return saleNotFound(id)
+	}
+	return nil
+}
+
+func saleNotFound(id string) error {
+	return &inventory.NotFoundError{Kind: "sale", IDs: []string{id}}
+}

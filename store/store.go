@@ -1,0 +1,313 @@
+// Package store is the system of record of seckill: sales, orders and the
+// journal of every stock movement, in PostgreSQL or in an SQLite file.
+//
+// The inventory engine sells in Redis and appends every stock movement to a
+// per-sale stream; the order consumer reads those events and hands them to
+// Apply, which writes them here idempotently. The engine rebuilds a sale it
+// lost from Snapshot.
+//
+// Both dialects go through database/sql with the same queries, written once
+// with ? placeholders (rebind numbers them for PostgreSQL). Times are stored
+// as unix milliseconds and flags as 0/1 in both, so rows scan alike. The only
+// per-dialect parts are the migration files (migrations/<dialect>/NNN_name.sql),
+// how a database is opened, and the parameter limit of one statement.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// The dialects Store.Dialect reports.
+const (
+	Postgres = "postgres"
+	SQLite   = "sqlite"
+)
+
+// DefaultSQLiteFile is the database Open("") uses, in the working directory.
+const DefaultSQLiteFile = "seckill.db"
+
+// connectTimeout bounds connecting to PostgreSQL when the URL sets no
+// connect_timeout, so an unreachable host fails Open instead of hanging.
+const connectTimeout = 5 * time.Second
+
+// Store is the database. It is safe for concurrent use. On PostgreSQL it
+// keeps up to 32 connections (16 idle); on SQLite exactly one.
+type Store struct {
+	db      *sql.DB
+	dialect string
+	// maxParams is the most bind parameters one statement may carry.
+	maxParams int
+}
+
+// Open opens and migrates the database named by url:
+//
+//	"postgres://..." or "postgresql://..."  PostgreSQL (pgx through database/sql)
+//	"sqlite://PATH"                         the SQLite file at PATH, created if missing
+//	                                        ("sqlite:///var/lib/seckill.db" for an absolute path)
+//	""                                      the SQLite file DefaultSQLiteFile in the working directory
+//
+// Anything else is an error naming the accepted forms. Open pings the
+// database ("cannot reach database: ...") and applies the migrations not
+// applied yet.
+func Open(ctx context.Context, url string) (*Store, error) {
+	var (
+		s   *Store
+		err error
+	)
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		s, err = openPostgres(url)
+	case strings.HasPrefix(url, "sqlite://"):
+		s, err = openSQLite(strings.TrimPrefix(url, "sqlite://"))
+	case url == "":
+		s, err = openSQLite(DefaultSQLiteFile)
+	default:
+		// Name only the scheme: the rest may hold a password.
+		what := "without a scheme"
+		if scheme, _, ok := strings.Cut(url, "://"); ok {
+			what = fmt.Sprintf("with scheme %q", truncate(scheme, 20))
+		}
+		return nil, fmt.Errorf(`store: unsupported database URL (%s): want "postgres://...", "postgresql://...", "sqlite://PATH", or nothing for the SQLite file %s`,
+			what, DefaultSQLiteFile)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Ping(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openPostgres(url string) (*Store, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err) // pgx redacts the password
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	db := stdlib.OpenDB(*cfg)
+	// database/sql keeps only 2 idle connections by default: under load the
+	// rest would be closed and reopened all the time.
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(16)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return &Store{db: db, dialect: Postgres, maxParams: 65535}, nil
+}
+
+func openSQLite(path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New(`store: "sqlite://" needs a file path, as in "sqlite://seckill.db"`)
+	}
+	if strings.Contains(path, "?") {
+		return nil, fmt.Errorf("store: SQLite path %q must not contain '?'", path)
+	}
+	// WAL lets readers of other processes go on while we write; busy_timeout
+	// makes a writer wait for another process's lock instead of failing; every
+	// transaction starts with BEGIN IMMEDIATE so two processes never deadlock
+	// upgrading a read lock to a write lock.
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	// One connection: SQLite has one writer at a time anyway, and with a single
+	// connection no transaction of ours ever waits for a lock held by another
+	// of our connections (SQLITE_BUSY inside one process). Simple and correct;
+	// reads queue behind writes, which is fine for the system of record.
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	return &Store{db: db, dialect: SQLite, maxParams: 32766}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Dialect returns "postgres" or "sqlite".
+func (s *Store) Dialect() string { return s.dialect }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("store: cannot reach database: %w", err)
+	}
+	return nil
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// The query helpers take queries written with ? placeholders.
+
+func (s *Store) exec(ctx context.Context, q querier, query string, args ...any) (sql.Result, error) {
+	return q.ExecContext(ctx, s.rebind(query), args...)
+}
+
+func (s *Store) query(ctx context.Context, q querier, query string, args ...any) (*sql.Rows, error) {
+	return q.QueryContext(ctx, s.rebind(query), args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...any) *sql.Row {
+	return q.QueryRowContext(ctx, s.rebind(query), args...)
+}
+
+// rebind rewrites the ? placeholders of query as $1, $2, ... on PostgreSQL.
+// The queries of this package never hold a ? that is not a placeholder.
+func (s *Store) rebind(query string) string {
+	if s.dialect != Postgres {
+		return query
+	}
+	return numberPlaceholders(query)
+}
+
+func numberPlaceholders(query string) string {
+	var b strings.Builder
+	b.Grow(len(query) + len(query)/2)
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] != '?' {
+			b.WriteByte(query[i])
+			continue
+		}
+		n++
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(n))
+	}
+	return b.String()
+}
+
+// inTx runs f in a transaction and commits it if f returns nil.
+func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// readTx runs f in a read-only transaction that sees one consistent state
+// of the database.
+func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	opts := &sql.TxOptions{ReadOnly: true}
+	if s.dialect == Postgres {
+		opts.Isolation = sql.LevelRepeatableRead
+	} // SQLite: every transaction reads one snapshot
+	return s.inTx(ctx, opts, f)
+}
+
+// insertRows runs "head VALUES (?, ...), (?, ...) ... tail" for rows of
+// ncols values each (args holds them one row after the other), in as many
+// statements as the dialect's parameter limit needs. If tail has a
+// RETURNING clause of one column, got is called with each returned value.
+func (s *Store) insertRows(ctx context.Context, q querier, head string, ncols int, args []any, tail string, got func(string)) error {
+	perStmt := s.maxParams / ncols
+	for len(args) > 0 {
+		n := min(len(args)/ncols, perStmt)
+		query := head + " VALUES " + placeholders(n, ncols) + " " + tail
+		chunk := args[:n*ncols]
+		args = args[n*ncols:]
+		if got == nil {
+			if _, err := s.exec(ctx, q, query, chunk...); err != nil {
+				return err
+			}
+			continue
+		}
+		rows, err := s.query(ctx, q, query, chunk...)
+		if err != nil {
+			return err
+		}
+		if err := scanEach(rows, func() error {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				return err
+			}
+			got(v)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanEach calls scan for every row of rows, then closes them.
+func scanEach(rows *sql.Rows, scan func() error) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// placeholders returns "(?,?),(?,?),..." for rows rows of ncols values.
+func placeholders(rows, ncols int) string {
+	one := "(" + strings.Repeat("?,", ncols-1) + "?)"
+	var b strings.Builder
+	b.Grow(rows * (len(one) + 1))
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(one)
+	}
+	return b.String()
+}
+
+// ms is t in unix milliseconds, 0 for the zero time.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMs is the inverse of ms: 0 is the zero time, anything else UTC.
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func flag(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

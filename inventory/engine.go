@@ -18,6 +18,7 @@ type Client interface {
 	Pipeline() redis.Pipeliner
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	HScan(ctx context.Context, key string, cursor uint64, match string, count int64) *redis.ScanCmd
 }
 
 // Clock tells the engine the time; tests inject their own.
@@ -566,4 +567,43 @@ func ints(vs []any) ([]int64, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// UnitsInOrders sums, per sku, the units of the sale's live (not cancelled)
+// orders as Redis records them: what was sold according to the orders,
+// independent of the stock counters. It scans every order (HSCAN), so it
+// is for reconciliation, not for a hot path; under load the sum is a
+// moving picture.
+func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]int64, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	key := e.keys(saleID).orders
+	var cursor uint64
+	for {
+		var (
+			kv  []string
+			err error
+		)
+		kv, cursor, err = e.rdb.HScan(ctx, key, cursor, "", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("seckill: scan orders of sale %s: %w", saleID, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			o, err := decodeRecord(kv[i], saleID, kv[i+1])
+			if err != nil {
+				return nil, err
+			}
+			if o.Status == OrderCancelled {
+				continue
+			}
+			for _, l := range o.Items {
+				out[l.SKU] += l.Qty
+			}
+		}
+		if cursor == 0 {
+			return out, nil
+		}
+	}
 }

@@ -16,15 +16,15 @@ import (
 )
 
 // Item is one item's comparison. For a limited item the books balance when
-// Remaining + Sold == Stocked (Redis agrees with itself) and
-// OrdersInDB + InFlight == Sold (the database plus the queue hold every
-// unit Redis sold). Unlimited items have Stocked and Remaining -1 and only
-// the second equation.
+// Remaining + Sold == Stocked (Redis's stock counter agrees with its order
+// records) and OrdersInDB + InFlight == Sold (the database plus the queue
+// hold every unit Redis sold). Unlimited items have Stocked and Remaining
+// -1 and only the second equation.
 type Item struct {
 	SKU       string `json:"sku"`
 	Stocked   int64  `json:"stocked"`   // initial + restocked, from Redis
 	Remaining int64  `json:"remaining"` // from Redis
-	Sold      int64  `json:"sold"`      // units in live orders, from Redis
+	Sold      int64  `json:"sold"`      // units in live orders, from Redis's order records
 	// OrdersInDB is the units in confirmed, not cancelled orders in the database.
 	OrdersInDB int64 `json:"orders_in_db"`
 	// InFlight is the units of orders in the stream not yet in the database
@@ -35,7 +35,8 @@ type Item struct {
 	// order will ever reach the database for (lost orders).
 	Drift int64 `json:"drift"`
 	// StockDrift is Remaining + Sold - Stocked for limited items: units
-	// Redis gained (positive) or lost (negative) outside any order.
+	// the stock counter holds beyond (positive) or short of (negative) what
+	// the orders leave.
 	StockDrift int64 `json:"stock_drift"`
 	// StockedInDB is initial + restocked as the database has applied it.
 	StockedInDB int64 `json:"stocked_in_db"`
@@ -54,6 +55,10 @@ type Report struct {
 // comparison is exact.
 func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient, db *store.Store, saleID string) (Report, error) {
 	st, err := eng.Stock(ctx, saleID)
+	if err != nil {
+		return Report{}, err
+	}
+	sold, err := eng.UnitsInOrders(ctx, saleID)
 	if err != nil {
 		return Report{}, err
 	}
@@ -85,7 +90,7 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 	r := Report{Sale: saleID, Consistent: true}
 	for _, it := range st.Items {
 		item := Item{
-			SKU: it.SKU, Stocked: it.Stocked, Remaining: it.Remaining, Sold: it.Sold,
+			SKU: it.SKU, Stocked: it.Stocked, Remaining: it.Remaining, Sold: sold[it.SKU],
 			OrdersInDB: inDB[it.SKU].Sold, InFlight: moving[it.SKU], StockedInDB: inDB[it.SKU].Stocked,
 		}
 		item.Drift = item.OrdersInDB + item.InFlight - item.Sold

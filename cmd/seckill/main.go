@@ -23,6 +23,7 @@ commands:
   serve       run the HTTP API, the order consumer and the reconciliation loop
   demo        run a whole flash sale with simulated buyers and print the result
   reconcile   compare Redis, the order stream and the database for one sale
+  token       print a buyer's JWT signed with the service's secret (for trying the API)
 
 Run "seckill <command> -h" for a command's flags.
 `
@@ -40,6 +41,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDemo(ctx, args[1:], getenv, stdout, stderr)
 	case "reconcile":
 		return runReconcile(ctx, args[1:], getenv, stdout, stderr)
+	case "token":
+		return runToken(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
 )
@@ -20,6 +24,13 @@ func TestRunDispatch(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"help"}, env, &out, &errOut); code != 0 || !strings.Contains(out.String(), "serve") {
 		t.Errorf("help: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"token", "--user", "alice", "--jwt-secret", "s"}, env, &out, &errOut); code != 0 || strings.Count(out.String(), ".") != 2 {
+		t.Errorf("token: exit %d, %q", code, out.String())
+	}
+	if code := run(context.Background(), []string{"token", "--user", "alice"}, env, &out, &errOut); code != 2 {
+		t.Errorf("token without a secret: exit %d", code)
 	}
 }
 
@@ -54,5 +65,69 @@ func TestStartFailuresAreOneLine(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"reconcile"}, func(string) string { return "" }, &out, &errOut); code != 2 {
 		t.Errorf("reconcile without --sale: exit %d", code)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServe runs `seckill serve` with configuration from the environment,
+// waits for its ready line, uses it, and stops it as SIGTERM would.
+func TestServe(t *testing.T) {
+	env := map[string]string{
+		"SECKILL_ADDR":         "127.0.0.1:0",
+		"SECKILL_DATABASE_URL": dbtest.SQLiteURL(t),
+		"SECKILL_ADMIN_TOKEN":  "t0ken",
+		"SECKILL_JWT_SECRET":   "s3cret",
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var out, errOut lockedBuffer
+	exit := make(chan int, 1)
+	go func() { exit <- run(ctx, []string{"serve"}, func(k string) string { return env[k] }, &out, &errOut) }()
+
+	addr := regexp.MustCompile(`msg="seckill ready" addr=(http://\S+)`)
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(errOut.String()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("no ready line:\n%s", errOut.String())
+	}
+	req, _ := http.NewRequest("POST", base+"/v1/admin/sales", strings.NewReader(`{"id":"s1","items":[{"sku":"A","stock":3}]}`))
+	req.Header.Set("Authorization", "Bearer t0ken") // the token from the environment
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create sale: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if strings.Contains(errOut.String(), "t0ken") || strings.Contains(errOut.String(), "s3cret") {
+		t.Error("configured secrets were logged")
+	}
+	stop()
+	select {
+	case code := <-exit:
+		if code != 0 {
+			t.Errorf("exit %d after shutdown:\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
 	}
 }

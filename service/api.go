@@ -384,12 +384,18 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) {
 }
 
 // order finds an order: in the database once confirmed, else in Redis.
+// While the database is unreachable, Redis's view (pending or cancelled)
+// is the best answer there is.
 func (s *Service) order(ctx context.Context, id string) (inventory.Order, error) {
 	o, err := s.db.Order(ctx, id)
-	if err == nil || !errors.Is(err, inventory.ErrNotFound) {
-		return o, err
+	if err == nil {
+		return o, nil
 	}
-	return s.eng.Order(ctx, id)
+	fromRedis, rerr := s.eng.Order(ctx, id)
+	if rerr != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return o, err // the database's error says more
+	}
+	return fromRedis, rerr
 }
 
 func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {

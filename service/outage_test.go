@@ -1,0 +1,123 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/faultnet"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/store"
+)
+
+func buyOne(a *app, sale, user string) reply {
+	return a.call("POST", "/v1/sales/"+sale+"/orders", a.token(user), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}})
+}
+
+// TestDatabaseOutageDuringSale: the connection to PostgreSQL is cut in the
+// middle of a sale (a real network failure, through a proxy). Buys go on;
+// their orders stay pending; once the database is back every one of them is
+// confirmed, once, and reconciliation is consistent.
+func TestDatabaseOutageDuringSale(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	direct := dbtest.PostgresURL(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.Start(t, u.Host)
+	u.Host = proxy.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "1")
+	u.RawQuery = q.Encode()
+	cfg := service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: u.String()}
+	cfg.Pipeline.MaxBackoff = 100 * time.Millisecond
+	a := startApp(t, cfg)
+	db, err := store.Open(context.Background(), direct) // the test's own view, not through the proxy
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	a.createSale("s1", 1, "A", 1000)
+	var orders []string
+	for i := range 30 {
+		r := buyOne(a, "s1", fmt.Sprintf("before%d", i))
+		mustStatus(t, r, http.StatusCreated)
+		orders = append(orders, r.json(t)["order_id"].(string))
+	}
+	a.settle("s1")
+
+	proxy.Cut()
+	for i := range 70 {
+		r := buyOne(a, "s1", fmt.Sprintf("during%d", i))
+		mustStatus(t, r, http.StatusCreated)
+		orders = append(orders, r.json(t)["order_id"].(string))
+	}
+	if r := a.call("GET", "/v1/orders/"+orders[len(orders)-1], a.token("during69"), nil); r.status != http.StatusOK || r.json(t)["status"] != "pending" {
+		t.Errorf("an order during the outage: %d %s", r.status, r.body)
+	}
+	if r := a.call("GET", "/readyz", "", nil); r.status != http.StatusServiceUnavailable {
+		t.Errorf("readyz during the outage: %d %s", r.status, r.body)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if counts, _ := db.CountOrders(context.Background(), "s1"); counts[inventory.OrderConfirmed] != 30 {
+		t.Errorf("%d orders confirmed during the outage, want the 30 from before", counts[inventory.OrderConfirmed])
+	}
+
+	proxy.Restore()
+	a.settle("s1")
+	for _, id := range orders {
+		if o, err := db.Order(context.Background(), id); err != nil || o.Status != inventory.OrderConfirmed {
+			t.Errorf("order %s after the outage: %+v %v", id, o, err)
+		}
+	}
+	if counts, _ := db.CountOrders(context.Background(), "s1"); counts[inventory.OrderConfirmed] != 100 {
+		t.Errorf("%v orders in the database, want exactly 100", counts)
+	}
+}
+
+// TestRedisDownIs503: with Redis unreachable (and no degraded path yet),
+// buys and reads answer 503 unavailable with Retry-After; when Redis is back,
+// the service sells again.
+func TestRedisDownIs503(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	proxy := faultnet.Start(t, rdb.Options().Addr)
+	a := startApp(t, service.Config{RedisURL: "redis://" + proxy.Addr() + "/0", KeyPrefix: redistest.Prefix(t, rdb),
+		DatabaseURL: dbtest.SQLiteURL(t)})
+	a.createSale("s1", 5, "A", 10)
+	mustStatus(t, buyOne(a, "s1", "u1"), http.StatusCreated)
+
+	proxy.Cut()
+	for name, r := range map[string]reply{
+		"buy":     buyOne(a, "s1", "u2"),
+		"read":    a.call("GET", "/v1/sales/s1", "", nil),
+		"restock": a.admin("POST", "/v1/admin/sales/s1/items/A/restock", map[string]any{"qty": 1}),
+		"readyz":  a.call("GET", "/readyz", "", nil),
+	} {
+		if r.status != http.StatusServiceUnavailable {
+			t.Errorf("%s with Redis down: %d %s", name, r.status, r.body)
+		} else if name != "readyz" && (r.code(t) != "unavailable" || r.header.Get("Retry-After") == "") {
+			t.Errorf("%s: %s, Retry-After %q", name, r.body, r.header.Get("Retry-After"))
+		}
+	}
+	proxy.Restore()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := buyOne(a, "s1", "u3")
+		if r.status == http.StatusCreated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sale after Redis came back: %d %s", r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.settle("s1")
+}

@@ -49,6 +49,10 @@ type Options struct {
 	// InitTimeout bounds how long a call waits for a sale to be rebuilt
 	// before it fails with ErrUnavailable. Default 5s.
 	InitTimeout time.Duration
+	// EvalEveryCall sends every script in full (EVAL) instead of by its
+	// SHA (EVALSHA). Slower; it exists to measure what the script cache
+	// saves (seckill bench).
+	EvalEveryCall bool
 }
 
 // Engine sells the stock of flash sales held in Redis. Every call that
@@ -68,7 +72,7 @@ type Engine struct {
 func New(rdb Client, opts Options) *Engine {
 	e := &Engine{
 		rdb:     rdb,
-		run:     &scriptRunner{rdb: rdb},
+		run:     &scriptRunner{rdb: rdb, evalAlways: opts.EvalEveryCall},
 		prefix:  opts.Prefix,
 		loader:  opts.Loader,
 		clock:   opts.Clock,
@@ -179,34 +183,100 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 // unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
 // (*LimitError) or ErrSoldOut (*SoldOutError, naming every short sku).
 func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, idempotencyKey string) (Receipt, error) {
-	if err := ValidateBuy(saleID, userID, lines, idempotencyKey); err != nil {
+	bc, err := e.newBuyCall(BuyRequest{SaleID: saleID, UserID: userID, Lines: lines, IdempotencyKey: idempotencyKey})
+	if err != nil {
 		return Receipt{}, err
 	}
-	k := e.keys(saleID)
+	return e.finishBuy(ctx, bc)
+}
+
+// BuyRequest is one buy of BuyMany.
+type BuyRequest struct {
+	SaleID, UserID string
+	Lines          []Line
+	IdempotencyKey string
+}
+
+// BuyResult is the outcome of one buy of BuyMany: what Buy would return.
+type BuyResult struct {
+	Receipt Receipt
+	Err     error
+}
+
+// BuyMany runs many buys, of any sales and users, in one pipeline (one
+// round trip per Redis node). Each buy is its own atomic script, with
+// exactly Buy's checks, writes and results; a buy that needs more than one
+// round trip (its sale must be rebuilt, its connection failed) finishes
+// alone, the way Buy would. Results are in the order of reqs.
+func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
+	out := make([]BuyResult, len(reqs))
+	calls := make([]call, 0, len(reqs))
+	pending := make([]buyCall, 0, len(reqs))
+	at := make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		bc, err := e.newBuyCall(r)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		calls = append(calls, call{s: buyScript, keys: bc.keys, args: bc.args})
+		pending, at = append(pending, bc), append(at, i)
+	}
+	for j, res := range e.run.runPipelined(ctx, calls) {
+		i, bc := at[j], pending[j]
+		if res.err != nil || code(res.reply) == codeMissing || code(res.reply) == codeIDTaken {
+			out[i].Receipt, out[i].Err = e.finishBuy(ctx, bc) // same order id: safe even if it ran
+			continue
+		}
+		out[i].Receipt, out[i].Err = e.decodeBuy(res.reply, bc.placed)
+	}
+	return out
+}
+
+// buyCall is one buy.lua call, ready to send: the order id is chosen before
+// the first attempt and kept by every retry.
+type buyCall struct {
+	keys   []string
+	args   []any
+	placed Order
+}
+
+func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
+	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
+		return buyCall{}, err
+	}
+	k := e.keys(r.SaleID)
 	now := e.nowMs()
-	orderID := newOrderID(saleID)
-	args := make([]any, 0, 5+2*len(lines))
-	args = append(args, now, userID, orderID, idempotencyKey, formatLines(lines))
-	for _, l := range lines {
+	orderID := newOrderID(r.SaleID)
+	args := make([]any, 0, 5+2*len(r.Lines))
+	args = append(args, now, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines))
+	for _, l := range r.Lines {
 		args = append(args, l.SKU, l.Qty)
 	}
-	keys := []string{k.sale, k.bought, k.orders, k.idem, k.events}
+	return buyCall{
+		keys: []string{k.sale, k.bought, k.orders, k.idem, k.events},
+		args: args,
+		placed: Order{ID: orderID, SaleID: r.SaleID, UserID: r.UserID, Status: OrderPending,
+			Items: r.Lines, IdempotencyKey: r.IdempotencyKey, CreatedAt: time.UnixMilli(now).UTC()},
+	}, nil
+}
+
+// finishBuy sends a buy until it has an answer: through a rebuild of its
+// sale, transport retries, and (astronomically rarely) a new order id.
+func (e *Engine) finishBuy(ctx context.Context, bc buyCall) (Receipt, error) {
 	for attempt := 1; ; attempt++ {
 		reply, err := e.retryTransient(ctx, func() ([]any, error) {
-			return e.runSale(ctx, saleID, buyScript, keys, args...)
+			return e.runSale(ctx, bc.placed.SaleID, buyScript, bc.keys, bc.args...)
 		})
 		if err != nil {
 			return Receipt{}, err
 		}
 		if code(reply) == codeIDTaken && attempt < maxIDAttempts {
-			orderID = newOrderID(saleID) // 80 random bits collided: astronomically rare
-			args[2] = orderID
+			bc.placed.ID = newOrderID(bc.placed.SaleID) // 80 random bits collided
+			bc.args[2] = bc.placed.ID
 			continue
 		}
-		return e.decodeBuy(reply, Order{
-			ID: orderID, SaleID: saleID, UserID: userID, Status: OrderPending,
-			Items: lines, IdempotencyKey: idempotencyKey, CreatedAt: time.UnixMilli(now).UTC(),
-		})
+		return e.decodeBuy(reply, bc.placed)
 	}
 }
 

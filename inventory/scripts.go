@@ -66,13 +66,21 @@ func isNoScript(err error) bool {
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.
 type scriptRunner struct {
-	rdb     Client
-	reloads atomic.Int64
+	rdb        Client
+	evalAlways bool // send the source every time (Options.EvalEveryCall)
+	reloads    atomic.Int64
 }
 
 // run executes s by SHA, falling back to the full source on NOSCRIPT. A
 // NOSCRIPT reply means the script did not run, so sending it again is safe.
 func (r *scriptRunner) run(ctx context.Context, s *script, keys []string, args ...any) ([]any, error) {
+	if r.evalAlways {
+		res, err := r.rdb.Eval(ctx, s.src, keys, args...).Result()
+		if err != nil {
+			return nil, scriptErr(s, err)
+		}
+		return asReply(s, res)
+	}
 	res, err := r.rdb.EvalSha(ctx, s.sha, keys, args...).Result()
 	if isNoScript(err) {
 		r.reloads.Add(1)
@@ -113,10 +121,17 @@ type callResult struct {
 // pipeline. Results are in the order of calls.
 func (r *scriptRunner) runPipelined(ctx context.Context, calls []call) []callResult {
 	out := make([]callResult, len(calls))
+	if len(calls) == 0 {
+		return out
+	}
 	pipe := r.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, c.s.sha, c.keys, c.args...)
+		if r.evalAlways {
+			cmds[i] = pipe.Eval(ctx, c.s.src, c.keys, c.args...)
+		} else {
+			cmds[i] = pipe.EvalSha(ctx, c.s.sha, c.keys, c.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 

@@ -195,7 +195,9 @@ func (s *Service) close() {
 func (s *Service) connectRedis(ctx context.Context) error {
 	switch {
 	case len(s.cfg.RedisClusterAddrs) > 0:
-		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs})
+		// go-redis refreshes its slot map every 60 s by default; after a
+		// failover it would keep dialling the dead master until then.
+		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs, ClusterStateReloadInterval: 2 * time.Second})
 	case s.cfg.RedisURL != "":
 		opts, err := redis.ParseURL(s.cfg.RedisURL)
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 // error body too (405), and anything unknown is a JSON 404.
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
-	handle := func(path string, methods map[string]http.HandlerFunc) {
+	handle := func(path string, methods map[string]handler) {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			h, ok := methods[r.Method]
 			if !ok {
@@ -31,30 +31,42 @@ func (s *Service) routes() http.Handler {
 					Message: r.Method + " is not allowed here"})
 				return
 			}
-			h(w, r)
+			if err := h(w, r); err != nil {
+				s.fail(w, r, err)
+			}
 		})
 	}
-	handle("/v1/admin/sales", map[string]http.HandlerFunc{"POST": s.createSale})
-	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]http.HandlerFunc{"POST": s.restock})
-	handle("/v1/admin/sales/{sale}/pause", map[string]http.HandlerFunc{"POST": s.setPaused(true)})
-	handle("/v1/admin/sales/{sale}/resume", map[string]http.HandlerFunc{"POST": s.setPaused(false)})
-	handle("/v1/admin/sales/{sale}/reconcile", map[string]http.HandlerFunc{"GET": s.reconcile})
-	handle("/v1/sales", map[string]http.HandlerFunc{"GET": s.listSales})
-	handle("/v1/sales/{sale}", map[string]http.HandlerFunc{"GET": s.getSale})
-	handle("/v1/sales/{sale}/orders", map[string]http.HandlerFunc{"POST": s.buy})
-	handle("/v1/sales/{sale}/purchase-tokens", map[string]http.HandlerFunc{"POST": s.issuePurchaseToken})
-	handle("/v1/orders/{order}", map[string]http.HandlerFunc{"GET": s.getOrder})
-	handle("/v1/orders/{order}/cancel", map[string]http.HandlerFunc{"POST": s.cancel})
-	handle("/healthz", map[string]http.HandlerFunc{"GET": func(w http.ResponseWriter, r *http.Request) {
+	handle("/v1/admin/sales", map[string]handler{"POST": s.createSale})
+	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": s.restock})
+	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": s.setPaused(true)})
+	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
+	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
+	handle("/v1/sales", map[string]handler{"GET": s.listSales})
+	handle("/v1/sales/{sale}", map[string]handler{"GET": s.getSale})
+	handle("/v1/sales/{sale}/orders", map[string]handler{"POST": s.buy})
+	handle("/v1/sales/{sale}/purchase-tokens", map[string]handler{"POST": s.issuePurchaseToken})
+	handle("/v1/orders/{order}", map[string]handler{"GET": s.getOrder})
+	handle("/v1/orders/{order}/cancel", map[string]handler{"POST": s.cancel})
+	handle("/healthz", map[string]handler{"GET": func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
 	}})
-	handle("/readyz", map[string]http.HandlerFunc{"GET": s.ready})
-	handle("/metrics", map[string]http.HandlerFunc{"GET": s.metrics.handler().ServeHTTP})
-	handle("/{$}", map[string]http.HandlerFunc{"GET": s.dashboard})
+	handle("/readyz", map[string]handler{"GET": s.ready})
+	handle("/metrics", map[string]handler{"GET": plain(s.metrics.handler().ServeHTTP)})
+	handle("/{$}", map[string]handler{"GET": plain(s.dashboard)})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, errNotFound("no such endpoint: "+r.URL.Path))
 	})
 	return mux
+}
+
+// handler is an endpoint: it writes a success itself and returns any
+// failure, which routes answers through the one error table (toAPI).
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+// plain adapts a handler that cannot fail.
+func plain(h http.HandlerFunc) handler {
+	return func(w http.ResponseWriter, r *http.Request) error { h(w, r); return nil }
 }
 
 // fail answers with err.
@@ -154,65 +166,58 @@ func (req createSaleRequest) sale() (store.Sale, error) {
 	return sale, inventory.ValidateSale(sale.Sale)
 }
 
-func (s *Service) createSale(w http.ResponseWriter, r *http.Request) {
+func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 	if err := s.auth.operator(r); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var req createSaleRequest
 	if err := decode(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	sale, err := req.sale()
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	sale.CreatedAt = time.Now().UTC()
 	// The database first: it is the system of record, and the one that says
 	// whether the id is taken. Then Redis; if Redis holds a sale of that id
 	// already (left from an earlier database), the create is undone.
 	if err := s.db.CreateSale(r.Context(), sale); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if err := s.eng.CreateSale(r.Context(), sale.Sale); err != nil {
 		if delErr := s.db.DeleteSale(context.WithoutCancel(r.Context()), sale.ID); delErr != nil {
 			s.log.Error("undo sale create", "sale", sale.ID, "err", delErr)
 		}
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	s.audit(r, "sale created", "sale", sale.ID)
 	body, err := s.saleBody(r.Context(), sale.ID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, body)
+	return nil
 }
 
-func (s *Service) getSale(w http.ResponseWriter, r *http.Request) {
+func (s *Service) getSale(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sale")
 	if !inventory.ValidID(id) {
-		s.fail(w, r, errNotFound("sale not found: "+id))
-		return
+		return errNotFound("sale not found: " + id)
 	}
 	body, err := s.saleBody(r.Context(), id)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, body)
+	return nil
 }
 
 // listSales lists every sale (for the dashboard).
-func (s *Service) listSales(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listSales(w http.ResponseWriter, r *http.Request) error {
 	ids, err := s.db.SaleIDs(r.Context())
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]saleJSON, 0, len(ids))
 	for _, id := range ids {
@@ -221,39 +226,36 @@ func (s *Service) listSales(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sales": out})
+	return nil
 }
 
-func (s *Service) restock(w http.ResponseWriter, r *http.Request) {
+func (s *Service) restock(w http.ResponseWriter, r *http.Request) error {
 	if err := s.auth.operator(r); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	var req struct {
 		Qty *int64 `json:"qty"`
 	}
 	if err := decode(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if req.Qty == nil {
-		s.fail(w, r, errInvalid("qty is required"))
-		return
+		return errInvalid("qty is required")
 	}
 	sale, sku := r.PathValue("sale"), r.PathValue("sku")
 	remaining, err := s.eng.Restock(r.Context(), sale, sku, *req.Qty)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	s.audit(r, "restocked", "sale", sale, "sku", sku, "qty", *req.Qty)
 	writeJSON(w, http.StatusOK, map[string]any{"sku": sku, "remaining": remaining})
+	return nil
 }
 
-func (s *Service) setPaused(paused bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Service) setPaused(paused bool) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		if err := s.auth.operator(r); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		id := r.PathValue("sale")
 		op := s.eng.Resume
@@ -261,35 +263,32 @@ func (s *Service) setPaused(paused bool) http.HandlerFunc {
 			op = s.eng.Pause
 		}
 		if err := op(r.Context(), id); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		s.audit(r, map[bool]string{true: "paused", false: "resumed"}[paused], "sale", id)
 		body, err := s.saleBody(r.Context(), id)
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, body)
+		return nil
 	}
 }
 
-func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) {
+func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 	if err := s.auth.operator(r); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	id := r.PathValue("sale")
 	if !inventory.ValidID(id) {
-		s.fail(w, r, errNotFound("sale not found: "+id))
-		return
+		return errNotFound("sale not found: " + id)
 	}
 	rep, err := reconcile.Sale(r.Context(), s.eng, s.rdb, s.db, id)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, rep)
+	return nil
 }
 
 // ---- orders
@@ -321,17 +320,15 @@ func orderBody(o inventory.Order, remaining []int64) orderJSON {
 	return b
 }
 
-func (s *Service) buy(w http.ResponseWriter, r *http.Request) {
+func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	user, err := s.auth.buyer(r)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	saleID := r.PathValue("sale")
 	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
 	if hasKey && (key == "" || len(key) > inventory.MaxIdempotencyKey) {
-		s.fail(w, r, errInvalid("Idempotency-Key must be 1 to 64 characters"))
-		return
+		return errInvalid("Idempotency-Key must be 1 to 64 characters")
 	}
 	var req struct {
 		Items []struct {
@@ -340,38 +337,32 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) {
 		} `json:"items"`
 	}
 	if err := decode(w, r, &req); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	lines := make([]inventory.Line, 0, len(req.Items))
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Qty == nil {
-			s.fail(w, r, errInvalid("items["+itoa(i)+"] needs sku and qty"))
-			return
+			return errInvalid("items[" + itoa(i) + "] needs sku and qty")
 		}
 		lines = append(lines, inventory.Line{SKU: *it.SKU, Qty: *it.Qty})
 	}
 	if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	settings, err := s.settings(r.Context(), saleID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if settings.RequirePurchaseToken {
 		if err := s.usePurchaseToken(r.Context(), saleID, user, r.Header.Get("X-Purchase-Token")); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	began := time.Now()
 	rc, err := s.eng.Buy(r.Context(), saleID, user, lines, key)
 	s.metrics.observeBuy(err, time.Since(began))
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	status := http.StatusCreated
 	if rc.Replayed {
@@ -381,6 +372,7 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, orderBody(rc.Order, rc.Remaining))
+	return nil
 }
 
 // order finds an order: in the database once confirmed, else in Redis.
@@ -398,11 +390,10 @@ func (s *Service) order(ctx context.Context, id string) (inventory.Order, error)
 	return fromRedis, rerr
 }
 
-func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
+func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) error {
 	who, err := s.auth.buyerOrOperator(r)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	id := r.PathValue("order")
 	o, err := s.order(r.Context(), id)
@@ -410,17 +401,16 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 		err = errNotFound("order not found: " + id) // someone else's order does not exist for you
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, orderBody(o, nil))
+	return nil
 }
 
-func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
+func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 	who, err := s.auth.buyerOrOperator(r)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	id := r.PathValue("order")
 	rc, err := s.eng.Cancel(r.Context(), id, who.user)
@@ -428,13 +418,13 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		err = errNotFound("order not found: " + id)
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if who.admin {
 		s.audit(r, "order cancelled", "order", id)
 	}
 	writeJSON(w, http.StatusOK, orderBody(rc.Order, nil))
+	return nil
 }
 
 // ---- sale settings the engine does not keep
@@ -458,7 +448,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (store.Sale, erro
 
 // ---- operations
 
-func (s *Service) ready(w http.ResponseWriter, r *http.Request) {
+func (s *Service) ready(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -470,9 +460,10 @@ func (s *Service) ready(w http.ResponseWriter, r *http.Request) {
 	if redisErr != nil || dbErr != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable",
 			"redis": errText(redisErr), "database": errText(dbErr)})
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "redis": "ok", "database": "ok"})
+	return nil
 }
 
 func errText(err error) string {

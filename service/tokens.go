@@ -34,31 +34,28 @@ func (s *Service) signToken(payload string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) {
+func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) error {
 	user, err := s.auth.buyer(r)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	saleID := r.PathValue("sale")
 	if !inventory.ValidID(saleID) {
-		s.fail(w, r, errNotFound("sale not found: "+saleID))
-		return
+		return errNotFound("sale not found: " + saleID)
 	}
 	st, err := s.eng.Stock(r.Context(), saleID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if st.Status != inventory.StatusActive {
-		s.fail(w, r, &inventory.NotActiveError{Status: st.Status})
-		return
+		return &inventory.NotActiveError{Status: st.Status}
 	}
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	expires := time.Now().Add(purchaseTokenTTL).UTC()
 	payload := saleID + "|" + user + "|" + strconv.FormatInt(expires.UnixMilli(), 10) + "|" + hex.EncodeToString(nonce[:])
 	writeJSON(w, http.StatusCreated, map[string]any{"token": s.signToken(payload), "expires_at": expires})
+	return nil
 }
 
 // usePurchaseToken accepts a token once, for the user and sale it names.

@@ -202,9 +202,6 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Service) getSale(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sale")
-	if !inventory.ValidID(id) {
-		return errNotFound("sale not found: " + id)
-	}
 	body, err := s.saleBody(r.Context(), id)
 	if err != nil {
 		return err
@@ -280,9 +277,6 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("sale")
-	if !inventory.ValidID(id) {
-		return errNotFound("sale not found: " + id)
-	}
 	rep, err := reconcile.Sale(r.Context(), s.eng, s.rdb, s.db, id)
 	if err != nil {
 		return err

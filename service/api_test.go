@@ -41,6 +41,11 @@ func TestCreateAndReadSale(t *testing.T) {
 		if r := a.call("GET", "/v1/sales/nope", "", nil); r.status != http.StatusNotFound || r.code(t) != "not_found" {
 			t.Errorf("unknown sale: %d %s", r.status, r.body)
 		}
+		for _, path := range []string{"/v1/sales/a%20b", "/v1/sales/" + strings.Repeat("x", 65)} {
+			if r := a.call("GET", path, "", nil); r.status != http.StatusBadRequest || r.code(t) != "invalid_argument" {
+				t.Errorf("malformed sale id %s: %d %s", path, r.status, r.body)
+			}
+		}
 	})
 }
 

@@ -40,9 +40,6 @@ func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	saleID := r.PathValue("sale")
-	if !inventory.ValidID(saleID) {
-		return errNotFound("sale not found: " + saleID)
-	}
 	st, err := s.eng.Stock(r.Context(), saleID)
 	if err != nil {
 		return err

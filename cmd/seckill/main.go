@@ -24,6 +24,7 @@ commands:
   demo        run a whole flash sale with simulated buyers and print the result
   reconcile   compare Redis, the order stream and the database for one sale
   token       print a buyer's JWT signed with the service's secret (for trying the API)
+  bench       measure every stock deduction approach side by side (databases, Redis locks, Lua)
 
 Run "seckill <command> -h" for a command's flags.
 `
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runReconcile(ctx, args[1:], getenv, stdout, stderr)
 	case "token":
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

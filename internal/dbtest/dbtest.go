@@ -35,7 +35,7 @@ const URLEnv = "SECKILL_TEST_DATABASE_URL"
 // with a one-line reason (it never skips).
 func PostgresURL(tb testing.TB) string {
 	tb.Helper()
-	base := serverURL()
+	base := ServerURL()
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		tb.Fatalf("dbtest: $%s (or the default) must be a postgres:// URL, got %q", URLEnv, base)
@@ -66,8 +66,8 @@ func PostgresURL(tb testing.TB) string {
 	return u.String()
 }
 
-// serverURL is $SECKILL_TEST_DATABASE_URL, or DefaultURL.
-func serverURL() string {
+// ServerURL is the machine's PostgreSQL the tests use: $SECKILL_TEST_DATABASE_URL, or DefaultURL.
+func ServerURL() string {
 	if u := os.Getenv(URLEnv); u != "" {
 		return u
 	}

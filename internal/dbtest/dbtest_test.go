@@ -44,7 +44,7 @@ func TestPostgresURL(t *testing.T) {
 		}
 	})
 	// The subtest's cleanup has dropped the schema.
-	db, err := sql.Open("pgx", serverURL())
+	db, err := sql.Open("pgx", ServerURL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,14 @@ const DefaultURL = "redis://127.0.0.1:6379/0"
 // URLEnv names the environment variable that overrides DefaultURL.
 const URLEnv = "SECKILL_TEST_REDIS_URL"
 
+// URL is the machine's Redis the tests use: $SECKILL_TEST_REDIS_URL, or DefaultURL.
+func URL() string {
+	if u := os.Getenv(URLEnv); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
 // Standalone returns a go-redis client for the machine's shared Redis:
 // $SECKILL_TEST_REDIS_URL if set (redis://host:port/db), else DefaultURL.
 // It pings the server and calls tb.Fatalf with a one-line reason if that fails
@@ -35,10 +43,7 @@ const URLEnv = "SECKILL_TEST_REDIS_URL"
 // parallel: use Prefix for every key.
 func Standalone(tb testing.TB) *redis.Client {
 	tb.Helper()
-	url := os.Getenv(URLEnv)
-	if url == "" {
-		url = DefaultURL
-	}
+	url := URL()
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		tb.Fatalf("redistest: cannot parse Redis URL %q (from $%s or default): %v", url, URLEnv, err)

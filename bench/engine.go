@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// The engine's approaches buy through inventory.Engine exactly as the
+// service does: one sale with one item, a per-user limit of 1, every buy
+// by a distinct buyer. What was sold is counted from the sale's order
+// stream (one "bought" event per order, written by the same script as the
+// deduction), what is left from Engine.Stock.
+
+const (
+	engineSale = "hot"
+	engineSKU  = "item"
+)
+
+type engineItem struct {
+	eng     *inventory.Engine
+	rdb     *redis.Client
+	batched bool
+	line    []inventory.Line
+}
+
+func prepareEngine(evalEveryCall, batched bool) func(ctx context.Context, s *Stores, cfg Config, stock int64) (hotItem, error) {
+	return func(ctx context.Context, s *Stores, _ Config, stock int64) (hotItem, error) {
+		eng := inventory.New(s.Redis, inventory.Options{Prefix: s.newItemTag(), EvalEveryCall: evalEveryCall})
+		it := &engineItem{eng: eng, rdb: s.Redis, batched: batched, line: []inventory.Line{{SKU: engineSKU, Qty: 1}}}
+		if err := eng.CreateSale(ctx, inventory.Sale{ID: engineSale, PerUserLimit: 1,
+			Items: []inventory.Item{{SKU: engineSKU, Stock: stock}}}); err != nil {
+			return nil, err
+		}
+		if !evalEveryCall {
+			if err := eng.Preload(ctx); err != nil {
+				_ = it.drop(context.WithoutCancel(ctx))
+				return nil, err
+			}
+		}
+		return it, nil
+	}
+}
+
+func (it *engineItem) buy(ctx context.Context, buyers []string, out []outcome) {
+	if !it.batched {
+		for i, b := range buyers {
+			_, err := it.eng.Buy(ctx, engineSale, b, it.line, "")
+			out[i] = buyOutcome(err)
+		}
+		return
+	}
+	reqs := make([]inventory.BuyRequest, len(buyers))
+	for i, b := range buyers {
+		reqs[i] = inventory.BuyRequest{SaleID: engineSale, UserID: b, Lines: it.line}
+	}
+	for i, r := range it.eng.BuyMany(ctx, reqs) {
+		out[i] = buyOutcome(r.Err)
+	}
+}
+
+func buyOutcome(err error) outcome {
+	switch {
+	case err == nil:
+		return outcome{sold: true}
+	case errors.Is(err, inventory.ErrSoldOut):
+		return outcome{soldOut: true}
+	}
+	return outcome{err: err}
+}
+
+func (it *engineItem) count(ctx context.Context) (tally, error) {
+	st, err := it.eng.Stock(ctx, engineSale)
+	if err != nil {
+		return tally{}, err
+	}
+	if len(st.Items) != 1 {
+		return tally{}, fmt.Errorf("sale has %d items, want 1", len(st.Items))
+	}
+	events, err := it.rdb.XLen(ctx, it.eng.EventsKey(engineSale)).Result()
+	if err != nil {
+		return tally{}, err
+	}
+	// The stream holds the "created" event and one "bought" event per order
+	// (nothing trims it: no order consumer runs here).
+	return tally{sold: events - 1, remaining: st.Items[0].Remaining}, nil
+}
+
+func (it *engineItem) drop(ctx context.Context) error {
+	var keys []string
+	for _, name := range []string{"sale", "bought", "orders", "idem", "events", "initlock"} {
+		keys = append(keys, it.eng.Key(engineSale, name))
+	}
+	return it.rdb.Unlink(ctx, keys...).Err()
+}

@@ -83,15 +83,34 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Ping(ctx); err != nil {
+	if err := s.whileBusy(ctx, s.Ping); err != nil {
 		s.db.Close()
 		return nil, err
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.whileBusy(ctx, s.migrate); err != nil {
 		s.db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// whileBusy runs f, again while SQLite answers SQLITE_BUSY, for up to 5 s.
+// Several processes opening a new SQLite file at once race to switch it to
+// WAL, and that switch can fail with SQLITE_BUSY without waiting on the
+// busy timeout.
+func (s *Store) whileBusy(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		err := f(ctx)
+		if err == nil || s.dialect != SQLite || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 func openPostgres(url string) (*Store, error) {

@@ -16,16 +16,7 @@ import (
 func BenchmarkBuy(b *testing.B) {
 	for _, par := range []int{1, 25} {
 		b.Run("callers=GOMAXPROCSx"+strconv.Itoa(par), func(b *testing.B) {
-			rdb := redistest.Standalone(b)
-			prefix := redistest.Prefix(b, rdb)
-			eng := inventory.New(rdb, inventory.Options{Prefix: prefix})
-			if err := eng.CreateSale(b.Context(), inventory.Sale{ID: "bench", PerUserLimit: 1,
-				Items: []inventory.Item{{SKU: "A", Stock: inventory.MaxQty}}}); err != nil {
-				b.Fatal(err)
-			}
-			if err := eng.Preload(b.Context()); err != nil {
-				b.Fatal(err)
-			}
+			eng := benchEngine(b)
 			var next atomic.Int64
 			b.SetParallelism(par)
 			b.ResetTimer()
@@ -42,4 +33,55 @@ func BenchmarkBuy(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
 		})
 	}
+}
+
+// BuyMany calls of 1, 16 and 64 buys by GOMAXPROCS x 32 callers (64 on a
+// 2-core machine, as `seckill bench` uses).
+// Run: go test -run '^$' -bench BenchmarkBuyMany -benchtime 200000x ./inventory/
+func BenchmarkBuyMany(b *testing.B) {
+	for _, batch := range []int{1, 16, 64} {
+		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
+			eng := benchEngine(b)
+			var next atomic.Int64
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				line := []inventory.Line{{SKU: "A", Qty: 1}}
+				reqs := make([]inventory.BuyRequest, 0, batch)
+				send := func() {
+					for _, r := range eng.BuyMany(b.Context(), reqs) {
+						if r.Err != nil {
+							b.Error(r.Err)
+						}
+					}
+					reqs = reqs[:0]
+				}
+				for pb.Next() {
+					user := "u" + strconv.FormatInt(next.Add(1), 36)
+					if reqs = append(reqs, inventory.BuyRequest{SaleID: "bench", UserID: user, Lines: line}); len(reqs) == batch {
+						send()
+					}
+				}
+				if len(reqs) > 0 {
+					send()
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
+		})
+	}
+}
+
+// benchEngine is an engine on the local Redis with a sale "bench" whose
+// item A holds a billion units, one per buyer.
+func benchEngine(b *testing.B) *inventory.Engine {
+	rdb := redistest.Standalone(b)
+	eng := inventory.New(rdb, inventory.Options{Prefix: redistest.Prefix(b, rdb)})
+	if err := eng.CreateSale(b.Context(), inventory.Sale{ID: "bench", PerUserLimit: 1,
+		Items: []inventory.Item{{SKU: "A", Stock: inventory.MaxQty}}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := eng.Preload(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	return eng
 }

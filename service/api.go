@@ -19,6 +19,9 @@ import (
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(path string, methods map[string]handler) {
+		for m := range methods {
+			s.endpoints = append(s.endpoints, m+" "+strings.TrimSuffix(path, "{$}"))
+		}
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			h, ok := methods[r.Method]
 			if !ok {
@@ -53,6 +56,7 @@ func (s *Service) routes() http.Handler {
 	}})
 	handle("/readyz", map[string]handler{"GET": s.ready})
 	handle("/metrics", map[string]handler{"GET": plain(s.metrics.handler().ServeHTTP)})
+	handle("/openapi.json", map[string]handler{"GET": plain(serveOpenAPI)})
 	handle("/{$}", map[string]handler{"GET": plain(s.dashboard)})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, errNotFound("no such endpoint: "+r.URL.Path))

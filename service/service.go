@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -58,6 +59,7 @@ type Service struct {
 	http      *http.Server
 	listener  net.Listener
 	saleCache sync.Map // sale id -> store.Sale
+	endpoints []string // "METHOD /path" of every route, as registered
 
 	stop context.CancelFunc
 	bg   sync.WaitGroup // consumer and reconciliation loop
@@ -153,6 +155,14 @@ func (s *Service) AdminToken() string { return s.cfg.AdminToken }
 
 // JWTSecret is the secret buyers' tokens are signed with.
 func (s *Service) JWTSecret() string { return s.cfg.JWTSecret }
+
+// Endpoints lists every route the service answers, as "METHOD /path" with
+// the path's parameters in braces ("GET /v1/sales/{sale}"), sorted.
+func (s *Service) Endpoints() []string {
+	out := slices.Clone(s.endpoints)
+	slices.Sort(out)
+	return out
+}
 
 // Engine, Redis and Store give tests and the demo the service's parts.
 func (s *Service) Engine() *inventory.Engine { return s.eng }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/luascript"
 )
 
 // Client is the part of a go-redis client the engine uses. *redis.Client,
@@ -129,7 +131,7 @@ func code(reply []any) int64 { return reply[0].(int64) } // asReply checked the 
 
 // runSale runs a script of one sale; when the sale is missing from Redis it
 // rebuilds it through the Loader and runs the script again.
-func (e *Engine) runSale(ctx context.Context, saleID string, s *script, keys []string, args ...any) ([]any, error) {
+func (e *Engine) runSale(ctx context.Context, saleID string, s *luascript.Script, keys []string, args ...any) ([]any, error) {
 	for attempt := 0; ; attempt++ {
 		reply, err := e.run.run(ctx, s, keys, args...)
 		if err != nil || code(reply) != codeMissing {
@@ -555,11 +557,11 @@ func transient(ctx context.Context, err error) bool {
 	return true
 }
 
-func unexpected(s *script, reply []any) error {
+func unexpected(s *luascript.Script, reply []any) error {
 	if code(reply) == codeCorrupt && len(reply) > 1 {
-		return fmt.Errorf("%w: %s script found a bad value at %s", ErrCorrupt, s.name, str(at(reply, 1)))
+		return fmt.Errorf("%w: %s script found a bad value at %s", ErrCorrupt, s.Name, str(at(reply, 1)))
 	}
-	return fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, reply)
+	return fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.Name, reply)
 }
 
 func limitOf(s Sale) int64 {

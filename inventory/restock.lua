@@ -25,10 +25,12 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return {1, rem} end
 if rem == -1 then return {9, 'unlimited'} end
 if stocked + qty > tonumber(ARGV[4]) then return {9, 'too_much'} end
 
+-- Redis before 7 formats Lua numbers handed to redis.call with 14
+-- significant digits: format a counter that may be larger exactly.
 -- The event is the first write: XADD is the one write whose key no check
 -- above has read, so if it fails, nothing has been written.
 redis.call('XADD', KEYS[2], '*', 'type', 'restocked', 'sku', sku, 'qty', ARGV[3],
-  'remaining', rem + qty, 'at', ARGV[1])
+  'remaining', string.format('%d', rem + qty), 'at', ARGV[1])
 redis.call('SET', KEYS[3], '1', 'EX', 86400)
 redis.call('HINCRBY', KEYS[1], 't:' .. sku, qty)
 return {0, redis.call('HINCRBY', KEYS[1], 'r:' .. sku, qty)}

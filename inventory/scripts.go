@@ -2,29 +2,15 @@ package inventory
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/luascript"
 )
-
-// A script is one embedded .lua file, run by its SHA1 (EVALSHA) and sent in
-// full (EVAL, which also caches it on that node) only when the node answers
-// NOSCRIPT: after SCRIPT FLUSH, a restart, a failover to a replica that never
-// saw it, or on a cluster node that has not run it yet.
-type script struct {
-	name, src, sha string
-}
-
-func newScript(name, src string) *script {
-	sum := sha1.Sum([]byte(src))
-	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
-}
 
 var (
 	//go:embed buy.lua
@@ -46,23 +32,19 @@ var (
 	//go:embed unlock.lua
 	unlockSrc string
 
-	buyScript      = newScript("buy", buySrc)
-	cancelScript   = newScript("cancel", cancelSrc)
-	restockScript  = newScript("restock", restockSrc)
-	createScript   = newScript("create", createSrc)
-	pauseScript    = newScript("pause", pauseSrc)
-	initLockScript = newScript("initlock", initLockSrc)
-	stageScript    = newScript("stage", stageSrc)
-	commitScript   = newScript("commit", commitSrc)
-	unlockScript   = newScript("unlock", unlockSrc)
+	buyScript      = luascript.New("buy", buySrc)
+	cancelScript   = luascript.New("cancel", cancelSrc)
+	restockScript  = luascript.New("restock", restockSrc)
+	createScript   = luascript.New("create", createSrc)
+	pauseScript    = luascript.New("pause", pauseSrc)
+	initLockScript = luascript.New("initlock", initLockSrc)
+	stageScript    = luascript.New("stage", stageSrc)
+	commitScript   = luascript.New("commit", commitSrc)
+	unlockScript   = luascript.New("unlock", unlockSrc)
 
-	allScripts = []*script{buyScript, cancelScript, restockScript, createScript,
+	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
 		pauseScript, initLockScript, stageScript, commitScript, unlockScript}
 )
-
-func isNoScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
-}
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.
 type scriptRunner struct {
@@ -73,18 +55,17 @@ type scriptRunner struct {
 
 // run executes s by SHA, falling back to the full source on NOSCRIPT. A
 // NOSCRIPT reply means the script did not run, so sending it again is safe.
-func (r *scriptRunner) run(ctx context.Context, s *script, keys []string, args ...any) ([]any, error) {
+func (r *scriptRunner) run(ctx context.Context, s *luascript.Script, keys []string, args ...any) ([]any, error) {
 	if r.evalAlways {
-		res, err := r.rdb.Eval(ctx, s.src, keys, args...).Result()
+		res, err := r.rdb.Eval(ctx, s.Src, keys, args...).Result()
 		if err != nil {
 			return nil, scriptErr(s, err)
 		}
 		return asReply(s, res)
 	}
-	res, err := r.rdb.EvalSha(ctx, s.sha, keys, args...).Result()
-	if isNoScript(err) {
+	res, reloaded, err := luascript.Run(ctx, r.rdb, s, keys, args...)
+	if reloaded {
 		r.reloads.Add(1)
-		res, err = r.rdb.Eval(ctx, s.src, keys, args...).Result()
 	}
 	if err != nil {
 		return nil, scriptErr(s, err)
@@ -96,16 +77,16 @@ func (r *scriptRunner) run(ctx context.Context, s *script, keys []string, args .
 // (WRONGTYPE) means Redis holds something the engine did not write: that is
 // ErrCorrupt. Scripts touch such a key in their checks or as their first
 // write, so the failing call wrote nothing.
-func scriptErr(s *script, err error) error {
+func scriptErr(s *luascript.Script, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
-		return fmt.Errorf("%w: %s script: %v", ErrCorrupt, s.name, err)
+		return fmt.Errorf("%w: %s script: %v", ErrCorrupt, s.Name, err)
 	}
-	return fmt.Errorf("seckill: %s script: %w", s.name, err)
+	return fmt.Errorf("seckill: %s script: %w", s.Name, err)
 }
 
 // call is one script invocation of a pipeline.
 type call struct {
-	s    *script
+	s    *luascript.Script
 	keys []string
 	args []any
 }
@@ -128,16 +109,16 @@ func (r *scriptRunner) runPipelined(ctx context.Context, calls []call) []callRes
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
 		if r.evalAlways {
-			cmds[i] = pipe.Eval(ctx, c.s.src, c.keys, c.args...)
+			cmds[i] = pipe.Eval(ctx, c.s.Src, c.keys, c.args...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, c.s.sha, c.keys, c.args...)
+			cmds[i] = pipe.EvalSha(ctx, c.s.SHA, c.keys, c.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 
 	var again []int
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if luascript.IsNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
@@ -145,7 +126,7 @@ func (r *scriptRunner) runPipelined(ctx context.Context, calls []call) []callRes
 		r.reloads.Add(int64(len(again)))
 		pipe = r.rdb.Pipeline()
 		for _, i := range again {
-			cmds[i] = pipe.Eval(ctx, calls[i].s.src, calls[i].keys, calls[i].args...)
+			cmds[i] = pipe.Eval(ctx, calls[i].s.Src, calls[i].keys, calls[i].args...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -166,8 +147,8 @@ func (r *scriptRunner) runPipelined(ctx context.Context, calls []call) []callRes
 func (r *scriptRunner) load(ctx context.Context) error {
 	loadOn := func(ctx context.Context, c Client) error {
 		for _, s := range allScripts {
-			if err := c.ScriptLoad(ctx, s.src).Err(); err != nil {
-				return fmt.Errorf("seckill: load %s script: %w", s.name, err)
+			if err := c.ScriptLoad(ctx, s.Src).Err(); err != nil {
+				return fmt.Errorf("seckill: load %s script: %w", s.Name, err)
 			}
 		}
 		return nil
@@ -182,13 +163,13 @@ func (r *scriptRunner) load(ctx context.Context) error {
 
 // asReply checks the shape every script reply has: a non-empty array whose
 // first element is the integer outcome code.
-func asReply(s *script, res any) ([]any, error) {
+func asReply(s *luascript.Script, res any) ([]any, error) {
 	reply, ok := res.([]any)
 	if !ok || len(reply) == 0 {
-		return nil, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, res)
+		return nil, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.Name, res)
 	}
 	if _, ok := reply[0].(int64); !ok {
-		return nil, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.name, res)
+		return nil, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.Name, res)
 	}
 	return reply, nil
 }

@@ -1,0 +1,33 @@
+package ratelimit
+
+import "strconv"
+
+// Every Redis key the limiter touches is built here. All keys of one caller
+// key share the hash tag {<prefix>:rl:<key>}, so they live in one Redis
+// Cluster slot; each script touches exactly one key. The key's name also
+// carries the limit's parameters, so two limits on one caller key never
+// share state, and changing a limit starts afresh.
+//
+//	{p:rl:k}:fw:<rate>:<period µs>:<window>   string  hits in window number <window>
+//	                                                   (floor(now µs / period µs)); expires
+//	                                                   a period after its first hit
+//	{p:rl:k}:sw:<rate>:<period µs>            zset    one member per hit counted, scored by
+//	                                                   its time in µs; expires a period after
+//	                                                   the last hit
+//	{p:rl:k}:gcra:<rate>:<period µs>:<burst>  string  "<TAT µs>:<fraction>", the theoretical
+//	                                                   arrival time; expires when it passes
+func (l *Limiter) tag(key string) string { return "{" + l.prefix + ":rl:" + key + "}" }
+
+func (l *Limiter) fixedKey(key string, p params, window int64) string {
+	return l.tag(key) + ":fw:" + strconv.FormatInt(p.rate, 10) + ":" + strconv.FormatInt(p.periodUS, 10) +
+		":" + strconv.FormatInt(window, 10)
+}
+
+func (l *Limiter) slidingKey(key string, p params) string {
+	return l.tag(key) + ":sw:" + strconv.FormatInt(p.rate, 10) + ":" + strconv.FormatInt(p.periodUS, 10)
+}
+
+func (l *Limiter) gcraKey(key string, p params) string {
+	return l.tag(key) + ":gcra:" + strconv.FormatInt(p.rate, 10) + ":" + strconv.FormatInt(p.periodUS, 10) +
+		":" + strconv.FormatInt(p.burst, 10)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,6 +19,7 @@ type backlog struct {
 	lastID        string // newest entry of the stream, "" if empty
 	groupExists   bool
 	lastDelivered string // newest entry handed to a consumer
+	undelivered   int64  // entries after lastDelivered (XINFO GROUPS lag)
 	pending       int64  // delivered, not acknowledged
 	lowestPending string
 	// minNeeded is the oldest entry not yet acknowledged (pending, or not
@@ -48,7 +50,7 @@ func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (ba
 	if gs, err := groups.Result(); err == nil {
 		for _, g := range gs {
 			if g.Name == Group {
-				b.groupExists, b.lastDelivered = true, g.LastDeliveredID
+				b.groupExists, b.lastDelivered, b.undelivered = true, g.LastDeliveredID, g.Lag
 			}
 		}
 	}
@@ -128,6 +130,49 @@ func InFlight(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Eng
 		out = append(out, ev)
 	}
 	return out, nil
+}
+
+// Lag is how far the database is behind a sale's order stream.
+type Lag struct {
+	// Entries is how many stream entries are not yet stored: delivered and
+	// not acknowledged, plus not yet delivered. The second part is Redis's
+	// own count (XINFO GROUPS lag, Redis 7); the embedded server overstates
+	// it (it counts every entry of the stream).
+	Entries int64
+	// Oldest is when the oldest entry not yet stored was added; zero if
+	// every entry is stored.
+	Oldest time.Time
+}
+
+// ReadLag reads how far the database is behind the sale's stream.
+func ReadLag(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (Lag, error) {
+	key := eng.EventsKey(saleID)
+	b, err := readBacklog(ctx, rdb, key)
+	if err != nil || !b.inFlight() {
+		return Lag{}, err
+	}
+	lag := Lag{Entries: b.pending + b.undelivered}
+	oldest := b.lowestPending
+	if b.pending == 0 {
+		from := "-"
+		if b.lastDelivered != "" {
+			from = "(" + b.lastDelivered
+		}
+		msgs, err := rdb.XRangeN(ctx, key, from, "+", 1).Result()
+		if err != nil {
+			return Lag{}, fmt.Errorf("read stream of sale %s: %w", saleID, err)
+		}
+		if len(msgs) == 0 {
+			return Lag{}, nil
+		}
+		oldest = msgs[0].ID
+		if !b.groupExists {
+			lag.Entries, _ = rdb.XLen(ctx, key).Result()
+		}
+	}
+	ms, _ := splitID(oldest)
+	lag.Oldest = time.UnixMilli(int64(ms))
+	return lag, nil
 }
 
 // compareIDs orders stream ids "<ms>-<seq>"; "" is before everything.

@@ -251,7 +251,7 @@ func (c *Consumer) process(ctx, stop context.Context, key, saleID string, msgs [
 	if c.o.OnBatch != nil {
 		c.o.OnBatch(saleID, len(ids), time.Since(began))
 	}
-	c.o.Logger.Debug("order pipeline: batch stored", "sale", saleID, "entries", len(ids), "took", time.Since(began))
+	c.o.Logger.Info("order pipeline: batch stored", "sale", saleID, "entries", len(ids), "took", time.Since(began))
 }
 
 // applyEach applies events one at a time after a batch was refused as

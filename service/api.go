@@ -45,6 +45,7 @@ func (s *Service) routes() http.Handler {
 	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
 	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
 	handle("/v1/sales", map[string]handler{"GET": s.listSales})
+	handle("/v1/live", map[string]handler{"GET": s.liveEvents})
 	handle("/v1/sales/{sale}", map[string]handler{"GET": s.getSale})
 	handle("/v1/sales/{sale}/orders", map[string]handler{"POST": s.buy})
 	handle("/v1/sales/{sale}/purchase-tokens", map[string]handler{"POST": s.issuePurchaseToken})

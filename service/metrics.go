@@ -2,6 +2,8 @@ package service
 
 import (
 	"net/http"
+	"regexp"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,29 +12,48 @@ import (
 )
 
 // metrics are the service's Prometheus metrics, in a registry of its own.
+// Events are counted where they happen; the state of each sale (stock,
+// orders, backlog, drift) is read from the live view at scrape time, so a
+// scrape costs no Redis or database call and a deleted sale's series go.
 type metrics struct {
 	reg          *prometheus.Registry
+	collectors   []prometheus.Collector // ours, for MetricNames
 	buys         *prometheus.CounterVec
 	buyLatency   prometheus.Histogram
+	scriptErrors prometheus.Counter
+	rateLimited  *prometheus.CounterVec
 	batches      prometheus.Histogram
+	batchSizes   prometheus.Histogram
 	batchEntries prometheus.Counter
 	deadLetters  *prometheus.CounterVec
 	dbRetries    prometheus.Counter
+	window       *latencyWindow // the live view's
 }
 
-func newMetrics() *metrics {
+func newMetrics(s *Service) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:    prometheus.NewRegistry(),
+		window: &s.live.latency,
 		buys: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_buy_requests_total", Help: "Buy requests by result (ok or the error code).",
+			Name: "seckill_buy_requests_total", Help: "Buy requests that reached the inventory, by result (ok or the error code).",
 		}, []string{"result"}),
 		buyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seckill_buy_duration_seconds", Help: "Time the inventory took to answer a buy.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		scriptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_script_errors_total", Help: "Buy scripts that failed: Redis unreachable, a corrupt key, an unexpected reply.",
+		}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_rate_limited_total", Help: "Requests refused by a rate limit, by the limit's scope (user, ip, sale, token).",
+		}, []string{"scope"}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seckill_order_batch_duration_seconds", Help: "Time to store one batch of the order stream.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		batchSizes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "seckill_order_batch_entries", Help: "Stream entries per stored batch.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
 		batchEntries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_order_entries_stored_total", Help: "Order stream entries stored in the database.",
@@ -44,8 +65,13 @@ func newMetrics() *metrics {
 			Name: "seckill_order_store_retries_total", Help: "Batches the database refused for now and that are retried.",
 		}),
 	}
-	m.reg.MustRegister(m.buys, m.buyLatency, m.batches, m.batchEntries, m.deadLetters, m.dbRetries,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "seckill_script_reloads_total", Help: "Script calls that met NOSCRIPT and sent the script again.",
+	}, func() float64 { return float64(s.scriptReloads()) })
+	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
+		m.batchEntries, m.deadLetters, m.dbRetries, reloads, liveCollector{s.live}}
+	m.reg.MustRegister(m.collectors...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -54,8 +80,107 @@ func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, pro
 func (m *metrics) observeBuy(err error, took time.Duration) {
 	result := "ok"
 	if err != nil {
-		result = toAPI(err).Code
+		api := toAPI(err)
+		result = api.Code
+		if api.Status >= 500 {
+			m.scriptErrors.Inc()
+		}
 	}
 	m.buys.WithLabelValues(result).Inc()
 	m.buyLatency.Observe(took.Seconds())
+	m.window.observe(took.Seconds())
+}
+
+// MetricNames lists the names of seckill's own metrics (not the Go
+// runtime's), sorted: what dashboards and alert rules may refer to.
+func (s *Service) MetricNames() []string {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range s.metrics.collectors {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// liveCollector exports the newest live sample.
+type liveCollector struct{ l *live }
+
+var (
+	descRedisUp    = prometheus.NewDesc("seckill_redis_up", "1 if Redis answered the last sample.", nil, nil)
+	descDatabaseUp = prometheus.NewDesc("seckill_database_up", "1 if the database answered the last sample.", nil, nil)
+	descDegraded   = prometheus.NewDesc("seckill_rate_limit_degraded",
+		"1 if the rate limiter answered from its in-process fallback (Redis unreachable) in the last sample period.", nil, nil)
+	descSaleActive = prometheus.NewDesc("seckill_sale_active", "1 if the sale is active (started, not ended, not paused).", []string{"sale"}, nil)
+	descRemaining  = prometheus.NewDesc("seckill_stock_remaining", "Units of the item left to sell; -1: unlimited.", []string{"sale", "sku"}, nil)
+	descStocked    = prometheus.NewDesc("seckill_stock_stocked", "Units of the item stocked (initial + restocks); -1: unlimited.", []string{"sale", "sku"}, nil)
+	descSold       = prometheus.NewDesc("seckill_stock_sold", "Units of the item in live orders.", []string{"sale", "sku"}, nil)
+	descSoldOut    = prometheus.NewDesc("seckill_sold_out", "1 if the item has no units left.", []string{"sale", "sku"}, nil)
+	descConfirmed  = prometheus.NewDesc("seckill_orders_confirmed", "Orders of the sale in the database, not cancelled.", []string{"sale"}, nil)
+	descPending    = prometheus.NewDesc("seckill_orders_pending", "Orders of the sale accepted and not yet in the database.", []string{"sale"}, nil)
+	descBacklog    = prometheus.NewDesc("seckill_order_stream_backlog", "Entries of the sale's order stream not yet stored.", []string{"sale"}, nil)
+	descLag        = prometheus.NewDesc("seckill_order_consumer_lag_seconds",
+		"Age of the oldest entry of the sale's order stream not yet stored; 0 if none.", []string{"sale"}, nil)
+	descDrift = prometheus.NewDesc("seckill_reconcile_drift",
+		"Orders in the database + in flight − sold, per item, at the last reconciliation pass; 0 when consistent.", []string{"sale", "sku"}, nil)
+	descStockDrift = prometheus.NewDesc("seckill_reconcile_stock_drift",
+		"Remaining + sold − stocked, per item, at the last reconciliation pass; 0 when consistent.", []string{"sale", "sku"}, nil)
+)
+
+func (c liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRedisUp, descDatabaseUp, descDegraded, descSaleActive, descRemaining, descStocked,
+		descSold, descSoldOut, descConfirmed, descPending, descBacklog, descLag, descDrift, descStockDrift} {
+		ch <- d
+	}
+}
+
+func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
+	v, _ := c.l.current()
+	if v.At.IsZero() {
+		return // no sample yet
+	}
+	gauge := func(d *prometheus.Desc, val float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, val, labels...)
+	}
+	gauge(descRedisUp, b2f(v.Redis == "ok"))
+	gauge(descDatabaseUp, b2f(v.Database == "ok"))
+	gauge(descDegraded, b2f(v.RateLimitDegraded))
+	for _, sale := range v.Sales {
+		if sale.Error != "" && sale.Status == "" {
+			continue
+		}
+		gauge(descSaleActive, b2f(sale.Status == "active"), sale.ID)
+		for _, it := range sale.Items {
+			gauge(descRemaining, float64(it.Remaining), sale.ID, it.SKU)
+			gauge(descStocked, float64(it.Stocked), sale.ID, it.SKU)
+			gauge(descSold, float64(it.Sold), sale.ID, it.SKU)
+			gauge(descSoldOut, b2f(it.SoldOut), sale.ID, it.SKU)
+			gauge(descDrift, float64(it.Drift), sale.ID, it.SKU)
+			gauge(descStockDrift, float64(it.StockDrift), sale.ID, it.SKU)
+		}
+		if sale.Error != "" {
+			continue
+		}
+		gauge(descConfirmed, float64(sale.Confirmed), sale.ID)
+		gauge(descPending, float64(sale.Pending), sale.ID)
+		gauge(descBacklog, float64(sale.Backlog), sale.ID)
+		gauge(descLag, sale.LagSeconds, sale.ID)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

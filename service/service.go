@@ -43,6 +43,9 @@ type Config struct {
 	// ReconcileEvery is the period of the reconciliation loop; default 30s,
 	// negative turns it off.
 	ReconcileEvery time.Duration
+	// SampleEvery is the period of the live view behind the dashboard and
+	// the per-sale metrics; default 1s, negative turns it off.
+	SampleEvery time.Duration
 }
 
 // Service is a running seckill service.
@@ -56,6 +59,7 @@ type Service struct {
 	eng       *inventory.Engine
 	auth      *auth
 	metrics   *metrics
+	live      *live
 	http      *http.Server
 	listener  net.Listener
 	saleCache sync.Map // sale id -> store.Sale
@@ -69,7 +73,8 @@ type Service struct {
 // migrates, starts the order consumer, the reconciliation loop and the
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
-	s := &Service{cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
+	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive()}
+	s.metrics = newMetrics(s)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -81,6 +86,9 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if s.cfg.ReconcileEvery == 0 {
 		s.cfg.ReconcileEvery = 30 * time.Second
+	}
+	if s.cfg.SampleEvery == 0 {
+		s.cfg.SampleEvery = time.Second
 	}
 	ok := false
 	defer func() {
@@ -302,6 +310,7 @@ func (s *Service) startBackground(ctx context.Context) {
 	po.Logger = s.log
 	po.OnBatch = func(_ string, n int, took time.Duration) {
 		s.metrics.batches.Observe(took.Seconds())
+		s.metrics.batchSizes.Observe(float64(n))
 		s.metrics.batchEntries.Add(float64(n))
 	}
 	po.OnDeadLetter = func(sale, _ string) { s.metrics.deadLetters.WithLabelValues(sale).Inc() }
@@ -313,6 +322,19 @@ func (s *Service) startBackground(ctx context.Context) {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.reconcileLoop(ctx) }()
 	}
+	if s.cfg.SampleEvery > 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.sampleLoop(ctx, s.cfg.SampleEvery) }()
+	}
+}
+
+// scriptReloads counts script calls of the engine (and the rate limiter)
+// that met NOSCRIPT.
+func (s *Service) scriptReloads() int64 {
+	if s.eng == nil {
+		return 0
+	}
+	return s.eng.ScriptReloads()
 }
 
 // reconcileLoop checks every sale periodically and warns about drift that
@@ -339,6 +361,7 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 			}
 			for _, it := range rep.Items {
 				k, d := id+"|"+it.SKU, [2]int64{it.Drift, it.StockDrift}
+				s.live.drift.Store(k, d)
 				if d != ([2]int64{}) && seen[k] == d {
 					s.log.Warn("reconcile: drift", "sale", id, "sku", it.SKU, "drift", it.Drift, "stock_drift", it.StockDrift,
 						"in_flight", it.InFlight)

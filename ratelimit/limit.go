@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -174,4 +175,100 @@ func Validate(key string, limit Limit, n int64) error {
 	}
 	_, err := limit.check(n)
 	return err
+}
+
+// ParseLimit reads a limit written as "<rate>/<period>[,burst=<n>][,alg=<algorithm>]":
+// the period is a unit (s, m, h) or a Go duration ("500ms", "10s"), the
+// algorithm gcra (the default), fixed-window or sliding-window. Without a
+// burst, a GCRA limit gets Burst rate-1, so "3/m" allows 3 at once and 3 a
+// minute, as the windows do; "3/m,burst=0" spaces them 20 s apart. Examples:
+// "5/s,burst=10", "300/m", "2/500ms", "100/m,alg=sliding-window". The limit
+// is checked as AllowN checks it; an error is an *InvalidError.
+func ParseLimit(s string) (Limit, error) {
+	bad := func(format string, args ...any) (Limit, error) {
+		return Limit{}, invalid("limit", "%q: "+format, append([]any{s}, args...)...)
+	}
+	head, opts, _ := strings.Cut(s, ",")
+	rate, period, ok := strings.Cut(strings.TrimSpace(head), "/")
+	if !ok {
+		return bad("want <rate>/<period>, e.g. 5/s")
+	}
+	var l Limit
+	var err error
+	if l.Rate, err = strconv.ParseInt(rate, 10, 64); err != nil {
+		return bad("rate %q is not a whole number", rate)
+	}
+	switch period {
+	case "s":
+		l.Period = time.Second
+	case "m":
+		l.Period = time.Minute
+	case "h":
+		l.Period = time.Hour
+	default:
+		if l.Period, err = time.ParseDuration(period); err != nil {
+			return bad("period %q is neither s, m, h nor a duration", period)
+		}
+	}
+	burst := int64(-1)
+	for opt := range strings.SplitSeq(opts, ",") {
+		if opt = strings.TrimSpace(opt); opt == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(opt, "=")
+		switch k {
+		case "burst":
+			if burst, err = strconv.ParseInt(v, 10, 64); err != nil || burst < 0 {
+				return bad("burst %q is not a whole number of 0 or more", v)
+			}
+		case "alg":
+			switch v {
+			case GCRA.String():
+				l.Algorithm = GCRA
+			case FixedWindow.String():
+				l.Algorithm = FixedWindow
+			case SlidingWindow.String():
+				l.Algorithm = SlidingWindow
+			default:
+				return bad("alg %q is not gcra, fixed-window or sliding-window", v)
+			}
+		default:
+			return bad("unknown option %q (burst=, alg=)", k)
+		}
+	}
+	switch {
+	case l.Algorithm != GCRA && burst >= 0:
+		return bad("burst applies to gcra only")
+	case l.Algorithm == GCRA && burst >= 0:
+		l.Burst = burst
+	case l.Algorithm == GCRA && l.Rate > 0:
+		l.Burst = l.Rate - 1
+	}
+	if _, err := l.check(1); err != nil {
+		return Limit{}, err
+	}
+	return l, nil
+}
+
+// String writes the limit as ParseLimit reads it.
+func (l Limit) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatInt(l.Rate, 10) + "/")
+	switch l.Period {
+	case time.Second:
+		b.WriteString("s")
+	case time.Minute:
+		b.WriteString("m")
+	case time.Hour:
+		b.WriteString("h")
+	default:
+		b.WriteString(l.Period.String())
+	}
+	if l.Algorithm == GCRA && l.Burst != l.Rate-1 {
+		b.WriteString(",burst=" + strconv.FormatInt(l.Burst, 10))
+	}
+	if l.Algorithm != GCRA {
+		b.WriteString(",alg=" + l.Algorithm.String())
+	}
+	return b.String()
 }

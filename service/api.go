@@ -30,7 +30,7 @@ func (s *Service) routes() http.Handler {
 					allowed = append(allowed, m)
 				}
 				w.Header().Set("Allow", strings.Join(allowed, ", "))
-				writeError(w, r, s.log, &apiError{Status: http.StatusMethodNotAllowed, Code: "invalid_argument",
+				writeError(w, r, s.logFor(r), &apiError{Status: http.StatusMethodNotAllowed, Code: "invalid_argument",
 					Message: r.Method + " is not allowed here"})
 				return
 			}
@@ -60,9 +60,9 @@ func (s *Service) routes() http.Handler {
 	handle("/openapi.json", map[string]handler{"GET": plain(serveOpenAPI)})
 	handle("/{$}", map[string]handler{"GET": plain(s.dashboard)})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.log, errNotFound("no such endpoint: "+r.URL.Path))
+		writeError(w, r, s.logFor(r), errNotFound("no such endpoint: "+r.URL.Path))
 	})
-	return mux
+	return s.harden(mux)
 }
 
 // handler is an endpoint: it writes a success itself and returns any
@@ -76,7 +76,7 @@ func plain(h http.HandlerFunc) handler {
 
 // fail answers with err.
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
-	writeError(w, r, s.log, err)
+	writeError(w, r, s.logFor(r), err)
 }
 
 // ---- sales
@@ -89,13 +89,14 @@ type itemJSON struct {
 }
 
 type saleJSON struct {
-	ID                   string     `json:"id"`
-	Status               string     `json:"status"`
-	PerUserLimit         int64      `json:"per_user_limit"`
-	StartsAt             *time.Time `json:"starts_at,omitempty"`
-	EndsAt               *time.Time `json:"ends_at,omitempty"`
-	RequirePurchaseToken bool       `json:"require_purchase_token"`
-	Items                []itemJSON `json:"items"`
+	ID                   string            `json:"id"`
+	Status               string            `json:"status"`
+	PerUserLimit         int64             `json:"per_user_limit"`
+	StartsAt             *time.Time        `json:"starts_at,omitempty"`
+	EndsAt               *time.Time        `json:"ends_at,omitempty"`
+	RequirePurchaseToken bool              `json:"require_purchase_token"`
+	RateLimits           *store.RateLimits `json:"rate_limits,omitempty"`
+	Items                []itemJSON        `json:"items"`
 }
 
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
@@ -109,6 +110,9 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	}
 	b := saleJSON{ID: id, Status: string(st.Status), PerUserLimit: st.Sale.PerUserLimit,
 		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items))}
+	if settings.RateLimits != (store.RateLimits{}) {
+		b.RateLimits = &settings.RateLimits
+	}
 	if t := st.Sale.StartsAt; !t.IsZero() {
 		b.StartsAt = &t
 	}
@@ -127,7 +131,12 @@ type createSaleRequest struct {
 	StartsAt             *string `json:"starts_at"`
 	EndsAt               *string `json:"ends_at"`
 	RequirePurchaseToken *bool   `json:"require_purchase_token"`
-	Items                []struct {
+	RateLimits           *struct {
+		PerUser *string `json:"per_user"`
+		PerIP   *string `json:"per_ip"`
+		PerSale *string `json:"per_sale"`
+	} `json:"rate_limits"`
+	Items []struct {
 		SKU   *string `json:"sku"`
 		Stock *int64  `json:"stock"`
 	} `json:"items"`
@@ -161,6 +170,19 @@ func (req createSaleRequest) sale() (store.Sale, error) {
 	}
 	if req.RequirePurchaseToken != nil {
 		sale.RequirePurchaseToken = *req.RequirePurchaseToken
+	}
+	if rl := req.RateLimits; rl != nil {
+		for _, f := range []struct {
+			in  *string
+			out *string
+		}{{rl.PerUser, &sale.RateLimits.PerUser}, {rl.PerIP, &sale.RateLimits.PerIP}, {rl.PerSale, &sale.RateLimits.PerSale}} {
+			if f.in != nil {
+				*f.out = *f.in
+			}
+		}
+		if err := checkSaleLimits(sale.RateLimits); err != nil {
+			return sale, err
+		}
 	}
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Stock == nil {
@@ -196,7 +218,7 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	s.audit(r, "sale created", "sale", sale.ID)
+	s.audit(r, "sale created", sale.ID, "", map[string]any{"items": len(sale.Items), "per_user_limit": sale.PerUserLimit})
 	body, err := s.saleBody(r.Context(), sale.ID)
 	if err != nil {
 		return err
@@ -249,7 +271,7 @@ func (s *Service) restock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.audit(r, "restocked", "sale", sale, "sku", sku, "qty", *req.Qty)
+	s.audit(r, "restocked", sale, sku, map[string]any{"qty": *req.Qty, "remaining": remaining})
 	writeJSON(w, http.StatusOK, map[string]any{"sku": sku, "remaining": remaining})
 	return nil
 }
@@ -267,7 +289,7 @@ func (s *Service) setPaused(paused bool) handler {
 		if err := op(r.Context(), id); err != nil {
 			return err
 		}
-		s.audit(r, map[bool]string{true: "paused", false: "resumed"}[paused], "sale", id)
+		s.audit(r, map[bool]string{true: "paused", false: "resumed"}[paused], id, "", nil)
 		body, err := s.saleBody(r.Context(), id)
 		if err != nil {
 			return err
@@ -352,6 +374,9 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.throttle(r, settings, user, "u"); err != nil {
+		return err
+	}
 	if settings.RequirePurchaseToken {
 		if err := s.usePurchaseToken(r.Context(), saleID, user, r.Header.Get("X-Purchase-Token")); err != nil {
 			return err
@@ -420,7 +445,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if who.admin {
-		s.audit(r, "order cancelled", "order", id)
+		s.audit(r, "order cancelled", rc.Order.SaleID, id, map[string]any{"user": rc.Order.UserID})
 	}
 	writeJSON(w, http.StatusOK, orderBody(rc.Order, nil))
 	return nil
@@ -470,9 +495,4 @@ func errText(err error) string {
 		return "ok"
 	}
 	return "unreachable"
-}
-
-// audit logs an operator's action.
-func (s *Service) audit(r *http.Request, what string, args ...any) {
-	s.log.Info("admin: "+what, append(args, "remote", r.RemoteAddr)...)
 }

@@ -43,6 +43,8 @@ func (s *Service) liveEvents(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-r.Context().Done():
 			return nil
+		case <-s.closing:
+			return nil
 		case b := <-samples:
 			chunk = append(append(append([]byte("event: sample\ndata: "), b...), '\n'), '\n')
 		case <-keepAlive.C:

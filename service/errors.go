@@ -35,6 +35,7 @@ func errNotFound(msg string) *apiError {
 }
 
 var (
+	errInternal        = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 	errUnauthenticated = &apiError{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
 	errForbidden       = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "this token does not grant that"}
 )
@@ -71,7 +72,7 @@ func toAPI(err error) *apiError {
 	case errors.Is(err, inventory.ErrUnavailable), isRedisDown(err):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the inventory is unavailable; retry", RetryAfter: 1}
 	}
-	return &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+	return errInternal
 }
 
 // isRedisDown: a dial error, a timeout, a broken or closed connection —

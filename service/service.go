@@ -22,6 +22,7 @@ import (
 
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/ratelimit"
 	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/store"
 )
@@ -43,6 +44,19 @@ type Config struct {
 	// ReconcileEvery is the period of the reconciliation loop; default 30s,
 	// negative turns it off.
 	ReconcileEvery time.Duration
+	// Rate limits of the buying flow, each a ratelimit.ParseLimit spec
+	// ("5/s,burst=10") or "off". Defaults: DefaultRateLimitUser per user,
+	// off per client address and per sale. See limits.go.
+	RateLimitUser, RateLimitIP, RateLimitSale string
+	// TrustedProxies are addresses or CIDR prefixes of proxies whose
+	// X-Forwarded-For is believed when finding a client's address.
+	TrustedProxies []string
+	// Instances is how many service instances share the rate limits: when
+	// Redis cannot be asked, each enforces 1/Instances of them. Default 1.
+	Instances int
+	// Challenge, if set, is asked before issuing a purchase token.
+	Challenge Challenge
+
 	// SampleEvery is the period of the live view behind the dashboard and
 	// the per-sale metrics; default 1s, negative turns it off.
 	SampleEvery time.Duration
@@ -58,6 +72,8 @@ type Service struct {
 	db        *store.Store
 	eng       *inventory.Engine
 	auth      *auth
+	limits    limits
+	limiter   *ratelimit.Limiter
 	metrics   *metrics
 	live      *live
 	http      *http.Server
@@ -65,15 +81,16 @@ type Service struct {
 	saleCache sync.Map // sale id -> store.Sale
 	endpoints []string // "METHOD /path" of every route, as registered
 
-	stop context.CancelFunc
-	bg   sync.WaitGroup // consumer and reconciliation loop
+	stop    context.CancelFunc
+	bg      sync.WaitGroup // consumer and reconciliation loop
+	closing chan struct{}  // closed when Shutdown begins: ends the live streams
 }
 
 // Start connects to Redis and the database (or starts the embedded ones),
 // migrates, starts the order consumer, the reconciliation loop and the
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
-	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive()}
+	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{})}
 	s.metrics = newMetrics(s)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -89,6 +106,9 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if s.cfg.SampleEvery == 0 {
 		s.cfg.SampleEvery = time.Second
+	}
+	if err := s.parseLimits(); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -113,6 +133,11 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.eng.Preload(ctx); err != nil {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}
+	s.limiter = ratelimit.New(s.rdb, ratelimit.Options{
+		Prefix:     s.cfg.KeyPrefix,
+		Fallback:   ratelimit.NewLocal(ratelimit.LocalOptions{Instances: s.cfg.Instances}),
+		OnFallback: func(string, error) { s.live.lastFallback.Store(time.Now().UnixNano()) },
+	})
 
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
@@ -128,6 +153,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	// A dashboard's event stream never ends by itself: end it when the
+	// server shuts down, or Shutdown would wait for it until its deadline.
+	var once sync.Once
+	s.http.RegisterOnShutdown(func() { once.Do(func() { close(s.closing) }) })
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
 	s.startBackground(bgCtx)
@@ -215,12 +244,17 @@ func (s *Service) connectRedis(ctx context.Context) error {
 	case len(s.cfg.RedisClusterAddrs) > 0:
 		// go-redis refreshes its slot map every 60 s by default; after a
 		// failover it would keep dialling the dead master until then.
-		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs, ClusterStateReloadInterval: 2 * time.Second})
+		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs, ClusterStateReloadInterval: 2 * time.Second,
+			DisableIdentity: true})
 	case s.cfg.RedisURL != "":
 		opts, err := redis.ParseURL(s.cfg.RedisURL)
 		if err != nil {
 			return fmt.Errorf("bad redis url: %w", err)
 		}
+		// No CLIENT SETINFO on connect: the least-privilege ACL user
+		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
+		// each connection would leave a denial in ACL LOG.
+		opts.DisableIdentity = true
 		s.rdb = redis.NewClient(opts)
 	default:
 		mini, stop, err := startEmbeddedRedis()
@@ -331,10 +365,14 @@ func (s *Service) startBackground(ctx context.Context) {
 // scriptReloads counts script calls of the engine (and the rate limiter)
 // that met NOSCRIPT.
 func (s *Service) scriptReloads() int64 {
-	if s.eng == nil {
-		return 0
+	var n int64
+	if s.eng != nil {
+		n += s.eng.ScriptReloads()
 	}
-	return s.eng.ScriptReloads()
+	if s.limiter != nil {
+		n += s.limiter.ScriptReloads()
+	}
+	return n
 }
 
 // reconcileLoop checks every sale periodically and warns about drift that

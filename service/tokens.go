@@ -40,12 +40,28 @@ func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	saleID := r.PathValue("sale")
+	if !inventory.ValidID(saleID) {
+		return errInvalid("sale id must match ^[A-Za-z0-9_.:-]{1,64}$")
+	}
+	settings, err := s.settings(r.Context(), saleID)
+	if err != nil {
+		return err
+	}
+	if err := s.throttle(r, settings, user, "pt"); err != nil {
+		return err
+	}
 	st, err := s.eng.Stock(r.Context(), saleID)
 	if err != nil {
 		return err
 	}
 	if st.Status != inventory.StatusActive {
 		return &inventory.NotActiveError{Status: st.Status}
+	}
+	if s.cfg.Challenge != nil {
+		if err := s.cfg.Challenge(r.Context(), r, user, saleID); err != nil {
+			s.logFor(r).Info("purchase token refused by the challenge", "sale", saleID, "user", user, "reason", err)
+			return &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "the challenge was not passed"}
+		}
 	}
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])

@@ -90,3 +90,68 @@ func (s *Store) DeadLetters(ctx context.Context, saleID string) ([]DeadLetter, e
 	}
 	return dls, nil
 }
+
+// AuditEntry is one operator action that changed something.
+type AuditEntry struct {
+	At        time.Time
+	Action    string // "sale created", "restocked", "paused", ...
+	SaleID    string
+	Target    string         // a sku or an order id, if the action has one
+	Detail    map[string]any // stored as a JSON object
+	Remote    string         // the client's address
+	RequestID string
+}
+
+// Audit records an operator's action. A zero At is set to now.
+func (s *Store) Audit(ctx context.Context, e AuditEntry) error {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	detail := ""
+	if len(e.Detail) > 0 {
+		b, err := json.Marshal(e.Detail)
+		if err != nil {
+			return fmt.Errorf("store: audit %s: %w", e.Action, err)
+		}
+		detail = string(b)
+	}
+	_, err := s.exec(ctx, s.db, `INSERT INTO admin_audit (at, action, sale_id, target, detail, remote, request_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, ms(e.At), e.Action, e.SaleID, e.Target, detail, truncate(e.Remote, 200), truncate(e.RequestID, 64))
+	if err != nil {
+		return fmt.Errorf("store: audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// AuditLog lists the audit entries of a sale ("" : of every sale), oldest first.
+func (s *Store) AuditLog(ctx context.Context, saleID string) ([]AuditEntry, error) {
+	q, args := `SELECT at, action, sale_id, target, detail, remote, request_id FROM admin_audit ORDER BY id`, []any(nil)
+	if saleID != "" {
+		q, args = `SELECT at, action, sale_id, target, detail, remote, request_id FROM admin_audit WHERE sale_id = ? ORDER BY id`, []any{saleID}
+	}
+	rows, err := s.query(ctx, s.db, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit log: %w", err)
+	}
+	var out []AuditEntry
+	err = scanEach(rows, func() error {
+		var e AuditEntry
+		var at int64
+		var detail string
+		if err := rows.Scan(&at, &e.Action, &e.SaleID, &e.Target, &detail, &e.Remote, &e.RequestID); err != nil {
+			return err
+		}
+		e.At = fromMs(at)
+		if detail != "" {
+			if err := json.Unmarshal([]byte(detail), &e.Detail); err != nil {
+				return err
+			}
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: audit log: %w", err)
+	}
+	return out, nil
+}

@@ -205,6 +205,7 @@ func TestSales(t *testing.T) {
 			Sale: inventory.Sale{ID: "s1", PerUserLimit: 2, StartsAt: start, EndsAt: start.Add(time.Hour),
 				Items: []inventory.Item{{SKU: "phone", Stock: 100}, {SKU: "case", Stock: inventory.Unlimited}, {SKU: "cable", Stock: 0}}},
 			RequirePurchaseToken: true,
+			RateLimits:           RateLimits{PerUser: "2/s,burst=3", PerSale: "off"},
 			CreatedAt:            msTime(time.Now()),
 		}
 		must(t, s.CreateSale(ctx, want))
@@ -227,7 +228,8 @@ func TestSales(t *testing.T) {
 		must(t, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "b", Paused: true, Items: []inventory.Item{{SKU: "A", Stock: 1}}}}))
 		b, err := s.Sale(ctx, "b")
 		must(t, err)
-		if b.PerUserLimit != 1 || !b.Paused || b.CreatedAt.Before(before) || b.RequirePurchaseToken || !b.StartsAt.IsZero() || !b.EndsAt.IsZero() {
+		if b.PerUserLimit != 1 || !b.Paused || b.CreatedAt.Before(before) || b.RequirePurchaseToken || !b.StartsAt.IsZero() || !b.EndsAt.IsZero() ||
+			b.RateLimits != (RateLimits{}) {
 			t.Fatalf("Sale b = %+v", b)
 		}
 
@@ -336,6 +338,24 @@ func TestDeadLetter(t *testing.T) {
 		if err := s.DeadLetter(ctx, "s1", "2-1", "x", map[string]any{"c": make(chan int)}); err == nil {
 			t.Fatal("DeadLetter with fields JSON cannot encode succeeded")
 		}
+	})
+}
+
+func TestAudit(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		at := msTime(time.Now())
+		first := AuditEntry{At: at, Action: "restocked", SaleID: "s1", Target: "A", Detail: map[string]any{"qty": float64(5)},
+			Remote: "127.0.0.1:5000", RequestID: "r1"}
+		must(t, s.Audit(ctx, first))
+		must(t, s.Audit(ctx, AuditEntry{At: at, Action: "paused", SaleID: "s2"}))
+		must(t, s.Audit(ctx, AuditEntry{At: at, Action: "resumed", SaleID: "s1"}))
+		log, err := s.AuditLog(ctx, "s1")
+		must(t, err)
+		check(t, "AuditLog(s1)", log, []AuditEntry{first, {At: at, Action: "resumed", SaleID: "s1"}})
+		all, err := s.AuditLog(ctx, "")
+		must(t, err)
+		check(t, "actions", []string{all[0].Action, all[1].Action, all[2].Action}, []string{"restocked", "paused", "resumed"})
 	})
 }
 

@@ -2,16 +2,20 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/seckill/seckill/service"
 )
 
-// configFlags defines the contract's flags on fs, each defaulting to its
-// environment variable: a flag wins over the environment.
-func configFlags(fs *flag.FlagSet, getenv func(string) string) func() service.Config {
+// configFlags defines the contract's flags on fs, and seckill's own, each
+// defaulting to its environment variable: a flag wins over the environment.
+// The returned function reads them once fs is parsed; its errors are one
+// line each.
+func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.Config, error) {
 	env := func(k, def string) string {
 		if v := getenv(k); v != "" {
 			return v
@@ -25,18 +29,63 @@ func configFlags(fs *flag.FlagSet, getenv func(string) string) func() service.Co
 	admin := fs.String("admin-token", env("SECKILL_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env SECKILL_ADMIN_TOKEN); unset: generated")
 	jwt := fs.String("jwt-secret", env("SECKILL_JWT_SECRET", ""), "HS256 secret of buyers' tokens (env SECKILL_JWT_SECRET); unset: generated")
 	prefix := fs.String("key-prefix", env("SECKILL_KEY_PREFIX", "seckill"), "prefix of every Redis key (env SECKILL_KEY_PREFIX)")
-	return func() service.Config {
-		var addrs []string
-		for _, a := range strings.Split(*cluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				addrs = append(addrs, a)
-			}
+	rateUser := fs.String("rate-limit-user", env("SECKILL_RATE_LIMIT_USER", service.DefaultRateLimitUser),
+		"each buyer's limit on buys and on purchase tokens, like 5/s,burst=10, or off (env SECKILL_RATE_LIMIT_USER)")
+	rateIP := fs.String("rate-limit-ip", env("SECKILL_RATE_LIMIT_IP", "off"),
+		"each client address's limit on buys and purchase tokens, or off (env SECKILL_RATE_LIMIT_IP)")
+	rateSale := fs.String("rate-limit-sale", env("SECKILL_RATE_LIMIT_SALE", "off"),
+		"each sale's limit on buys, all buyers together, or off (env SECKILL_RATE_LIMIT_SALE)")
+	proxies := fs.String("trusted-proxies", env("SECKILL_TRUSTED_PROXIES", ""),
+		"comma-separated addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed (env SECKILL_TRUSTED_PROXIES)")
+	instances := fs.String("instances", env("SECKILL_INSTANCES", "1"),
+		"how many instances share the rate limits; each enforces its share while Redis is unreachable (env SECKILL_INSTANCES)")
+	return func() (service.Config, error) {
+		n, err := strconv.Atoi(*instances)
+		if err != nil || n < 1 {
+			return service.Config{}, fmt.Errorf("--instances must be a whole number of 1 or more, is %q", *instances)
 		}
-		return service.Config{Addr: *addr, RedisURL: *redisURL, RedisClusterAddrs: addrs, DatabaseURL: *db,
-			AdminToken: *admin, JWTSecret: *jwt, KeyPrefix: *prefix}
+		return service.Config{Addr: *addr, RedisURL: *redisURL, RedisClusterAddrs: list(*cluster), DatabaseURL: *db,
+			AdminToken: *admin, JWTSecret: *jwt, KeyPrefix: *prefix,
+			RateLimitUser: *rateUser, RateLimitIP: *rateIP, RateLimitSale: *rateSale, TrustedProxies: list(*proxies), Instances: n}, nil
 	}
 }
 
-func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// list splits a comma-separated flag, dropping blanks.
+func list(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// logFlags defines --log-format and --log-level; the returned function
+// makes the logger once fs is parsed.
+func logFlags(fs *flag.FlagSet, getenv func(string) string) func(w io.Writer) (*slog.Logger, error) {
+	format := fs.String("log-format", orEnv(getenv, "SECKILL_LOG_FORMAT", "text"), "log format: text or json (env SECKILL_LOG_FORMAT)")
+	level := fs.String("log-level", orEnv(getenv, "SECKILL_LOG_LEVEL", "info"),
+		"least severe level logged: debug (a line per request), info, warn or error (env SECKILL_LOG_LEVEL)")
+	return func(w io.Writer) (*slog.Logger, error) {
+		var lv slog.Level
+		if err := lv.UnmarshalText([]byte(*level)); err != nil {
+			return nil, fmt.Errorf("--log-level must be debug, info, warn or error, is %q", *level)
+		}
+		opts := &slog.HandlerOptions{Level: lv}
+		switch *format {
+		case "text":
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		case "json":
+			return slog.New(slog.NewJSONHandler(w, opts)), nil
+		}
+		return nil, fmt.Errorf("--log-format must be text or json, is %q", *format)
+	}
+}
+
+func orEnv(getenv func(string) string, k, def string) string {
+	if v := getenv(k); v != "" {
+		return v
+	}
+	return def
 }

@@ -17,6 +17,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fs := flag.NewFlagSet("seckill demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := configFlags(fs, getenv)
+	logger := logFlags(fs, getenv)
 	var cfg demo.Config
 	fs.IntVar(&cfg.Buyers, "buyers", 3000, "simulated buyers")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "buyers buying at once")
@@ -26,7 +27,11 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	svc := config()
+	svc, err := config()
+	if err != nil {
+		fmt.Fprintln(stderr, "seckill demo:", err)
+		return 2
+	}
 	if svc.DatabaseURL == "" { // a fresh embedded database each run, not ./seckill.db
 		dir, err := os.MkdirTemp("", "seckill-demo-")
 		if err != nil {
@@ -37,7 +42,10 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		svc.DatabaseURL = "sqlite://" + filepath.Join(dir, "demo.db")
 	}
 	if *verbose {
-		svc.Logger = newLogger(stderr)
+		if svc.Logger, err = logger(stderr); err != nil {
+			fmt.Fprintln(stderr, "seckill demo:", err)
+			return 2
+		}
 	} else {
 		fmt.Fprintln(stderr, "seckill demo: the service runs in this process; embedded Redis and SQLite unless --redis / --db name real ones")
 	}

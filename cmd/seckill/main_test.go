@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"strings"
@@ -66,6 +67,21 @@ func TestStartFailuresAreOneLine(t *testing.T) {
 	if code := run(context.Background(), []string{"reconcile"}, func(string) string { return "" }, &out, &errOut); code != 2 {
 		t.Errorf("reconcile without --sale: exit %d", code)
 	}
+	// Bad configuration of seckill's own: exit 2, one line naming it.
+	for _, args := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}, {"--instances", "0"}} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"serve", "--addr", "127.0.0.1:0"}, args...), func(string) string { return "" }, &out, &errOut)
+		if code != 2 || !strings.Contains(errOut.String(), args[0]) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
+			t.Errorf("serve %v: exit %d, stderr %q", args, code, errOut.String())
+		}
+	}
+	// A bad rate limit is refused by the service at start.
+	errOut.Reset()
+	code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--db", dbtest.SQLiteURL(t)},
+		func(k string) string { return map[string]string{"SECKILL_RATE_LIMIT_USER": "fast"}[k] }, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), `bad user rate limit "fast"`) {
+		t.Errorf("SECKILL_RATE_LIMIT_USER=fast: exit %d, stderr %q", code, errOut.String())
+	}
 }
 
 // lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
@@ -94,6 +110,8 @@ func TestServe(t *testing.T) {
 		"SECKILL_DATABASE_URL": dbtest.SQLiteURL(t),
 		"SECKILL_ADMIN_TOKEN":  "t0ken",
 		"SECKILL_JWT_SECRET":   "s3cret",
+		"SECKILL_LOG_FORMAT":   "json",
+		"SECKILL_LOG_LEVEL":    "debug",
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -101,7 +119,7 @@ func TestServe(t *testing.T) {
 	exit := make(chan int, 1)
 	go func() { exit <- run(ctx, []string{"serve"}, func(k string) string { return env[k] }, &out, &errOut) }()
 
-	addr := regexp.MustCompile(`msg="seckill ready" addr=(http://\S+)`)
+	addr := regexp.MustCompile(`"msg":"seckill ready","addr":"(http://[^"]+)"`)
 	var base string
 	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if m := addr.FindStringSubmatch(errOut.String()); m != nil {
@@ -120,6 +138,21 @@ func TestServe(t *testing.T) {
 	resp.Body.Close()
 	if strings.Contains(errOut.String(), "t0ken") || strings.Contains(errOut.String(), "s3cret") {
 		t.Error("configured secrets were logged")
+	}
+	// JSON logs: every line an object; the request's lines carry its id.
+	reqID := resp.Header.Get("X-Request-Id")
+	var withID int
+	for _, line := range strings.Split(strings.TrimSpace(errOut.String()), "\n") {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("a log line is not JSON: %q", line)
+		}
+		if entry["request_id"] == reqID {
+			withID++
+		}
+	}
+	if withID < 2 { // the audit line and the request line
+		t.Errorf("%d log lines carry the request id %s, want 2:\n%s", withID, reqID, errOut.String())
 	}
 	stop()
 	select {

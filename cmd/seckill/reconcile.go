@@ -24,8 +24,11 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg := config()
+	cfg, err := config()
 	switch {
+	case err != nil:
+		fmt.Fprintln(stderr, "seckill reconcile:", err)
+		return 2
 	case !inventory.ValidID(*sale):
 		fmt.Fprintln(stderr, "seckill reconcile: --sale is required and must be a sale id")
 		return 2

@@ -14,11 +14,18 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("seckill serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := configFlags(fs, getenv)
+	logger := logFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg := config()
-	cfg.Logger = newLogger(stderr)
+	cfg, err := config()
+	if err == nil {
+		cfg.Logger, err = logger(stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "seckill serve:", err)
+		return 2
+	}
 	if err := service.Run(ctx, cfg); err != nil {
 		fmt.Fprintln(stderr, "seckill:", err)
 		return 1

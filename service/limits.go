@@ -1,0 +1,177 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/ratelimit"
+	"github.com/seckill/seckill/store"
+)
+
+// Rate limits guard the buying flow (buys and purchase tokens), checked
+// after the request is authenticated and well-formed and before any
+// inventory work or purchase-token use, so a throttled request costs the
+// buyer nothing but the wait. Three scopes, each with its own key:
+//
+//   - user: one buyer's requests ("u:<user>"), default 5/s with a burst of 10;
+//   - ip: one client address's ("ip:<addr>"), default off: buyers behind one
+//     NAT or proxy share an address, and so does a load test;
+//   - sale: every buyer of one sale together ("s:<sale>"), default off.
+//
+// A sale may set its own limit for any scope ("off" included). Purchase
+// tokens are limited per user under their own key ("pt:<user>"), so asking
+// for tokens does not eat the buys. When Redis cannot be asked, each
+// instance enforces its share (1/Instances) of every limit in process.
+
+// Default rate limits.
+const (
+	DefaultRateLimitUser = "5/s,burst=10"
+	rateLimitOff         = "off"
+)
+
+// limits are the service-wide rate limits, parsed; nil is off.
+type limits struct {
+	user, ip, sale *ratelimit.Limit
+	trusted        []netip.Prefix
+}
+
+// parseLimitSpec reads a ParseLimit spec or "off" (nil).
+func parseLimitSpec(spec string) (*ratelimit.Limit, error) {
+	if spec == rateLimitOff {
+		return nil, nil
+	}
+	l, err := ratelimit.ParseLimit(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+func (s *Service) parseLimits() error {
+	for _, c := range []struct {
+		name, spec, def string
+		out             **ratelimit.Limit
+	}{
+		{"user", s.cfg.RateLimitUser, DefaultRateLimitUser, &s.limits.user},
+		{"ip", s.cfg.RateLimitIP, rateLimitOff, &s.limits.ip},
+		{"sale", s.cfg.RateLimitSale, rateLimitOff, &s.limits.sale},
+	} {
+		l, err := parseLimitSpec(orDefault(c.spec, c.def))
+		if err != nil {
+			return fmt.Errorf("bad %s rate limit %q: want e.g. 5/s,burst=10 or off", c.name, c.spec)
+		}
+		*c.out = l
+	}
+	for _, p := range s.cfg.TrustedProxies {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return fmt.Errorf("bad trusted proxy %q: want an address or a CIDR prefix", p)
+			}
+			prefix = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+		}
+		s.limits.trusted = append(s.limits.trusted, prefix.Masked())
+	}
+	return nil
+}
+
+// checkSaleLimits validates a sale's own limits, as given at its creation.
+func checkSaleLimits(r store.RateLimits) error {
+	for _, c := range []struct{ field, spec string }{{"per_user", r.PerUser}, {"per_ip", r.PerIP}, {"per_sale", r.PerSale}} {
+		if c.spec == "" {
+			continue
+		}
+		if _, err := parseLimitSpec(c.spec); err != nil {
+			return errInvalid("rate_limits." + c.field + " must be like 5/s,burst=10 or off")
+		}
+	}
+	return nil
+}
+
+// limitFor is the limit of a scope for a sale: its own, else the service's.
+func limitFor(own string, def *ratelimit.Limit) *ratelimit.Limit {
+	if own == "" {
+		return def
+	}
+	l, _ := parseLimitSpec(own) // checked at creation
+	return l
+}
+
+// throttle checks the buying flow's limits for one request; what is the
+// scope prefix of the user's key ("u" for buys, "pt" for purchase tokens).
+func (s *Service) throttle(r *http.Request, sale store.Sale, user, what string) error {
+	ip, ipLimit := s.clientIP(r), limitFor(sale.RateLimits.PerIP, s.limits.ip)
+	if !ip.IsValid() {
+		ipLimit = nil // not over TCP (a test's fake request): no address to limit
+	}
+	checks := []struct {
+		scope, key string
+		limit      *ratelimit.Limit
+	}{
+		{"user", what + ":" + user, limitFor(sale.RateLimits.PerUser, s.limits.user)},
+		{"ip", "ip:" + ip.WithZone("").String(), ipLimit},
+		{"sale", "s:" + sale.ID, limitFor(sale.RateLimits.PerSale, s.limits.sale)},
+	}
+	for _, c := range checks {
+		if c.limit == nil {
+			continue
+		}
+		res, err := s.limiter.Allow(r.Context(), c.key, *c.limit)
+		if err != nil {
+			return err
+		}
+		if !res.Allowed {
+			s.metrics.rateLimited.WithLabelValues(c.scope).Inc()
+			secs := max(int((res.RetryAfter+time.Second-1)/time.Second), 1)
+			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
+				Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", c.scope, c.limit, secs)}
+		}
+	}
+	return nil
+}
+
+// clientIP is the address the request came from: the peer's, unless the
+// peer is a trusted proxy; then X-Forwarded-For is read from the right,
+// skipping trusted proxies, and the first other address is the client.
+func (s *Service) clientIP(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	addr := ap.Addr().Unmap()
+	if !s.trustedProxy(addr) {
+		return addr
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			return addr // garbage: the last address a trusted proxy vouched for
+		}
+		addr = hop.Unmap()
+		if !s.trustedProxy(addr) {
+			return addr
+		}
+	}
+	return addr
+}
+
+func (s *Service) trustedProxy(a netip.Addr) bool {
+	for _, p := range s.limits.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Challenge is asked before a purchase token is issued: a captcha or
+// proof-of-work check, say. It returns nil to let the buyer have a token;
+// any error refuses with 403 permission_denied (the error's text is logged,
+// not shown).
+type Challenge func(ctx context.Context, r *http.Request, user, saleID string) error

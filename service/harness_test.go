@@ -21,18 +21,18 @@ import (
 // stack is what a service test runs on.
 type stack struct {
 	name  string
-	start func(t *testing.T) service.Config
+	start func(t testing.TB) service.Config
 }
 
 // stacks: the production pair (real Redis + PostgreSQL) and the embedded
 // defaults (miniredis + SQLite).
 var stacks = []stack{
-	{"redis+postgres", func(t *testing.T) service.Config {
+	{"redis+postgres", func(t testing.TB) service.Config {
 		rdb := redistest.Standalone(t)
 		return service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
 			DatabaseURL: dbtest.PostgresURL(t)}
 	}},
-	{"embedded", func(t *testing.T) service.Config {
+	{"embedded", func(t testing.TB) service.Config {
 		return service.Config{DatabaseURL: dbtest.SQLiteURL(t)}
 	}},
 }
@@ -45,12 +45,12 @@ func forEachStack(t *testing.T, f func(t *testing.T, a *app)) {
 
 // app is a running service and a client for it.
 type app struct {
-	t   *testing.T
+	t   testing.TB
 	svc *service.Service
 	ctx context.Context
 }
 
-func startApp(t *testing.T, cfg service.Config) *app {
+func startApp(t testing.TB, cfg service.Config) *app {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.AdminToken, cfg.JWTSecret = "admin-secret-token", "jwt-secret-for-tests"
@@ -86,7 +86,7 @@ type reply struct {
 	body   []byte
 }
 
-func (r reply) json(t *testing.T) map[string]any {
+func (r reply) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -96,7 +96,7 @@ func (r reply) json(t *testing.T) map[string]any {
 }
 
 // code is the error code of an error answer.
-func (r reply) code(t *testing.T) string {
+func (r reply) code(t testing.TB) string {
 	t.Helper()
 	e, _ := r.json(t)["error"].(map[string]any)
 	c, _ := e["code"].(string)
@@ -145,7 +145,7 @@ func (a *app) admin(method, path string, body any) reply {
 }
 
 // mustStatus fails the test unless r has the status.
-func mustStatus(t *testing.T, r reply, status int) {
+func mustStatus(t testing.TB, r reply, status int) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status %d, want %d: %s", r.status, status, r.body)

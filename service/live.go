@@ -174,6 +174,9 @@ func (s *Service) sample(ctx context.Context, prev map[string]int64, since time.
 
 func (s *Service) sampleSale(ctx context.Context, id string) liveSale {
 	ls := liveSale{ID: id}
+	// Every sale's dead-letter count exists from 0, so an alert on its
+	// increase sees the first one.
+	s.metrics.deadLetters.WithLabelValues(id)
 	st, err := s.eng.Stock(ctx, id)
 	if err != nil {
 		ls.Error = toAPI(err).Message

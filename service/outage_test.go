@@ -90,11 +90,23 @@ func TestRedisDownIs503(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	proxy := faultnet.Start(t, rdb.Options().Addr)
 	a := startApp(t, service.Config{RedisURL: "redis://" + proxy.Addr() + "/0", KeyPrefix: redistest.Prefix(t, rdb),
-		DatabaseURL: dbtest.SQLiteURL(t)})
+		DatabaseURL: dbtest.SQLiteURL(t), SampleEvery: 100 * time.Millisecond})
 	a.createSale("s1", 5, "A", 10)
 	mustStatus(t, buyOne(a, "s1", "u1"), http.StatusCreated)
 
 	proxy.Cut()
+	// The rate limiter falls back to its in-process share while Redis is
+	// away, and the live view (dashboard, metrics) says so.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		buyOne(a, "s1", "u2")
+		live := a.call("GET", "/v1/live", "", nil).json(t)
+		if live["redis"] == "unreachable" && live["rate_limit_degraded"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live view did not show Redis down and the rate limiter degraded: %v", live)
+		}
+	}
 	for name, r := range map[string]reply{
 		"buy":     buyOne(a, "s1", "u2"),
 		"read":    a.call("GET", "/v1/sales/s1", "", nil),

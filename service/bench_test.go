@@ -1,0 +1,59 @@
+package service_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+)
+
+// BenchmarkBuyHTTP: buys over HTTP against the service on the machine's
+// Redis and PostgreSQL (consumer running), each request a distinct buyer,
+// 64 connections; with the default per-user rate limit and without, to
+// show what the limit's extra Redis call costs.
+//
+//	go test -run '^$' -bench BuyHTTP -benchtime 20000x ./service/
+func BenchmarkBuyHTTP(b *testing.B) {
+	for _, c := range []struct{ name, userLimit string }{{"ratelimit=default", ""}, {"ratelimit=off", "off"}} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := stacks[0].start(b)
+			cfg.RateLimitUser = c.userLimit
+			a := startApp(b, cfg)
+			a.createSale("s1", 1, "A", int64(b.N)+1)
+			tokens := make([]string, b.N)
+			for i := range tokens {
+				tokens[i] = a.token(fmt.Sprint("u", i))
+			}
+			body := []byte(`{"items":[{"sku":"A","qty":1}]}`)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			url := a.svc.URL() + "/v1/sales/s1/orders"
+			var next, failed atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := next.Add(1) - 1
+					req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+					req.Header.Set("Authorization", "Bearer "+tokens[i])
+					resp, err := client.Do(req)
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusCreated {
+						failed.Add(1)
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
+			if failed.Load() > 0 {
+				b.Fatalf("%d of %d buys failed", failed.Load(), b.N)
+			}
+		})
+	}
+}

@@ -12,8 +12,10 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -177,6 +179,11 @@ type Config struct {
 	Segments int
 	// Batch is redis-batched's buys per call. Default 16.
 	Batch int
+	// Rounds measures every approach this many times, interleaved (all
+	// approaches, then all again), and reports each approach's median
+	// round: a burst of noise on a shared machine then moves one round,
+	// not the ratios. Default 1.
+	Rounds int
 	// Progress, if not nil, gets a progress line per approach (for a terminal).
 	Progress func(line string, final bool)
 }
@@ -199,6 +206,9 @@ func (c *Config) defaults() {
 	}
 	if c.Batch <= 0 {
 		c.Batch = 16
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 1
 	}
 }
 
@@ -229,6 +239,9 @@ type Result struct {
 	// CalibratedRate is the ops/s of the calibration run, when there was one.
 	CalibratedRate float64
 	FirstError     string
+	// RoundOps is the ops/s of every round, in run order, when there were
+	// several; the rest of the Result is the median round's.
+	RoundOps []float64
 }
 
 // OpsPerSec is the rate of answered buys.
@@ -250,7 +263,10 @@ func (r Result) Consistent() bool { return r.Remaining+r.Sold == r.Stock }
 type Report struct {
 	Machine Machine
 	Config  Config
+	// Results has one Result per approach: its median round.
 	Results []Result
+	// Rounds holds every round's results when there were several.
+	Rounds [][]Result
 }
 
 // BestDB returns the highest ops/s of the database approaches measured,
@@ -281,7 +297,14 @@ func (r Report) Ratio(res Result) float64 {
 // and not listed.
 func (r Report) Broken() []string {
 	var out []string
-	for _, res := range r.Results {
+	all := r.Results
+	if len(r.Rounds) > 1 { // an invariant broken in any round counts
+		all = nil
+		for _, round := range r.Rounds {
+			all = append(all, round...)
+		}
+	}
+	for _, res := range all {
 		if res.Ops == 0 {
 			out = append(out, fmt.Sprintf("%s sold nothing (%d errors)", res.Name, res.Errors))
 		}
@@ -297,12 +320,13 @@ func (r Report) Broken() []string {
 }
 
 // Run measures every approach of cfg, one after another, each on a fresh
-// hot item. It stops at the first approach that fails to set up or count
-// (returning what was measured so far) or when ctx ends.
+// hot item, Config.Rounds times over. It stops at the first approach that
+// fails to set up or count (returning what was measured so far) or when ctx
+// ends.
 func Run(ctx context.Context, s *Stores, cfg Config) (Report, error) {
 	cfg.defaults()
 	rep := Report{Machine: s.machine(), Config: cfg}
-	for i, name := range cfg.Approaches {
+	for _, name := range cfg.Approaches {
 		a, ok := lookup(name)
 		if !ok {
 			return rep, fmt.Errorf("bench: unknown approach %q", name)
@@ -310,12 +334,47 @@ func Run(ctx context.Context, s *Stores, cfg Config) (Report, error) {
 		if a.db && s.DB == nil || !a.db && s.Redis == nil {
 			return rep, fmt.Errorf("bench: %s needs a store that was not opened", name)
 		}
-		label := fmt.Sprintf("[%d/%d] %-22s", i+1, len(cfg.Approaches), name)
-		res, err := measure(ctx, s, a, cfg, label)
-		if err != nil {
-			return rep, fmt.Errorf("bench: %s: %w", name, err)
+	}
+	for round := 1; round <= cfg.Rounds; round++ {
+		var results []Result
+		for i, name := range cfg.Approaches {
+			a, _ := lookup(name)
+			label := fmt.Sprintf("[%d/%d] %-22s", i+1, len(cfg.Approaches), name)
+			if cfg.Rounds > 1 {
+				label = fmt.Sprintf("round %d/%d ", round, cfg.Rounds) + label
+			}
+			res, err := measure(ctx, s, a, cfg, label)
+			if err != nil {
+				rep.Results = results
+				return rep, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			results = append(results, res)
 		}
-		rep.Results = append(rep.Results, res)
+		rep.Rounds = append(rep.Rounds, results)
+	}
+	rep.Results = medians(rep.Rounds)
+	if cfg.Rounds == 1 {
+		rep.Rounds = nil
 	}
 	return rep, nil
+}
+
+// medians picks each approach's median round by ops/s (the lower middle of
+// an even count), with every round's ops/s in RoundOps.
+func medians(rounds [][]Result) []Result {
+	if len(rounds) == 1 {
+		return rounds[0]
+	}
+	out := make([]Result, len(rounds[0]))
+	for i := range out {
+		byOps := make([]Result, len(rounds))
+		ops := make([]float64, len(rounds))
+		for r := range rounds {
+			byOps[r], ops[r] = rounds[r][i], rounds[r][i].OpsPerSec()
+		}
+		slices.SortStableFunc(byOps, func(a, b Result) int { return cmp.Compare(a.OpsPerSec(), b.OpsPerSec()) })
+		out[i] = byOps[(len(byOps)-1)/2]
+		out[i].RoundOps = ops
+	}
+	return out
 }

@@ -464,3 +464,52 @@ func TestHistogram(t *testing.T) {
 		t.Error("percentile of nothing")
 	}
 }
+
+// TestRounds: each approach's median round is reported with every round's
+// ops/s; a round that broke an invariant counts even when it is not the
+// median; Run interleaves the rounds.
+func TestRounds(t *testing.T) {
+	res := func(name string, ops int64, oversold int64) Result {
+		return Result{Name: name, Atomic: true, Ops: ops, Elapsed: time.Second, Stock: 10, Sold: 10 + oversold, Remaining: -oversold}
+	}
+	rounds := [][]Result{
+		{res("a", 300, 0), res("b", 10, 0)},
+		{res("a", 100, 2), res("b", 30, 0)},
+		{res("a", 200, 0), res("b", 20, 0)},
+	}
+	got := medians(rounds)
+	if got[0].Ops != 200 || got[1].Ops != 20 || !slices.Equal(got[0].RoundOps, []float64{300, 100, 200}) {
+		t.Fatalf("medians = %+v", got)
+	}
+	rep := Report{Results: got, Rounds: rounds}
+	if b := rep.Broken(); len(b) != 1 || !strings.Contains(b[0], "a oversold 2 units") {
+		t.Fatalf("broken = %q, want the second round's oversell", b)
+	}
+
+	s := openStores(t, Target{RedisURL: Embedded, NeedRedis: true, Concurrency: 4})
+	var labels []string
+	cfg := Config{Approaches: []string{RedisLuaEvalSHA, RedisNaive}, Concurrency: 2, Stock: 20, Duration: 5 * time.Second, Rounds: 3,
+		Progress: func(line string, final bool) {
+			if final {
+				labels = append(labels, strings.Fields(line)[1]+" "+strings.Fields(line)[3])
+			}
+		}}
+	run, err := Run(t.Context(), s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1/3 redis-lua-evalsha", "1/3 redis-naive", "2/3 redis-lua-evalsha", "2/3 redis-naive", "3/3 redis-lua-evalsha", "3/3 redis-naive"}
+	if !slices.Equal(labels, want) || len(run.Rounds) != 3 || len(run.Results) != 2 || len(run.Results[0].RoundOps) != 3 {
+		t.Fatalf("order %q, %d rounds, results %+v", labels, len(run.Rounds), run.Results)
+	}
+	var doc struct {
+		Settings   struct{ Rounds int }
+		Approaches []struct {
+			RoundsOpsPerS []float64 `json:"rounds_ops_per_s"`
+		}
+	}
+	var buf bytes.Buffer
+	if err := PrintJSON(&buf, run); err != nil || json.Unmarshal(buf.Bytes(), &doc) != nil || doc.Settings.Rounds != 3 || len(doc.Approaches[1].RoundsOpsPerS) != 3 {
+		t.Fatalf("JSON %s", buf.String())
+	}
+}

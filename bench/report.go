@@ -73,6 +73,9 @@ func PrintText(w io.Writer, rep Report) {
 		fmt.Fprintf(hw, "stock\t%d for every approach; each runs until sold out or for %v\n", cfg.Stock, cfg.Duration)
 	}
 	fmt.Fprintf(hw, "sold\tcounted in the store afterwards: sales log rows (database), sold counters (Redis), order events (engine)\n")
+	if cfg.Rounds > 1 {
+		fmt.Fprintf(hw, "rounds\t%d, interleaved (every approach, then every approach again); each row is the approach's median round\n", cfg.Rounds)
+	}
 	_ = hw.Flush()
 	fmt.Fprintln(w)
 
@@ -108,6 +111,13 @@ func PrintText(w io.Writer, rep Report) {
 		}
 		if r.Errors > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %d errors, the first: %s", r.Name, r.Errors, r.FirstError))
+		}
+		if len(r.RoundOps) > 1 {
+			var each []string
+			for _, ops := range r.RoundOps {
+				each = append(each, thousands(int64(math.Round(ops))))
+			}
+			notes = append(notes, fmt.Sprintf("%s: ops/s of each round %s", r.Name, strings.Join(each, ", ")))
 		}
 	}
 	for _, b := range rep.Broken() {
@@ -220,6 +230,7 @@ type (
 		CalibrationS float64 `json:"calibration_s,omitempty"`
 		Segments     int     `json:"segments"`
 		Batch        int     `json:"batch"`
+		Rounds       int     `json:"rounds"`
 	}
 	jsonApproach struct {
 		Name       string  `json:"name"`
@@ -241,6 +252,9 @@ type (
 		// RatioToBestDB is null when no database approach ran.
 		RatioToBestDB *float64 `json:"ratio_to_best_db"`
 		FirstError    string   `json:"first_error,omitempty"`
+		// RoundsOpsPerS is every round's ops/s when there were several;
+		// the rest is the median round's.
+		RoundsOpsPerS []float64 `json:"rounds_ops_per_s,omitempty"`
 	}
 )
 
@@ -251,7 +265,7 @@ func PrintJSON(w io.Writer, rep Report) error {
 		Machine: jsonMachine{GOOS: m.GOOS, GOARCH: m.GOARCH, CPUs: m.CPUs, Go: m.Go,
 			Redis: m.Redis, RedisEmbedded: m.RedisEmbedded, Database: m.Database, DatabaseEmbedded: m.DatabaseEmbedded},
 		Settings: jsonSettings{Concurrency: cfg.Concurrency, StockSizing: "fixed",
-			DurationS: cfg.Duration.Seconds(), Segments: cfg.Segments, Batch: cfg.Batch},
+			DurationS: cfg.Duration.Seconds(), Segments: cfg.Segments, Batch: cfg.Batch, Rounds: max(cfg.Rounds, 1)},
 		Approaches: []jsonApproach{},
 	}
 	if cfg.Stock == 0 {
@@ -265,6 +279,9 @@ func PrintJSON(w io.Writer, rep Report) error {
 			Errors: r.Errors, Oversold: r.Oversold(), Sold: r.Sold, Stock: r.Stock, Remaining: r.Remaining,
 			Acked: r.Acked, Retries: r.Retries, ElapsedS: round(r.Elapsed.Seconds(), 3), SoldOut: r.SoldOut,
 			Consistent: r.Consistent(), FirstError: r.FirstError}
+		for _, ops := range r.RoundOps {
+			a.RoundsOpsPerS = append(a.RoundsOpsPerS, round(ops, 1))
+		}
 		if rep.BestDB() > 0 {
 			ratio := round(rep.Ratio(r), 2)
 			a.RatioToBestDB = &ratio

@@ -34,6 +34,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	chart := fs.String("chart", "", "also write a bar chart of ops/s to FILE.svg")
 	segments := fs.Int("segments", 8, "segments of redis-segmented")
 	batch := fs.Int("batch", 16, "buys per pipelined call of redis-batched")
+	rounds := fs.Int("rounds", 1, "measure every approach this many times, interleaved, and report each one's median round (steadier ratios on a noisy machine)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -57,6 +58,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return usage("--segments must be 1..1024")
 	case *batch < 1 || *batch > 10_000:
 		return usage("--batch must be 1..10000")
+	case *rounds < 1 || *rounds > 100:
+		return usage("--rounds must be 1..100")
 	}
 	if *chart != "" {
 		switch strings.ToLower(filepath.Ext(*chart)) {
@@ -70,7 +73,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	cfg := bench.Config{Approaches: names, Concurrency: *concurrency, Stock: *stock, Duration: *duration,
-		Segments: *segments, Batch: *batch}
+		Segments: *segments, Batch: *batch, Rounds: *rounds}
 	if *quick && !explicit["duration"] {
 		cfg.Duration = 2 * time.Second
 	}

@@ -126,17 +126,13 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 }
 
 type createSaleRequest struct {
-	ID                   *string `json:"id"`
-	PerUserLimit         *int64  `json:"per_user_limit"`
-	StartsAt             *string `json:"starts_at"`
-	EndsAt               *string `json:"ends_at"`
-	RequirePurchaseToken *bool   `json:"require_purchase_token"`
-	RateLimits           *struct {
-		PerUser *string `json:"per_user"`
-		PerIP   *string `json:"per_ip"`
-		PerSale *string `json:"per_sale"`
-	} `json:"rate_limits"`
-	Items []struct {
+	ID                   *string           `json:"id"`
+	PerUserLimit         *int64            `json:"per_user_limit"`
+	StartsAt             *string           `json:"starts_at"`
+	EndsAt               *string           `json:"ends_at"`
+	RequirePurchaseToken *bool             `json:"require_purchase_token"`
+	RateLimits           *store.RateLimits `json:"rate_limits"`
+	Items                []struct {
 		SKU   *string `json:"sku"`
 		Stock *int64  `json:"stock"`
 	} `json:"items"`
@@ -171,18 +167,11 @@ func (req createSaleRequest) sale() (store.Sale, error) {
 	if req.RequirePurchaseToken != nil {
 		sale.RequirePurchaseToken = *req.RequirePurchaseToken
 	}
-	if rl := req.RateLimits; rl != nil {
-		for _, f := range []struct {
-			in  *string
-			out *string
-		}{{rl.PerUser, &sale.RateLimits.PerUser}, {rl.PerIP, &sale.RateLimits.PerIP}, {rl.PerSale, &sale.RateLimits.PerSale}} {
-			if f.in != nil {
-				*f.out = *f.in
-			}
-		}
-		if err := checkSaleLimits(sale.RateLimits); err != nil {
+	if req.RateLimits != nil {
+		if err := checkSaleLimits(*req.RateLimits); err != nil {
 			return sale, err
 		}
+		sale.RateLimits = *req.RateLimits
 	}
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Stock == nil {
@@ -455,19 +444,20 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 
 // settings returns the sale's service-level settings, cached: they never
 // change after the sale is created.
-func (s *Service) settings(ctx context.Context, saleID string) (store.Sale, error) {
+func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, error) {
 	if v, ok := s.saleCache.Load(saleID); ok {
-		return v.(store.Sale), nil
+		return v.(saleSettings), nil
 	}
 	sale, err := s.db.Sale(ctx, saleID)
 	if err != nil {
 		if errors.Is(err, inventory.ErrNotFound) {
-			return store.Sale{}, errNotFound("sale not found: " + saleID)
+			return saleSettings{}, errNotFound("sale not found: " + saleID)
 		}
-		return store.Sale{}, err
+		return saleSettings{}, err
 	}
-	s.saleCache.Store(saleID, sale)
-	return sale, nil
+	settings := s.resolve(sale)
+	s.saleCache.Store(saleID, settings)
+	return settings, nil
 }
 
 // ---- operations

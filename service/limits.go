@@ -93,46 +93,61 @@ func checkSaleLimits(r store.RateLimits) error {
 	return nil
 }
 
-// limitFor is the limit of a scope for a sale: its own, else the service's.
-func limitFor(own string, def *ratelimit.Limit) *ratelimit.Limit {
-	if own == "" {
-		return def
+// saleSettings are a sale's service-level settings with its rate limits
+// resolved once, when the sale is first read: its own, else the service's;
+// nil is off.
+type saleSettings struct {
+	store.Sale
+	user, ip, sale *ratelimit.Limit
+}
+
+func (s *Service) resolve(sale store.Sale) saleSettings {
+	own := func(spec string, def *ratelimit.Limit) *ratelimit.Limit {
+		if spec == "" {
+			return def
+		}
+		l, _ := parseLimitSpec(spec) // checked at creation
+		return l
 	}
-	l, _ := parseLimitSpec(own) // checked at creation
-	return l
+	return saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
+		ip: own(sale.RateLimits.PerIP, s.limits.ip), sale: own(sale.RateLimits.PerSale, s.limits.sale)}
 }
 
 // throttle checks the buying flow's limits for one request; what is the
 // scope prefix of the user's key ("u" for buys, "pt" for purchase tokens).
-func (s *Service) throttle(r *http.Request, sale store.Sale, user, what string) error {
-	ip, ipLimit := s.clientIP(r), limitFor(sale.RateLimits.PerIP, s.limits.ip)
-	if !ip.IsValid() {
-		ipLimit = nil // not over TCP (a test's fake request): no address to limit
-	}
-	checks := []struct {
-		scope, key string
-		limit      *ratelimit.Limit
-	}{
-		{"user", what + ":" + user, limitFor(sale.RateLimits.PerUser, s.limits.user)},
-		{"ip", "ip:" + ip.WithZone("").String(), ipLimit},
-		{"sale", "s:" + sale.ID, limitFor(sale.RateLimits.PerSale, s.limits.sale)},
-	}
-	for _, c := range checks {
-		if c.limit == nil {
-			continue
-		}
-		res, err := s.limiter.Allow(r.Context(), c.key, *c.limit)
-		if err != nil {
+func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string) error {
+	if sale.user != nil {
+		if err := s.allow(r, "user", what+":"+user, sale.user); err != nil {
 			return err
 		}
-		if !res.Allowed {
-			s.metrics.rateLimited.WithLabelValues(c.scope).Inc()
-			secs := max(int((res.RetryAfter+time.Second-1)/time.Second), 1)
-			return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
-				Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", c.scope, c.limit, secs)}
+	}
+	if sale.ip != nil {
+		// No address when not over TCP (a test's fake request): nothing to limit.
+		if ip := s.clientIP(r); ip.IsValid() {
+			if err := s.allow(r, "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
+				return err
+			}
 		}
 	}
+	if sale.sale != nil {
+		return s.allow(r, "sale", "s:"+sale.ID, sale.sale)
+	}
 	return nil
+}
+
+// allow counts one hit of key under limit, or answers 429.
+func (s *Service) allow(r *http.Request, scope, key string, limit *ratelimit.Limit) error {
+	res, err := s.limiter.Allow(r.Context(), key, *limit)
+	if err != nil {
+		return err
+	}
+	if res.Allowed {
+		return nil
+	}
+	s.metrics.rateLimited.WithLabelValues(scope).Inc()
+	secs := max(int((res.RetryAfter+time.Second-1)/time.Second), 1)
+	return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
+		Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", scope, limit, secs)}
 }
 
 // clientIP is the address the request came from: the peer's, unless the

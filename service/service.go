@@ -78,7 +78,7 @@ type Service struct {
 	live      *live
 	http      *http.Server
 	listener  net.Listener
-	saleCache sync.Map // sale id -> store.Sale
+	saleCache sync.Map // sale id -> saleSettings
 	endpoints []string // "METHOD /path" of every route, as registered
 
 	stop    context.CancelFunc

@@ -125,11 +125,11 @@ func (s *Store) Audit(ctx context.Context, e AuditEntry) error {
 
 // AuditLog lists the audit entries of a sale ("" : of every sale), oldest first.
 func (s *Store) AuditLog(ctx context.Context, saleID string) ([]AuditEntry, error) {
-	q, args := `SELECT at, action, sale_id, target, detail, remote, request_id FROM admin_audit ORDER BY id`, []any(nil)
+	where, args := "", []any(nil)
 	if saleID != "" {
-		q, args = `SELECT at, action, sale_id, target, detail, remote, request_id FROM admin_audit WHERE sale_id = ? ORDER BY id`, []any{saleID}
+		where, args = "WHERE sale_id = ? ", []any{saleID}
 	}
-	rows, err := s.query(ctx, s.db, q, args...)
+	rows, err := s.query(ctx, s.db, `SELECT at, action, sale_id, target, detail, remote, request_id FROM admin_audit `+where+`ORDER BY id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: audit log: %w", err)
 	}

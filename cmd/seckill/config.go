@@ -16,12 +16,7 @@ import (
 // The returned function reads them once fs is parsed; its errors are one
 // line each.
 func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.Config, error) {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+	env := func(k, def string) string { return orEnv(getenv, k, def) }
 	addr := fs.String("addr", env("SECKILL_ADDR", "127.0.0.1:8080"), "listen address (env SECKILL_ADDR)")
 	redisURL := fs.String("redis", env("SECKILL_REDIS_URL", ""), "Redis URL redis://[user:pass@]host:port/db (env SECKILL_REDIS_URL); unset: embedded in-process server")
 	cluster := fs.String("redis-cluster", env("SECKILL_REDIS_CLUSTER_ADDRS", ""), "comma-separated host:port seeds of a Redis Cluster (env SECKILL_REDIS_CLUSTER_ADDRS)")

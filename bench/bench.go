@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seckill/seckill/inventory"
 )
 
 // The approaches, in the order a run measures them.
@@ -31,6 +33,7 @@ const (
 	RedisLuaEval        = "redis-lua-eval"
 	RedisLuaEvalSHA     = "redis-lua-evalsha"
 	RedisSegmented      = "redis-segmented"
+	RedisCoalesced      = "redis-coalesced"
 	RedisBatched        = "redis-batched"
 )
 
@@ -85,14 +88,23 @@ var approaches = []approach{
 		what: "SET NX PX with an owner token (waiters pause ~{W}); GET, check in Go, DECRBY + INCR sold in MULTI; compare-and-delete release (Lua)"},
 	{name: RedisNaive, prepare: prepareNaive,
 		what: "GET, check in Go, then DECRBY + INCR sold in MULTI: nothing holds the stock in between"},
-	{name: RedisLuaEval, atomic: true, prepare: prepareEngine(true, false),
-		what: "the engine's Buy with EvalEveryCall: buy.lua sent in full (EVAL) every call"},
-	{name: RedisLuaEvalSHA, atomic: true, prepare: prepareEngine(false, false),
-		what: "the engine's Buy: EVALSHA of buy.lua (checks, deducts, records the order and its stream event)"},
+	{name: RedisLuaEval, atomic: true, prepare: prepareEngine(singleCalls(true), false),
+		what: "the engine's Buy with EvalEveryCall, one buy per call: buy.lua sent in full (EVAL) every call"},
+	{name: RedisLuaEvalSHA, atomic: true, prepare: prepareEngine(singleCalls(false), false),
+		what: "the engine's Buy, one buy per call: EVALSHA of buy.lua (checks, deducts, records the order and its stream event)"},
 	{name: RedisSegmented, atomic: true, prepare: prepareSegmented,
 		what: "stock over {K} keys; a Lua DECR-if-enough (+ that segment's sold counter) on the buyer's segment, then the next ones"},
-	{name: RedisBatched, atomic: true, batched: true, prepare: prepareEngine(false, true),
-		what: "the engine's BuyMany: {B} buys per pipelined call, each its own buy.lua"},
+	{name: RedisCoalesced, atomic: true, prepare: prepareEngine(inventory.Options{}, false),
+		what: "the engine's Buy as it comes: concurrent buys coalesced into one buy.lua call, sold-out flags"},
+	{name: RedisBatched, atomic: true, batched: true, prepare: prepareEngine(singleCalls(false), true),
+		what: "the engine's BuyMany: {B} buys per call, one buy.lua run for the batch"},
+}
+
+// singleCalls are engine options that send every Buy as its own script
+// call and ask Redis even after a sell-out: the script alone.
+func singleCalls(evalEveryCall bool) inventory.Options {
+	return inventory.Options{EvalEveryCall: evalEveryCall, Coalesce: inventory.Coalesce{Off: true},
+		SoldOut: inventory.SoldOut{Off: true}}
 }
 
 // Names returns the names of every approach, in the order a run measures them.

@@ -267,7 +267,7 @@ func TestCalibrationAndTimeLimit(t *testing.T) {
 
 func TestSelect(t *testing.T) {
 	all, err := Select("")
-	if err != nil || !slices.Equal(all, Names()) || len(all) != 9 {
+	if err != nil || !slices.Equal(all, Names()) || len(all) != 10 {
 		t.Errorf("Select(\"\") = %v, %v", all, err)
 	}
 	got, err := Select(" redis-naive,db-pessimistic-lock ,redis-naive")

@@ -28,9 +28,13 @@ type engineItem struct {
 	line    []inventory.Line
 }
 
-func prepareEngine(evalEveryCall, batched bool) func(ctx context.Context, s *Stores, cfg Config, stock int64) (hotItem, error) {
+// prepareEngine's approach buys through an engine with opts (its Prefix is
+// set per item), with Buy, or with BuyMany when batched.
+func prepareEngine(opts inventory.Options, batched bool) func(ctx context.Context, s *Stores, cfg Config, stock int64) (hotItem, error) {
+	evalEveryCall := opts.EvalEveryCall
 	return func(ctx context.Context, s *Stores, _ Config, stock int64) (hotItem, error) {
-		eng := inventory.New(s.Redis, inventory.Options{Prefix: s.newItemTag(), EvalEveryCall: evalEveryCall})
+		opts.Prefix = s.newItemTag()
+		eng := inventory.New(s.Redis, opts)
 		it := &engineItem{eng: eng, rdb: s.Redis, batched: batched, line: []inventory.Line{{SKU: engineSKU, Qty: 1}}}
 		if err := eng.CreateSale(ctx, inventory.Sale{ID: engineSale, PerUserLimit: 1,
 			Items: []inventory.Item{{SKU: engineSKU, Stock: stock}}}); err != nil {

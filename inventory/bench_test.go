@@ -1,6 +1,7 @@
 package inventory_test
 
 import (
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -9,29 +10,33 @@ import (
 	"github.com/seckill/seckill/inventory"
 )
 
-// BenchmarkBuy measures one-item buys on the local Redis, each by a
-// different buyer, from GOMAXPROCS x 1 and GOMAXPROCS x 25 parallel callers
-// (2 and 50 on a 2-core machine: 50 is what redis-benchmark -c 50 uses).
-// Run: go test -run '^$' -bench BenchmarkBuy -benchtime 200000x ./inventory/
+// BenchmarkBuy measures one-item buys through Buy, each by a different
+// buyer, on the local Redis, from GOMAXPROCS x 1, x 25 and x 128 parallel
+// callers (2, 50 and 256 on a 2-core machine: 50 is what redis-benchmark
+// -c 50 uses), with buys coalesced (the default) and each sent alone.
+// Run: go test -run '^$' -bench 'BenchmarkBuy$' -benchtime 300000x ./inventory/
 func BenchmarkBuy(b *testing.B) {
-	for _, par := range []int{1, 25} {
-		b.Run("callers=GOMAXPROCSx"+strconv.Itoa(par), func(b *testing.B) {
-			eng := benchEngine(b)
-			var next atomic.Int64
-			b.SetParallelism(par)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				line := []inventory.Line{{SKU: "A", Qty: 1}}
-				for pb.Next() {
-					user := "u" + strconv.FormatInt(next.Add(1), 36)
-					if _, err := eng.Buy(b.Context(), "bench", user, line, ""); err != nil {
-						b.Error(err)
-						return
+	for _, coalesce := range []bool{true, false} {
+		for _, par := range []int{1, 25, 128} {
+			name := fmt.Sprintf("coalesce=%v/callers=GOMAXPROCSx%d", coalesce, par)
+			b.Run(name, func(b *testing.B) {
+				eng := benchEngine(b, inventory.Options{Coalesce: inventory.Coalesce{Off: !coalesce}})
+				var next atomic.Int64
+				b.SetParallelism(par)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					line := []inventory.Line{{SKU: "A", Qty: 1}}
+					for pb.Next() {
+						user := "u" + strconv.FormatInt(next.Add(1), 36)
+						if _, err := eng.Buy(b.Context(), "bench", user, line, ""); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
 			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
-		})
+		}
 	}
 }
 
@@ -41,7 +46,7 @@ func BenchmarkBuy(b *testing.B) {
 func BenchmarkBuyMany(b *testing.B) {
 	for _, batch := range []int{1, 16, 64} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
-			eng := benchEngine(b)
+			eng := benchEngine(b, inventory.Options{})
 			var next atomic.Int64
 			b.SetParallelism(32)
 			b.ResetTimer()
@@ -73,9 +78,10 @@ func BenchmarkBuyMany(b *testing.B) {
 
 // benchEngine is an engine on the local Redis with a sale "bench" whose
 // item A holds a billion units, one per buyer.
-func benchEngine(b *testing.B) *inventory.Engine {
+func benchEngine(b *testing.B, opts inventory.Options) *inventory.Engine {
 	rdb := redistest.Standalone(b)
-	eng := inventory.New(rdb, inventory.Options{Prefix: redistest.Prefix(b, rdb)})
+	opts.Prefix = redistest.Prefix(b, rdb)
+	eng := inventory.New(rdb, opts)
 	if err := eng.CreateSale(b.Context(), inventory.Sale{ID: "bench", PerUserLimit: 1,
 		Items: []inventory.Item{{SKU: "A", Stock: inventory.MaxQty}}}); err != nil {
 		b.Fatal(err)

@@ -3,13 +3,17 @@
 --
 -- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
 -- KEYS[4] events stream
+-- KEYS[5] marker of this cancel call (kept for a day): a call retried after
+--         its reply was lost finds it and is no replay
 -- ARGV[1] now, unix ms
 -- ARGV[2] order id
 -- ARGV[3] user id the order must belong to, "" for any (an operator)
+-- ARGV[4] channel to announce the stock that came back on, "" for none
+-- ARGV[5] sale id, for the announcement "<sale>|<sku>,<sku>..."
 --
 -- Reply, the first element is the outcome:
 --   {0, record, r1, r2, ...}  cancelled now; rN is line N's remaining after it
---   {1, record, r1, r2, ...}  was already cancelled; nothing changed
+--   {1, record, r1, r2, ...}  was already cancelled (by another call); nothing changed
 --   {2}                       the sale is not in Redis: rebuild it, call again
 --   {4}                       no such order (or not this user's)
 --   {8, field}                a stored value is not what the engine wrote
@@ -32,7 +36,9 @@ for s, q in string.gmatch(lines, '([^,=]+)=(%d+)') do
 end
 
 if status == 'c' then
-  local reply = {1, record}
+  local code = 1
+  if redis.call('EXISTS', KEYS[5]) == 1 then code = 0 end -- this call's own first attempt
+  local reply = {code, record}
   for i = 1, #sku do reply[i + 2] = rem[i] end
   return reply
 end
@@ -63,4 +69,6 @@ for i = 1, #sku do
   end
 end
 redis.call('HSET', KEYS[3], order_id, record)
+redis.call('SET', KEYS[5], '1', 'EX', 86400)
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5] .. '|' .. table.concat(sku, ',')) end
 return reply

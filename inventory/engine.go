@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/luascript"
+	"github.com/seckill/seckill/ratelimit"
 )
 
 // Client is the part of a go-redis client the engine uses. *redis.Client,
@@ -55,6 +57,10 @@ type Options struct {
 	// SHA (EVALSHA). Slower; it exists to measure what the script cache
 	// saves (seckill bench).
 	EvalEveryCall bool
+	// Coalesce tunes how concurrent buys of one sale share script calls.
+	Coalesce Coalesce
+	// SoldOut tunes the in-process sold-out flags.
+	SoldOut SoldOut
 }
 
 // Engine sells the stock of flash sales held in Redis. Every call that
@@ -68,18 +74,24 @@ type Engine struct {
 	clock   Clock
 	lockTTL time.Duration
 	waitFor time.Duration
+
+	coalesce   Coalesce
+	coalescers sync.Map // sale id -> *coalescer
+	soldOut    *soldOutFlags
 }
 
 // New returns an engine that keeps its sales in rdb.
 func New(rdb Client, opts Options) *Engine {
 	e := &Engine{
-		rdb:     rdb,
-		run:     &scriptRunner{rdb: rdb, evalAlways: opts.EvalEveryCall},
-		prefix:  opts.Prefix,
-		loader:  opts.Loader,
-		clock:   opts.Clock,
-		lockTTL: opts.InitLockTTL,
-		waitFor: opts.InitTimeout,
+		rdb:      rdb,
+		run:      &scriptRunner{rdb: rdb, evalAlways: opts.EvalEveryCall},
+		prefix:   opts.Prefix,
+		loader:   opts.Loader,
+		clock:    opts.Clock,
+		lockTTL:  opts.InitLockTTL,
+		waitFor:  opts.InitTimeout,
+		coalesce: opts.Coalesce.withDefaults(),
+		soldOut:  newSoldOutFlags(opts.SoldOut, opts.Clock),
 	}
 	if e.prefix == "" {
 		e.prefix = "seckill"
@@ -176,6 +188,11 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 // and every sku must have the units. The order is recorded and its event
 // appended to the sale's stream in the same script.
 //
+// Concurrent buys of one sale are coalesced (see Options.Coalesce): a buy
+// that finds no call of its sale in flight is sent at once, alone; buys that
+// arrive while calls are in flight go together in the next call, one script
+// run that processes them in order, each still all-or-nothing.
+//
 // With a non-empty idempotencyKey, a repeat by the same user returns the
 // order the first call made (Receipt.Replayed) and changes nothing. Buy is
 // also safe to retry after a network error: the order id is chosen before
@@ -185,18 +202,38 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 // unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
 // (*LimitError) or ErrSoldOut (*SoldOutError, naming every short sku).
 func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, idempotencyKey string) (Receipt, error) {
-	bc, err := e.newBuyCall(BuyRequest{SaleID: saleID, UserID: userID, Lines: lines, IdempotencyKey: idempotencyKey})
+	return e.BuyWith(ctx, BuyRequest{SaleID: saleID, UserID: userID, Lines: lines, IdempotencyKey: idempotencyKey})
+}
+
+// BuyWith is Buy with the options of a BuyRequest (a throttle).
+func (e *Engine) BuyWith(ctx context.Context, r BuyRequest) (Receipt, error) {
+	bc, err := e.newBuyCall(r)
 	if err != nil {
 		return Receipt{}, err
 	}
-	return e.finishBuy(ctx, bc)
+	if err := e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey); err != nil {
+		return Receipt{}, err
+	}
+	if e.coalesce.Off {
+		return e.finishBuy(ctx, bc)
+	}
+	return e.coalescerOf(r.SaleID).buy(ctx, bc)
 }
 
-// BuyRequest is one buy of BuyMany.
+// BuyRequest is one buy of BuyWith or BuyMany.
 type BuyRequest struct {
 	SaleID, UserID string
 	Lines          []Line
 	IdempotencyKey string
+	// Throttle, when set, limits this buyer's buys of this sale: it is
+	// checked first, in the buy's own script (no extra round trip), and a
+	// buy it refuses changes nothing else and fails with a *ThrottledError.
+	// Every buy it lets through, whatever its outcome, counts against it.
+	// The state is kept per buyer and sale, under the sale's hash tag
+	// ("{<prefix>:<sale>}:throttle:<user>", expiring once the bucket is full
+	// again), so it works on Redis Cluster alike. A sold-out flag may refuse
+	// a buy before it counts (see SoldOut).
+	Throttle *ratelimit.Bucket
 }
 
 // BuyResult is the outcome of one buy of BuyMany: what Buy would return.
@@ -206,88 +243,188 @@ type BuyResult struct {
 }
 
 // BuyMany runs many buys, of any sales and users, in one pipeline (one
-// round trip per Redis node). Each buy is its own atomic script, with
-// exactly Buy's checks, writes and results; a buy that needs more than one
-// round trip (its sale must be rebuilt, its connection failed) finishes
-// alone, the way Buy would. Results are in the order of reqs.
+// round trip per Redis node): the buys of each sale go as script calls of
+// up to Options.Coalesce.MaxBatch buys, run in the order of reqs. Each buy
+// has exactly Buy's checks, writes and results, all-or-nothing on its own;
+// a buy that needs more than one round trip (its sale must be rebuilt, its
+// connection failed) finishes alone, the way Buy would. Results are in the
+// order of reqs.
 func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 	out := make([]BuyResult, len(reqs))
-	calls := make([]call, 0, len(reqs))
-	pending := make([]buyCall, 0, len(reqs))
-	at := make([]int, 0, len(reqs))
+	type group struct {
+		sale string
+		bcs  []buyCall
+		at   []int
+	}
+	var groups []*group
+	open := map[string]*group{} // each sale's group still taking buys
 	for i, r := range reqs {
 		bc, err := e.newBuyCall(r)
+		if err == nil {
+			err = e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey)
+		}
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		calls = append(calls, call{s: buyScript, keys: bc.keys, args: bc.args})
-		pending, at = append(pending, bc), append(at, i)
+		g := open[r.SaleID]
+		if g == nil || len(g.bcs) == e.coalesce.MaxBatch {
+			g = &group{sale: r.SaleID}
+			groups = append(groups, g)
+			open[r.SaleID] = g
+		}
+		g.bcs, g.at = append(g.bcs, bc), append(g.at, i)
+	}
+	calls := make([]call, len(groups))
+	now := e.nowMs()
+	for j, g := range groups {
+		calls[j] = e.batchCall(g.bcs, now)
 	}
 	for j, res := range e.run.runPipelined(ctx, calls) {
-		i, bc := at[j], pending[j]
-		if res.err != nil || code(res.reply) == codeMissing || code(res.reply) == codeIDTaken {
-			out[i].Receipt, out[i].Err = e.finishBuy(ctx, bc) // same order id: safe even if it ran
-			continue
+		g := groups[j]
+		replies, err := buyReplies(res.reply, res.err, len(g.bcs))
+		for k, bc := range g.bcs {
+			i := g.at[k]
+			if err != nil || code(replies[k]) == codeIDTaken {
+				out[i].Receipt, out[i].Err = e.finishBuy(ctx, bc) // same order id: safe even if it ran
+				continue
+			}
+			out[i].Receipt, out[i].Err = e.decodeBuy(replies[k], bc)
 		}
-		out[i].Receipt, out[i].Err = e.decodeBuy(res.reply, bc.placed)
 	}
 	return out
 }
 
-// buyCall is one buy.lua call, ready to send: the order id is chosen before
-// the first attempt and kept by every retry.
+// buyCall is one buy of a buy.lua call, ready to send: the order id is
+// chosen before the first attempt and kept by every retry.
 type buyCall struct {
-	keys   []string
-	args   []any
-	placed Order
+	keys     []string
+	args     []any // this buy's part of the script's arguments
+	placed   Order
+	epoch    uint64 // the sold-out flags' epoch before it was sent
+	throttle ratelimit.Bucket
 }
 
 func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
 		return buyCall{}, err
 	}
+	var th ratelimit.Bucket
+	if r.Throttle != nil {
+		th = *r.Throttle
+		if th.Rate < 1 || th.PeriodUS < 1 || th.Capacity < 1 {
+			return buyCall{}, invalid("throttle", "needs a positive rate, period and capacity (use ratelimit.Limit.Bucket)")
+		}
+	}
 	k := e.keys(r.SaleID)
-	now := e.nowMs()
 	orderID := newOrderID(r.SaleID)
-	args := make([]any, 0, 5+2*len(r.Lines))
-	args = append(args, now, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines))
+	args := make([]any, 0, 8+2*len(r.Lines))
+	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity, len(r.Lines))
 	for _, l := range r.Lines {
 		args = append(args, l.SKU, l.Qty)
 	}
 	return buyCall{
-		keys: []string{k.sale, k.bought, k.orders, k.idem, k.events},
-		args: args,
+		throttle: th,
+		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.tag + ":throttle:"},
+		args:     args,
 		placed: Order{ID: orderID, SaleID: r.SaleID, UserID: r.UserID, Status: OrderPending,
-			Items: r.Lines, IdempotencyKey: r.IdempotencyKey, CreatedAt: time.UnixMilli(now).UTC()},
+			Items: r.Lines, IdempotencyKey: r.IdempotencyKey},
+		epoch: e.soldOut.epoch.Load(),
 	}, nil
 }
 
-// finishBuy sends a buy until it has an answer: through a rebuild of its
-// sale, transport retries, and (astronomically rarely) a new order id.
+// batchCall is one buy.lua call running bcs, all of one sale, in order, at
+// time now; it stamps each placed order with that time.
+func (e *Engine) batchCall(bcs []buyCall, now int64) call {
+	n := 3
+	for _, bc := range bcs {
+		n += len(bc.args)
+	}
+	args := make([]any, 0, n)
+	args = append(args, now, now*1000, len(bcs))
+	created := time.UnixMilli(now).UTC()
+	for i := range bcs {
+		args = append(args, bcs[i].args...)
+		bcs[i].placed.CreatedAt = created
+	}
+	return call{s: buyScript, keys: bcs[0].keys, args: args}
+}
+
+// buyReplies splits a buy.lua reply into its n buys' replies, each a
+// non-empty array led by its integer code. A sale missing from Redis, an
+// error or a malformed reply is an error for the whole call.
+func buyReplies(reply []any, err error, n int) ([][]any, error) {
+	if err != nil {
+		return nil, err
+	}
+	if code(reply) != codeOK || len(reply) != n+1 {
+		return nil, unexpected(buyScript, reply)
+	}
+	out := make([][]any, n)
+	for i := range out {
+		r, ok := reply[i+1].([]any)
+		if !ok || len(r) == 0 {
+			return nil, unexpected(buyScript, reply)
+		}
+		if _, ok := r[0].(int64); !ok {
+			return nil, unexpected(buyScript, reply)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// runBuys runs bcs, all of one sale, as one buy.lua call: through a rebuild
+// of the sale when it is missing from Redis, but with no transport retries
+// (a caller retries each buy alone, with finishBuy).
+func (e *Engine) runBuys(ctx context.Context, bcs []buyCall) ([][]any, error) {
+	c := e.batchCall(bcs, e.nowMs())
+	reply, err := e.runSale(ctx, bcs[0].placed.SaleID, c.s, c.keys, c.args...)
+	return buyReplies(reply, err, len(bcs))
+}
+
+// finishBuy sends a buy alone until it has an answer: through a rebuild of
+// its sale, transport retries, and (astronomically rarely) a new order id.
 func (e *Engine) finishBuy(ctx context.Context, bc buyCall) (Receipt, error) {
+	return e.finishBuyAfter(ctx, bc, 0)
+}
+
+// finishBuyAfter is finishBuy for a buy whose call already failed failed
+// times with a transport error.
+func (e *Engine) finishBuyAfter(ctx context.Context, bc buyCall, failed int) (Receipt, error) {
+	one := []buyCall{bc}
 	for attempt := 1; ; attempt++ {
-		reply, err := e.retryTransient(ctx, func() ([]any, error) {
-			return e.runSale(ctx, bc.placed.SaleID, buyScript, bc.keys, bc.args...)
+		var replies [][]any
+		_, err := e.retryTransientAfter(ctx, failed, func() ([]any, error) {
+			var err error
+			replies, err = e.runBuys(ctx, one)
+			return nil, err
 		})
 		if err != nil {
 			return Receipt{}, err
 		}
-		if code(reply) == codeIDTaken && attempt < maxIDAttempts {
-			bc.placed.ID = newOrderID(bc.placed.SaleID) // 80 random bits collided
-			bc.args[2] = bc.placed.ID
+		failed = 0
+		if code(replies[0]) == codeIDTaken && attempt < maxIDAttempts {
+			one[0].placed.ID = newOrderID(bc.placed.SaleID) // 80 random bits collided
+			one[0].args[1] = one[0].placed.ID
 			continue
 		}
-		return e.decodeBuy(reply, bc.placed)
+		return e.decodeBuy(replies[0], one[0])
 	}
 }
 
-func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
+func (e *Engine) decodeBuy(reply []any, bc buyCall) (Receipt, error) {
+	placed := bc.placed
 	switch code(reply) {
 	case codeOK:
 		rem, err := ints(from(reply, 1))
 		if err != nil || len(rem) != len(placed.Items) {
 			return Receipt{}, unexpected(buyScript, reply)
+		}
+		for i, l := range placed.Items {
+			if rem[i] == 0 {
+				e.soldOut.mark(placed.SaleID, l.SKU, bc.epoch)
+			}
 		}
 		return Receipt{Order: placed, Remaining: rem}, nil
 	case codeReplay:
@@ -305,7 +442,7 @@ func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
 		}
 		// The order this very call made (its first attempt ran, but the
 		// reply was lost) is no replay for the caller.
-		return Receipt{Order: o, Remaining: rem, Replayed: id != placed.ID}, nil
+		return Receipt{Order: o, Remaining: rem, Replayed: id != placed.ID, Retried: id == placed.ID}, nil
 	case codeNotActive:
 		return Receipt{}, &NotActiveError{Status: Status(str(at(reply, 1)))}
 	case codeUnknown:
@@ -313,8 +450,26 @@ func (e *Engine) decodeBuy(reply []any, placed Order) (Receipt, error) {
 	case codeLimit:
 		limit, _ := at(reply, 1).(int64)
 		return Receipt{}, &LimitError{Limit: limit, SKUs: strs(from(reply, 2))}
+	case codeRefused:
+		debt, ok := at(reply, 1).(int64)
+		if !ok || bc.throttle.Rate == 0 {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		return Receipt{}, &ThrottledError{RetryAfter: bc.throttle.Result(false, debt, 1).RetryAfter}
 	case codeSoldOut:
-		return Receipt{}, &SoldOutError{SKUs: strs(from(reply, 1))}
+		short := from(reply, 1)
+		if len(short)%2 != 0 {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		err := &SoldOutError{}
+		for i := 0; i < len(short); i += 2 {
+			sku := str(short[i])
+			err.SKUs = append(err.SKUs, sku)
+			if left, ok := short[i+1].(int64); ok && left == 0 {
+				e.soldOut.mark(placed.SaleID, sku, bc.epoch)
+			}
+		}
+		return Receipt{}, err
 	}
 	return Receipt{}, unexpected(buyScript, reply)
 }
@@ -335,11 +490,14 @@ func (e *Engine) Cancel(ctx context.Context, orderID, userID string) (Receipt, e
 		}
 	}
 	k := e.keys(saleID)
-	keys := []string{k.sale, k.bought, k.orders, k.events}
+	keys := []string{k.sale, k.bought, k.orders, k.events, k.op(newToken())}
 	now := e.nowMs()
+	done := e.soldOut.returning()
 	reply, err := e.retryTransient(ctx, func() ([]any, error) {
-		return e.runSale(ctx, saleID, cancelScript, keys, now, orderID, userID)
+		return e.runSale(ctx, saleID, cancelScript, keys, now, orderID, userID, e.StockChannel(), saleID)
 	})
+	// Even a failed call may have returned stock: never keep refusing it.
+	done(saleID)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -374,10 +532,12 @@ func (e *Engine) Restock(ctx context.Context, saleID, sku string, qty int64) (in
 	}
 	k := e.keys(saleID)
 	keys := []string{k.sale, k.events, k.op(newToken())}
-	args := []any{e.nowMs(), sku, qty, int64(maxStocked)}
+	args := []any{e.nowMs(), sku, qty, int64(maxStocked), e.StockChannel(), saleID + "|" + sku}
+	done := e.soldOut.returning()
 	reply, err := e.retryTransient(ctx, func() ([]any, error) {
 		return e.runSale(ctx, saleID, restockScript, keys, args...)
 	})
+	done(saleID, sku) // even a failed call may have added stock
 	if err != nil {
 		return 0, err
 	}
@@ -531,8 +691,23 @@ const transientRetries = 2
 // retryTransient runs f again when it fails with a transport error (not a
 // reply from Redis, not a cancelled context).
 func (e *Engine) retryTransient(ctx context.Context, f func() ([]any, error)) ([]any, error) {
+	return e.retryTransientAfter(ctx, 0, f)
+}
+
+// retryTransientAfter is retryTransient for a call already sent failed
+// times (in a coalesced call that failed as a whole, say): it waits, then
+// sends it only the attempts left.
+func (e *Engine) retryTransientAfter(ctx context.Context, failed int, f func() ([]any, error)) ([]any, error) {
 	wait := 10 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	for range failed {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 4
+	}
+	for attempt := failed; ; attempt++ {
 		reply, err := f()
 		if err == nil || attempt == transientRetries || !transient(ctx, err) {
 			return reply, err

@@ -77,7 +77,8 @@ func TestBuyOutcomes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				r := newRig(t, b, inventory.Options{})
+				// The script's own order of checks: no sold-out flag answers first.
+				r := newRig(t, b, inventory.Options{SoldOut: inventory.SoldOut{Off: true}})
 				r.clock.Set(start.Add(time.Minute))
 				r.create(inventory.Sale{ID: "s1", PerUserLimit: 3, StartsAt: start, EndsAt: start.Add(time.Hour),
 					Paused: tc.paused, Items: []inventory.Item{{SKU: "A", Stock: 5}, {SKU: "B", Stock: 1}, {SKU: "U", Stock: -1}}})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors. Every error the engine returns for a business outcome matches
@@ -20,6 +21,8 @@ var (
 	ErrSoldOut = errors.New("seckill: sold out")
 	// ErrLimitExceeded: the buy would take the buyer over the per-user limit.
 	ErrLimitExceeded = errors.New("seckill: per-user limit exceeded")
+	// ErrThrottled: the buy's throttle (BuyRequest.Throttle) refused it.
+	ErrThrottled = errors.New("seckill: buyer rate limited")
 	// ErrSaleNotActive: the sale has not started, has ended, or is paused.
 	ErrSaleNotActive = errors.New("seckill: sale not active")
 	// ErrUnavailable: the sale's state is missing from Redis and could not be
@@ -94,3 +97,14 @@ func (e *NotActiveError) Error() string {
 
 // Is reports whether target is ErrSaleNotActive.
 func (e *NotActiveError) Is(target error) bool { return target == ErrSaleNotActive }
+
+// ThrottledError is a buy its throttle refused; the same buy would be let
+// through after RetryAfter. It matches ErrThrottled.
+type ThrottledError struct{ RetryAfter time.Duration }
+
+func (e *ThrottledError) Error() string {
+	return fmt.Sprintf("seckill: buyer rate limited; retry in %v", e.RetryAfter)
+}
+
+// Is reports whether target is ErrThrottled.
+func (e *ThrottledError) Is(target error) bool { return target == ErrThrottled }

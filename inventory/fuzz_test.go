@@ -95,15 +95,24 @@ func TestShortRepliesAreCorruptNotPanics(t *testing.T) {
 	for _, reply := range [][]any{
 		{int64(codeOK)}, {int64(codeOK), int64(3)}, {int64(codeOK), "x", int64(3)},
 		{int64(codeReplay)}, {int64(codeReplay), "s1.x"}, {int64(codeReplay), "s1.x", "garbage"},
-		{int64(codeCorrupt)}, {int64(99)},
+		{int64(codeCorrupt)}, {int64(99)}, {int64(codeSoldOut), "A"},
 	} {
-		if _, err := e.decodeBuy(reply, placed); !errors.Is(err, ErrCorrupt) {
+		if _, err := e.decodeBuy(reply, buyCall{placed: placed}); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("decodeBuy(%v) err = %v, want ErrCorrupt", reply, err)
 		}
 	}
 	for _, reply := range [][]any{{int64(codeNotActive)}, {int64(codeLimit)}, {int64(codeSoldOut)}, {int64(codeUnknown)}} {
-		if _, err := e.decodeBuy(reply, placed); err == nil {
+		if _, err := e.decodeBuy(reply, buyCall{placed: placed}); err == nil {
 			t.Errorf("decodeBuy(%v) succeeded", reply)
+		}
+	}
+	// A batch reply must hold one array per buy, each led by its code.
+	for _, reply := range [][]any{
+		{int64(codeOK)}, {int64(codeOK), []any{int64(codeOK)}, "x"}, {int64(codeOK), []any{}},
+		{int64(codeOK), []any{"0"}}, {int64(codeMissing)},
+	} {
+		if _, err := buyReplies(reply, nil, 2); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("buyReplies(%v) err = %v, want ErrCorrupt", reply, err)
 		}
 	}
 }

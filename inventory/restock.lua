@@ -2,13 +2,16 @@
 -- restock id: a call retried after a network error does not add twice.
 --
 -- KEYS[1] sale hash    KEYS[2] events stream
--- KEYS[3] marker of this restock id (kept for a day)
+-- KEYS[3] marker of this restock id: the remaining right after it (kept a day)
 -- ARGV[1] now, unix ms    ARGV[2] sku    ARGV[3] units to add (> 0)
 -- ARGV[4] the most units an item may have been stocked with in total
+-- ARGV[5] channel to announce the stock that came back on, "" for none
+-- ARGV[6] the announcement, "<sale>|<sku>"
 --
 -- Reply, the first element is the outcome:
 --   {0, remaining}   added; remaining after it
---   {1, remaining}   this restock id was applied already; remaining now
+--   {1, remaining}   this restock id was applied already; remaining right
+--                    after it was (the marker keeps it)
 --   {2}              the sale is not in Redis: rebuild it, call again
 --   {4, sku}         the sale has no such sku
 --   {8, field}       a stored value is not what the engine wrote
@@ -21,7 +24,8 @@ if not v[1] then return {4, sku} end
 local rem, stocked = tonumber(v[1]), tonumber(v[2])
 if not rem then return {8, 'r:' .. sku} end
 if not stocked then return {8, 't:' .. sku} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {1, rem} end
+local applied = redis.call('GET', KEYS[3])
+if applied then return {1, tonumber(applied) or rem} end
 if rem == -1 then return {9, 'unlimited'} end
 if stocked + qty > tonumber(ARGV[4]) then return {9, 'too_much'} end
 
@@ -31,6 +35,8 @@ if stocked + qty > tonumber(ARGV[4]) then return {9, 'too_much'} end
 -- above has read, so if it fails, nothing has been written.
 redis.call('XADD', KEYS[2], '*', 'type', 'restocked', 'sku', sku, 'qty', ARGV[3],
   'remaining', string.format('%d', rem + qty), 'at', ARGV[1])
-redis.call('SET', KEYS[3], '1', 'EX', 86400)
 redis.call('HINCRBY', KEYS[1], 't:' .. sku, qty)
-return {0, redis.call('HINCRBY', KEYS[1], 'r:' .. sku, qty)}
+local remaining = redis.call('HINCRBY', KEYS[1], 'r:' .. sku, qty)
+redis.call('SET', KEYS[3], string.format('%d', remaining), 'EX', 86400)
+if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+return {0, remaining}

@@ -94,11 +94,19 @@ type Order struct {
 // Receipt is the result of Buy or Cancel: the order and the remaining stock
 // of each of its items right after the call (-1 for unlimited items).
 type Receipt struct {
-	Order     Order
-	Remaining []int64 // parallel to Order.Items
+	Order Order
+	// Remaining is each line's remaining stock right after the call's
+	// change (parallel to Order.Items); for a replay, and for a buy that
+	// had to be sent again (Retried), it is the remaining at that moment.
+	Remaining []int64
 	// Replayed is true when Buy found an existing order for the idempotency
-	// key (or Cancel found the order already cancelled): nothing was changed.
+	// key (or Cancel found the order already cancelled by another call):
+	// nothing was changed.
 	Replayed bool
+	// Retried is true when a buy's first attempt ran but its reply was lost,
+	// and the attempt sent again found the order it had made: the order is
+	// this call's, but Remaining is no longer what its own deduction left.
+	Retried bool
 }
 
 // SaleState is a sale as Redis holds it now.

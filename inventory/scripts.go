@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/luascript"
+	"github.com/seckill/seckill/ratelimit"
 )
 
 var (
@@ -31,8 +32,10 @@ var (
 	commitSrc string
 	//go:embed unlock.lua
 	unlockSrc string
+	//go:embed repair.lua
+	repairSrc string
 
-	buyScript      = luascript.New("buy", buySrc)
+	buyScript      = luascript.New("buy", ratelimit.GCRATakeLua+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", cancelSrc)
 	restockScript  = luascript.New("restock", restockSrc)
 	createScript   = luascript.New("create", createSrc)
@@ -41,9 +44,10 @@ var (
 	stageScript    = luascript.New("stage", stageSrc)
 	commitScript   = luascript.New("commit", commitSrc)
 	unlockScript   = luascript.New("unlock", unlockSrc)
+	repairScript   = luascript.New("repair", repairSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
-		pauseScript, initLockScript, stageScript, commitScript, unlockScript}
+		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript}
 )
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.

@@ -136,14 +136,15 @@ func (l *Local) allowAt(key string, p params, n, now int64) Result {
 			debt = min(d, 2*limit/q.rate+1)*q.rate + e.rest
 		}
 	}
+	b := Bucket{Rate: q.rate, PeriodUS: q.periodUS, Capacity: q.capacity}
 	if n > q.capacity {
-		r := gcraResult(q, 1, false, debt)
+		r := b.Result(false, debt, 1)
 		r.RetryAfter = max(r.ResetAfter, usDuration(ceilDiv(q.periodUS, q.rate)))
 		return r
 	}
 	after := debt + n*q.periodUS
 	if after > limit {
-		return gcraResult(q, n, false, debt)
+		return b.Result(false, debt, n)
 	}
 	if el == nil {
 		if l.lru.Len() >= l.maxKeys {
@@ -156,5 +157,5 @@ func (l *Local) allowAt(key string, p params, n, now int64) Result {
 	}
 	e := el.Value.(*localEntry)
 	e.tatUS, e.rest = now+after/q.rate, after%q.rate
-	return gcraResult(q, n, true, after)
+	return b.Result(true, after, n)
 }

@@ -260,24 +260,45 @@ func decode(s *luascript.Script, p params, n, now int64, reply []int64) (Result,
 		if len(reply) != 2 {
 			return bad()
 		}
-		return gcraResult(p, n, allowed, reply[1]), nil
+		return Bucket{Rate: p.rate, PeriodUS: p.periodUS, Capacity: p.capacity}.Result(allowed, reply[1], n), nil
 	}
 }
 
-// gcraResult describes a GCRA bucket (see gcra.lua) after a hit of cost n.
-// debt is TAT - now in units of 1/rate µs: after the hit if allowed, as it
-// stands if not. One token is periodUS units; the bucket holds capacity.
-func gcraResult(p params, n int64, allowed bool, debt int64) Result {
-	limit := p.capacity * p.periodUS
+// Bucket is a GCRA Limit in the units gcra_take (GCRATakeLua) works in.
+type Bucket struct {
+	Rate     int64 // tokens per period
+	PeriodUS int64 // the period, µs
+	Capacity int64 // burst+1 tokens
+}
+
+// Bucket returns a GCRA limit's bucket, or an error matching ErrInvalid if
+// the limit is not a valid GCRA limit.
+func (limit Limit) Bucket() (Bucket, error) {
+	if limit.Algorithm != GCRA {
+		return Bucket{}, invalid("limit.algorithm", "must be gcra for a bucket, is %s", limit.Algorithm)
+	}
+	p, err := limit.check(1)
+	if err != nil {
+		return Bucket{}, err
+	}
+	return Bucket{Rate: p.rate, PeriodUS: p.periodUS, Capacity: p.capacity}, nil
+}
+
+// Result describes the bucket after a hit of cost n that gcra_take allowed
+// or refused. debt is TAT - now in units of 1/rate µs: after the hit if
+// allowed, as it stands if not. One token is PeriodUS units; the bucket
+// holds Capacity.
+func (b Bucket) Result(allowed bool, debt, n int64) Result {
+	limit := b.Capacity * b.PeriodUS
 	r := Result{
 		Allowed:    allowed,
-		Remaining:  max(limit-debt, 0) / p.periodUS,
-		ResetAfter: usDuration(ceilDiv(debt, p.rate)),
+		Remaining:  max(limit-debt, 0) / b.PeriodUS,
+		ResetAfter: usDuration(ceilDiv(debt, b.Rate)),
 	}
 	if !allowed {
 		// Debt falls by rate units per µs; the hit fits once
 		// debt + n*period <= limit.
-		r.RetryAfter = usDuration(max(ceilDiv(debt+n*p.periodUS-limit, p.rate), 1))
+		r.RetryAfter = usDuration(max(ceilDiv(debt+n*b.PeriodUS-limit, b.Rate), 1))
 	}
 	return r
 }

@@ -19,11 +19,18 @@ var (
 	slidingSrc string
 	//go:embed gcra.lua
 	gcraSrc string
+	//go:embed gcra_take.lua
+	gcraTakeSrc string
 
 	fixedScript   = luascript.New("fixed", fixedSrc)
 	slidingScript = luascript.New("sliding", slidingSrc)
-	gcraScript    = luascript.New("gcra", gcraSrc)
+	gcraScript    = luascript.New("gcra", GCRATakeLua+"\n"+gcraSrc)
 )
+
+// GCRATakeLua is the Lua source of gcra_take (gcra_take.lua), the GCRA
+// decision of every GCRA Limit, for a script of the caller's own that checks
+// a Bucket in the same call as its work: prepend it to the script's source.
+var GCRATakeLua = gcraTakeSrc
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.
 type scriptRunner struct {

@@ -1,5 +1,6 @@
 // Package reconcile compares what Redis, the order stream and the database
-// say about a sale, item by item.
+// say about a sale, item by item, and repairs Redis from the database (the
+// system of record) when they drift apart.
 package reconcile
 
 import (
@@ -40,13 +41,34 @@ type Item struct {
 	StockDrift int64 `json:"stock_drift"`
 	// StockedInDB is initial + restocked as the database has applied it.
 	StockedInDB int64 `json:"stocked_in_db"`
+	// Held is the units Redis's per-user counts hold (what the per-user
+	// limit is checked against); HeldDrift is Held - Sold: positive, buyers
+	// are counted for units no live order holds; negative, some buyers'
+	// counts were lost and they could buy past the limit.
+	Held      int64 `json:"held"`
+	HeldDrift int64 `json:"held_drift"`
 }
 
-// Report is one reconciliation pass over a sale.
+// Report is one reconciliation pass over a sale. Consistent is the
+// contract's: every item's Drift and StockDrift are 0.
 type Report struct {
 	Sale       string `json:"sale"`
 	Consistent bool   `json:"consistent"`
 	Items      []Item `json:"items"`
+}
+
+// Drifted reports whether the pass found anything to repair: it is not
+// Consistent, or some item's HeldDrift is not 0.
+func (r Report) Drifted() bool {
+	if !r.Consistent {
+		return true
+	}
+	for _, it := range r.Items {
+		if it.HeldDrift != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Sale compares the sale's Redis counters, its stream backlog and its
@@ -59,6 +81,10 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 		return Report{}, err
 	}
 	sold, err := eng.UnitsInOrders(ctx, saleID)
+	if err != nil {
+		return Report{}, err
+	}
+	held, err := eng.UnitsHeld(ctx, saleID)
 	if err != nil {
 		return Report{}, err
 	}
@@ -92,8 +118,10 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 		item := Item{
 			SKU: it.SKU, Stocked: it.Stocked, Remaining: it.Remaining, Sold: sold[it.SKU],
 			OrdersInDB: inDB[it.SKU].Sold, InFlight: moving[it.SKU], StockedInDB: inDB[it.SKU].Stocked,
+			Held: held[it.SKU],
 		}
 		item.Drift = item.OrdersInDB + item.InFlight - item.Sold
+		item.HeldDrift = item.Held - item.Sold
 		if it.Stocked != inventory.Unlimited {
 			item.StockDrift = item.Remaining + item.Sold - item.Stocked
 		}
@@ -108,16 +136,16 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 // Print writes a report as a table.
 func Print(w io.Writer, r Report) {
 	fmt.Fprintf(w, "sale %s: ", r.Sale)
-	if r.Consistent {
-		fmt.Fprintln(w, "consistent")
-	} else {
+	if r.Drifted() {
 		fmt.Fprintln(w, "DRIFT")
+	} else {
+		fmt.Fprintln(w, "consistent")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "sku\tstocked\tremaining\tsold\torders_in_db\tin_flight\tdrift\tstock_drift\t")
+	fmt.Fprintln(tw, "sku\tstocked\tremaining\tsold\torders_in_db\tin_flight\tdrift\tstock_drift\theld_drift\t")
 	for _, it := range r.Items {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", it.SKU, it.Stocked, it.Remaining, it.Sold,
-			it.OrdersInDB, it.InFlight, it.Drift, it.StockDrift)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", it.SKU, it.Stocked, it.Remaining, it.Sold,
+			it.OrdersInDB, it.InFlight, it.Drift, it.StockDrift, it.HeldDrift)
 	}
 	_ = tw.Flush()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/service"
 )
 
@@ -72,6 +73,11 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 	mustStatus(t, a.admin("POST", "/v1/admin/sales/s1/items/A/restock", map[string]any{"qty": 5}), http.StatusOK)
 	mustStatus(t, a.admin("POST", "/v1/admin/sales/s1/pause", nil), http.StatusOK)
 	mustStatus(t, a.admin("POST", "/v1/admin/sales/s1/resume", nil), http.StatusOK)
+	// A sale without purchase tokens: the per-user limit is checked inside
+	// the buy's own script (its throttle keys), and a sell-out is announced.
+	a.createSale("s2", 5, "A", 1)
+	mustStatus(t, a.call("POST", "/v1/sales/s2/orders", a.token("carol"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}), http.StatusCreated)
+	mustStatus(t, a.call("POST", "/v1/sales/s2/orders", a.token("dave"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}), http.StatusConflict)
 	// The script cache lost: the scripts are sent again.
 	must(root.ScriptFlush(ctx).Err())
 	mustStatus(t, buy("bob", "k2"), http.StatusCreated)
@@ -89,6 +95,11 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 	}
 	mustStatus(t, buy("carol", "k3"), http.StatusCreated)
 	a.settle("s1")
+	// A repair from the database (its script reads the stream with XINFO).
+	must(root.HIncrBy(ctx, "{seckill:s1}:sale", "r:A", 1).Err())
+	if res, err := reconcile.Repair(ctx, a.svc.Engine(), a.svc.Redis(), a.svc.Store(), "s1"); err != nil || len(res.Changes) != 1 {
+		t.Fatalf("repair as the seckill user: %+v, %v", res, err)
+	}
 	mustStatus(t, a.call("GET", "/readyz", "", nil), http.StatusOK)
 	time.Sleep(120 * time.Millisecond) // a live sample or two
 	if !strings.Contains(string(a.call("GET", "/metrics", "", nil).body), `seckill_orders_confirmed{sale="s1"} 2`) {

@@ -372,7 +372,12 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	began := time.Now()
-	rc, err := s.eng.Buy(r.Context(), saleID, user, lines, key)
+	rc, err := s.eng.BuyWith(r.Context(), inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines,
+		IdempotencyKey: key, Throttle: settings.userInBuy})
+	var throttled *inventory.ThrottledError
+	if errors.As(err, &throttled) {
+		return s.limited("user", settings.user, throttled.RetryAfter)
+	}
 	s.metrics.observeBuy(err, time.Since(began))
 	if err != nil {
 		return err

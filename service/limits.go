@@ -67,17 +67,38 @@ func (s *Service) parseLimits() error {
 		*c.out = l
 	}
 	for _, p := range s.cfg.TrustedProxies {
-		prefix, err := netip.ParsePrefix(p)
+		prefix, err := trustedPrefix(p)
 		if err != nil {
-			addr, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return fmt.Errorf("bad trusted proxy %q: want an address or a CIDR prefix", p)
-			}
-			prefix = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+			return err
 		}
-		s.limits.trusted = append(s.limits.trusted, prefix.Masked())
+		s.limits.trusted = append(s.limits.trusted, prefix)
 	}
 	return nil
+}
+
+// trustedPrefix reads a trusted proxy: an address or a CIDR prefix. Client
+// addresses are compared unmapped and without a zone, so an IPv4-mapped
+// prefix becomes its IPv4 prefix, and a zone is refused (it could never
+// match).
+func trustedPrefix(p string) (netip.Prefix, error) {
+	bad := fmt.Errorf("bad trusted proxy %q: want an address or a CIDR prefix, without a zone", p)
+	prefix, err := netip.ParsePrefix(p)
+	if err != nil {
+		addr, aerr := netip.ParseAddr(p)
+		if aerr != nil || addr.Zone() != "" {
+			return netip.Prefix{}, bad
+		}
+		addr = addr.Unmap()
+		return netip.PrefixFrom(addr, addr.BitLen()), nil
+	}
+	if addr := prefix.Addr(); addr.Is4In6() {
+		bits := prefix.Bits() - 96
+		if bits < 0 {
+			return netip.Prefix{}, fmt.Errorf("bad trusted proxy %q: an IPv4-mapped prefix needs at least 96 bits", p)
+		}
+		prefix = netip.PrefixFrom(addr.Unmap(), bits)
+	}
+	return prefix.Masked(), nil
 }
 
 // checkSaleLimits validates a sale's own limits, as given at its creation.
@@ -99,6 +120,10 @@ func checkSaleLimits(r store.RateLimits) error {
 type saleSettings struct {
 	store.Sale
 	user, ip, sale *ratelimit.Limit
+	// userInBuy is the user limit's bucket when buy.lua checks it itself,
+	// in the buy's own call (a GCRA limit, and no purchase token to spend
+	// first); nil: it is checked apart, before.
+	userInBuy *ratelimit.Bucket
 }
 
 func (s *Service) resolve(sale store.Sale) saleSettings {
@@ -109,14 +134,22 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 		l, _ := parseLimitSpec(spec) // checked at creation
 		return l
 	}
-	return saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
+	st := saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
 		ip: own(sale.RateLimits.PerIP, s.limits.ip), sale: own(sale.RateLimits.PerSale, s.limits.sale)}
+	if st.user != nil && !sale.RequirePurchaseToken {
+		if b, err := st.user.Bucket(); err == nil { // a GCRA limit
+			st.userInBuy = &b
+		}
+	}
+	return st
 }
 
 // throttle checks the buying flow's limits for one request; what is the
 // scope prefix of the user's key ("u" for buys, "pt" for purchase tokens).
+//
+// A buy's user limit is left to the buy itself when sale.userInBuy is set.
 func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string) error {
-	if sale.user != nil {
+	if sale.user != nil && (what != "u" || sale.userInBuy == nil) {
 		if err := s.allow(r, "user", what+":"+user, sale.user); err != nil {
 			return err
 		}
@@ -144,8 +177,13 @@ func (s *Service) allow(r *http.Request, scope, key string, limit *ratelimit.Lim
 	if res.Allowed {
 		return nil
 	}
+	return s.limited(scope, limit, res.RetryAfter)
+}
+
+// limited counts a refusal by the scope's limit and answers 429.
+func (s *Service) limited(scope string, limit *ratelimit.Limit, retryAfter time.Duration) error {
 	s.metrics.rateLimited.WithLabelValues(scope).Inc()
-	secs := max(int((res.RetryAfter+time.Second-1)/time.Second), 1)
+	secs := max(int((retryAfter+time.Second-1)/time.Second), 1)
 	return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
 		Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", scope, limit, secs)}
 }

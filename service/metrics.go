@@ -27,6 +27,7 @@ type metrics struct {
 	batchEntries prometheus.Counter
 	deadLetters  *prometheus.CounterVec
 	dbRetries    prometheus.Counter
+	repairs      *prometheus.CounterVec
 	window       *latencyWindow // the live view's
 }
 
@@ -64,12 +65,23 @@ func newMetrics(s *Service) *metrics {
 		dbRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_order_store_retries_total", Help: "Batches the database refused for now and that are retried.",
 		}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_reconcile_repairs_total", Help: "Repairs of a sale's state in Redis from the database by the reconciliation loop, by sale.",
+		}, []string{"sale"}),
 	}
 	reloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "seckill_script_reloads_total", Help: "Script calls that met NOSCRIPT and sent the script again.",
 	}, func() float64 { return float64(s.scriptReloads()) })
+	soldOut := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "seckill_sold_out_fast_refusals_total", Help: "Buys refused as sold out by this instance's sold-out flags, without a call to Redis.",
+	}, func() float64 {
+		if s.eng == nil { // not open yet
+			return 0
+		}
+		return float64(s.eng.SoldOutRefusals())
+	})
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
-		m.batchEntries, m.deadLetters, m.dbRetries, reloads, liveCollector{s.live}}
+		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, reloads, soldOut, liveCollector{s.live}}
 	m.reg.MustRegister(m.collectors...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -24,14 +24,10 @@ func (s *Service) harden(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		h := w.Header()
-		h.Set("X-Request-Id", id)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cross-Origin-Resource-Policy", "same-origin")
-		// The API serves data, never pages; the dashboard sets its own.
-		h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
-		h.Set("Cache-Control", "no-store")
+		h["X-Request-Id"] = []string{id}
+		for _, sh := range securityHeaders {
+			h[sh.name] = sh.value
+		}
 		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, requestInfo{id: id}))
 		began := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -53,6 +49,23 @@ func (s *Service) harden(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// securityHeaders are set on every response. The names are canonical and
+// the values shared by every response: net/http only reads them, and a
+// handler's Set replaces, never modifies, them (Add appends to a slice of
+// capacity 1, so it copies).
+var securityHeaders = []struct {
+	name  string
+	value []string
+}{
+	{"X-Content-Type-Options", []string{"nosniff"}},
+	{"X-Frame-Options", []string{"DENY"}},
+	{"Referrer-Policy", []string{"no-referrer"}},
+	{"Cross-Origin-Resource-Policy", []string{"same-origin"}},
+	// The API serves data, never pages; the dashboard sets its own.
+	{"Content-Security-Policy", []string{"default-src 'none'; frame-ancestors 'none'"}},
+	{"Cache-Control", []string{"no-store"}},
 }
 
 type requestKey struct{}

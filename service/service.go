@@ -23,7 +23,6 @@ import (
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/ratelimit"
-	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/store"
 )
 
@@ -249,7 +248,8 @@ func (s *Service) connectRedis(ctx context.Context) error {
 	case s.cfg.RedisURL != "":
 		opts, err := redis.ParseURL(s.cfg.RedisURL)
 		if err != nil {
-			return fmt.Errorf("bad redis url: %w", err)
+			// Not the parser's message: it quotes the URL, password and all.
+			return errors.New("bad redis url: want redis://[user:password@]host:port/db, special characters percent-encoded")
 		}
 		// No CLIENT SETINFO on connect: the least-privilege ACL user
 		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
@@ -360,6 +360,11 @@ func (s *Service) startBackground(ctx context.Context) {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.sampleLoop(ctx, s.cfg.SampleEvery) }()
 	}
+	// Stock that comes back on any instance clears this one's sold-out flags.
+	if sub, ok := s.rdb.(inventory.Subscriber); ok {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); _ = s.eng.WatchStock(ctx, sub) }()
+	}
 }
 
 // scriptReloads counts script calls of the engine (and the rate limiter)
@@ -373,41 +378,6 @@ func (s *Service) scriptReloads() int64 {
 		n += s.limiter.ScriptReloads()
 	}
 	return n
-}
-
-// reconcileLoop checks every sale periodically and warns about drift that
-// two passes in a row agree on (under load the three sources are read at
-// slightly different moments, so one pass alone can see moving numbers).
-func (s *Service) reconcileLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ReconcileEvery)
-	defer t.Stop()
-	seen := map[string][2]int64{} // "sale|sku" -> drift, stock drift of the last pass
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ids, err := s.db.SaleIDs(ctx)
-		if err != nil {
-			continue
-		}
-		for _, id := range ids {
-			rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
-			if err != nil {
-				continue
-			}
-			for _, it := range rep.Items {
-				k, d := id+"|"+it.SKU, [2]int64{it.Drift, it.StockDrift}
-				s.live.drift.Store(k, d)
-				if d != ([2]int64{}) && seen[k] == d {
-					s.log.Warn("reconcile: drift", "sale", id, "sku", it.SKU, "drift", it.Drift, "stock_drift", it.StockDrift,
-						"in_flight", it.InFlight)
-				}
-				seen[k] = d
-			}
-		}
-	}
 }
 
 func randomHex(n int) string {

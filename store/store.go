@@ -116,7 +116,9 @@ func (s *Store) whileBusy(ctx context.Context, f func(context.Context) error) er
 func openPostgres(url string) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err) // pgx redacts the password
+		// Not pgx's message: its redaction misses some malformed URLs, and
+		// they would print the password.
+		return nil, errors.New("store: bad database url: want postgres://user:password@host:port/db?options, special characters percent-encoded")
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeout

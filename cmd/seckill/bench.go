@@ -33,7 +33,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	only := fs.String("only", "", "comma-separated approaches to run (default all): "+strings.Join(bench.Names(), ", "))
 	chart := fs.String("chart", "", "also write a bar chart of ops/s to FILE.svg")
 	segments := fs.Int("segments", 8, "segments of redis-segmented")
-	batch := fs.Int("batch", 16, "buys per pipelined call of redis-batched")
+	batch := fs.Int("batch", 16, "buys per BuyMany call of redis-batched")
 	rounds := fs.Int("rounds", 1, "measure every approach this many times, interleaved, and report each one's median round (steadier ratios on a noisy machine)")
 	if err := fs.Parse(args); err != nil {
 		return 2

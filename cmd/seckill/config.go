@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/seckill/seckill/service"
 )
@@ -54,6 +55,23 @@ func list(s string) []string {
 		}
 	}
 	return out
+}
+
+// reconcileFlag defines --reconcile-every, serve's; the returned function
+// reads it, once fs is parsed, as service.Config.ReconcileEvery.
+func reconcileFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
+	every := fs.String("reconcile-every", orEnv(getenv, "SECKILL_RECONCILE_EVERY", "30s"),
+		"period of the reconciliation loop, which repairs drift two passes in a row find, like 30s or 5m; 0 turns it off (env SECKILL_RECONCILE_EVERY)")
+	return func() (time.Duration, error) {
+		d, err := time.ParseDuration(*every)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("--reconcile-every must be a duration like 30s, or 0 to turn the loop off, is %q", *every)
+		}
+		if d == 0 {
+			return -1, nil // service.Config's "off": its zero means the default
+		}
+		return d, nil
+	}
 }
 
 // logFlags defines --log-format and --log-level; the returned function

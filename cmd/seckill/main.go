@@ -22,7 +22,7 @@ const usage = `usage: seckill <command> [flags]
 commands:
   serve       run the HTTP API, the order consumer and the reconciliation loop
   demo        run a whole flash sale with simulated buyers and print the result
-  reconcile   compare Redis, the order stream and the database for one sale
+  reconcile   compare Redis, the order stream and the database for one sale (--repair: fix drift)
   token       print a buyer's JWT signed with the service's secret (for trying the API)
   bench       measure every stock deduction approach side by side (databases, Redis locks, Lua)
 

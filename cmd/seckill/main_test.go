@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/seckill/seckill/internal/dbtest"
 )
@@ -32,6 +35,24 @@ func TestRunDispatch(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"token", "--user", "alice"}, env, &out, &errOut); code != 2 {
 		t.Errorf("token without a secret: exit %d", code)
+	}
+	// --count: one token per buyer, each for its own sub.
+	out.Reset()
+	if code := run(context.Background(), []string{"token", "--user", "b", "--count", "3", "--jwt-secret", "s"}, env, &out, &errOut); code != 0 {
+		t.Fatalf("token --count: exit %d", code)
+	}
+	toks := strings.Fields(out.String())
+	if len(toks) != 3 {
+		t.Fatalf("token --count 3 printed %d tokens", len(toks))
+	}
+	for i, tok := range toks {
+		claims := jwt.MapClaims{}
+		if _, err := jwt.ParseWithClaims(tok, claims, func(*jwt.Token) (any, error) { return []byte("s"), nil }); err != nil || claims["sub"] != fmt.Sprintf("b-%d", i+1) {
+			t.Errorf("token %d: sub %v, %v", i, claims["sub"], err)
+		}
+	}
+	if code := run(context.Background(), []string{"token", "--user", "b", "--count", "-1", "--jwt-secret", "s"}, env, &out, &errOut); code != 2 {
+		t.Errorf("token --count -1: exit %d", code)
 	}
 }
 

@@ -13,14 +13,19 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// runReconcile runs one reconciliation pass of one sale and prints it.
-// Exit status: 0 consistent, 1 drift or failure, 2 usage.
+// runReconcile runs one reconciliation pass of one sale and prints it as a
+// table; with --repair, drift is then repaired from the database (and
+// journaled), unless events are in flight to it, and the pass after the
+// repair is printed too. Exit status: 0 consistent (or repaired to
+// consistent), 1 drift left (found without --repair, or not repaired: the
+// reason is printed) or a failure, 2 usage.
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seckill reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := configFlags(fs, getenv)
 	sale := fs.String("sale", "", "the sale to reconcile (required)")
-	repair := fs.Bool("repair", false, "fix drift from the database (not available yet)")
+	repair := fs.Bool("repair", false,
+		"repair drift: set the sale's state in Redis to the database's, journaled in its repairs table; never while orders are in flight to the database")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -31,9 +36,6 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 		return 2
 	case !inventory.ValidID(*sale):
 		fmt.Fprintln(stderr, "seckill reconcile: --sale is required and must be a sale id")
-		return 2
-	case *repair:
-		fmt.Fprintln(stderr, "seckill reconcile: --repair is not available yet; this pass only reports")
 		return 2
 	case cfg.RedisURL == "" && len(cfg.RedisClusterAddrs) == 0:
 		fmt.Fprintln(stderr, "seckill reconcile: needs the service's Redis (--redis or SECKILL_REDIS_URL, or --redis-cluster); an embedded one lives only inside its serve process")
@@ -58,13 +60,29 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	}
 	defer db.Close()
 	eng := inventory.New(rdb, inventory.Options{Prefix: cfg.KeyPrefix})
+	if *repair {
+		res, err := reconcile.Repair(ctx, eng, rdb, db, *sale)
+		if err != nil {
+			if len(res.Changes) > 0 { // made, then journaling or the pass after it failed
+				reconcile.Print(stdout, res.Before)
+				fmt.Fprintln(stdout, "repaired from the database:", reconcile.Describe(res.Changes))
+			}
+			fmt.Fprintln(stderr, "seckill reconcile:", err)
+			return 1
+		}
+		reconcile.PrintRepair(stdout, res)
+		if res.After.Drifted() {
+			return 1
+		}
+		return 0
+	}
 	rep, err := reconcile.Sale(ctx, eng, rdb, db, *sale)
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill reconcile:", err)
 		return 1
 	}
 	reconcile.Print(stdout, rep)
-	if !rep.Consistent {
+	if rep.Drifted() {
 		return 1
 	}
 	return 0

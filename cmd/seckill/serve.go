@@ -15,12 +15,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.SetOutput(stderr)
 	config := configFlags(fs, getenv)
 	logger := logFlags(fs, getenv)
+	reconcileEvery := reconcileFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cfg, err := config()
 	if err == nil {
 		cfg.Logger, err = logger(stderr)
+	}
+	if err == nil {
+		cfg.ReconcileEvery, err = reconcileEvery()
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill serve:", err)

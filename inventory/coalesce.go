@@ -1,0 +1,168 @@
+package inventory
+
+import (
+	"context"
+	"sync"
+)
+
+// Coalesce tunes how Buy gathers concurrent buys of one sale into one
+// buy.lua call. The gathering needs no timer and adds no wait: a buy that
+// finds fewer than InFlight calls of its sale in flight is sent at once
+// (alone, at low load); buys that arrive meanwhile queue, and each call that
+// completes sends everything queued, up to MaxBatch buys, as the next call.
+// The batch size so follows the load: one at a trickle, up to MaxBatch
+// under a crowd. A queued buy waits at most for one call of its sale to
+// complete before its own is sent.
+type Coalesce struct {
+	// Off sends every Buy as its own script call.
+	Off bool
+	// MaxBatch bounds the buys in one call. Default 128.
+	MaxBatch int
+	// InFlight bounds the calls of one sale in flight at once, so that
+	// Redis works on one while the next is on its way. Default 2.
+	InFlight int
+}
+
+func (c Coalesce) withDefaults() Coalesce {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 128
+	}
+	if c.InFlight <= 0 {
+		c.InFlight = 2
+	}
+	return c
+}
+
+// coalescer queues the buys of one sale while its calls are in flight.
+type coalescer struct {
+	e        *Engine
+	sale     string
+	mu       sync.Mutex
+	queue    []*waiter
+	inFlight int
+}
+
+// waiter is one queued buy and, once done is closed, its outcome.
+type waiter struct {
+	ctx  context.Context
+	bc   buyCall
+	done chan struct{}
+	rc   Receipt
+	err  error
+}
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
+
+func (e *Engine) coalescerOf(saleID string) *coalescer {
+	if c, ok := e.coalescers.Load(saleID); ok {
+		return c.(*coalescer)
+	}
+	c, _ := e.coalescers.LoadOrStore(saleID, &coalescer{e: e, sale: saleID})
+	return c.(*coalescer)
+}
+
+// buy queues bc and, if a call may start, sends the queue itself; then
+// waits for bc's outcome. A caller whose ctx ends while its buy is still
+// queued gets ctx's error and the buy is never sent; once sent, its
+// outcome is as unknown as a single call's whose ctx ends in flight.
+func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
+	w := waiterPool.Get().(*waiter)
+	w.ctx, w.bc = ctx, bc
+	c.mu.Lock()
+	c.queue = append(c.queue, w)
+	var batch []*waiter
+	if c.inFlight < c.e.coalesce.InFlight {
+		batch = c.takeLocked()
+	}
+	c.mu.Unlock()
+	if batch != nil {
+		c.send(ctx, batch)
+	}
+	select {
+	case <-w.done:
+		rc, err := w.rc, w.err
+		*w = waiter{done: w.done}
+		waiterPool.Put(w)
+		return rc, err
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err() // w is left to its call, not reused
+	}
+}
+
+// takeLocked takes up to MaxBatch queued buys as the next call and counts it
+// in flight.
+func (c *coalescer) takeLocked() []*waiter {
+	n := min(len(c.queue), c.e.coalesce.MaxBatch)
+	batch := make([]*waiter, n)
+	copy(batch, c.queue)
+	rest := copy(c.queue, c.queue[n:])
+	clear(c.queue[rest:])
+	c.queue = c.queue[:rest]
+	c.inFlight++
+	return batch
+}
+
+// send runs batch, then hands what queued meanwhile to a new goroutine, so
+// that the caller who sent it gets its own outcome without waiting for
+// anyone else's.
+func (c *coalescer) send(ctx context.Context, batch []*waiter) {
+	c.run(ctx, batch)
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.inFlight--
+		if c.inFlight == 0 {
+			// Idle: forget it, so that sale ids seen once do not pile up.
+			// A buy that found it before still works through it alone; the
+			// next one makes a new one.
+			c.e.coalescers.CompareAndDelete(c.sale, c)
+		}
+		c.mu.Unlock()
+		return
+	}
+	next := c.takeLocked()
+	c.inFlight--
+	c.mu.Unlock()
+	go c.send(context.WithoutCancel(ctx), next)
+}
+
+// run sends the live buys of batch as one call and hands each its outcome.
+// A buy whose call failed as a whole (a transport error: it may or may not
+// have run) or whose order id was taken is finished alone, by finishBuy,
+// with the same order id.
+func (c *coalescer) run(ctx context.Context, batch []*waiter) {
+	live := batch[:0:0]
+	bcs := make([]buyCall, 0, len(batch))
+	for _, w := range batch {
+		if err := w.ctx.Err(); err != nil {
+			w.err = err
+			w.done <- struct{}{}
+			continue
+		}
+		live = append(live, w)
+		bcs = append(bcs, w.bc)
+	}
+	if len(live) == 0 {
+		return
+	}
+	replies, err := c.e.runBuys(context.WithoutCancel(ctx), bcs)
+	for i, w := range live {
+		failed := 0
+		switch {
+		case err != nil && !transient(w.ctx, err):
+			w.err = err
+			w.done <- struct{}{}
+			continue
+		case err != nil:
+			failed = 1
+			fallthrough
+		case code(replies[i]) == codeIDTaken:
+			go func(w *waiter) {
+				w.rc, w.err = c.e.finishBuyAfter(w.ctx, w.bc, failed)
+				w.done <- struct{}{}
+			}(w)
+			continue
+		}
+		w.rc, w.err = c.e.decodeBuy(replies[i], bcs[i])
+		w.done <- struct{}{}
+	}
+}

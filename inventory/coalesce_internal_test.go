@@ -1,0 +1,26 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/seckill/seckill/internal/redistest"
+)
+
+// TestIdleCoalescersAreForgotten: a coalescer exists only while its sale
+// has buys under way, so buys of ever new sale ids leave nothing behind.
+func TestIdleCoalescersAreForgotten(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
+	for i := range 50 {
+		if _, err := e.Buy(context.Background(), fmt.Sprint("nosuch", i), "u1", []Line{{SKU: "A", Qty: 1}}, ""); err == nil {
+			t.Fatal("bought from a sale that does not exist")
+		}
+	}
+	n := 0
+	e.coalescers.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("%d coalescers kept after every buy ended", n)
+	}
+}

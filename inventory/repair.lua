@@ -1,0 +1,102 @@
+-- repair.lua: set some values of a sale in Redis to what the system of record
+-- says, only while no event of the sale is in flight and only if the sale's
+-- stream has not moved since the caller found it settled (before it read the
+-- system of record). Every script that changes a sale appends to its stream
+-- in the same script, so an unmoved stream means Redis has not changed since:
+-- a buy racing the repair either ran first (the stream moved: nothing is
+-- written here) or runs after (and sees the repaired values).
+--
+-- The stream's position is its last generated id (XINFO STREAM), not its
+-- newest entry: the order consumer trims acknowledged entries, so an entry
+-- can come and go between the caller's look and this script.
+--
+-- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
+-- KEYS[4] idem hash    KEYS[5] events stream
+-- ARGV[1] the stream's last generated id the caller saw settled before it
+--         read the system of record; "" to only look (no ops then)
+-- ARGV[2], ARGV[3], ...  ops, four values each: the hash (1 sale, 2 bought,
+--         3 orders, 4 idem), the field, the value the caller read ("": no
+--         such field), the value to set ("": remove the field)
+--
+-- Settled means: every consumer group of the stream has been delivered every
+-- entry and has acknowledged them all (no pending entries); a stream with
+-- entries and no group has undelivered entries. A missing stream is settled
+-- at "0-0".
+--
+-- Reply:
+--   {0, id, n}          done: n fields written (0 when only looking); id is
+--                       the stream's last generated id
+--   {2}                 the sale is not in Redis (rebuilding it is not a repair)
+--   {12, id}            the stream generated an event after ARGV[1]: the sale
+--                       changed since; nothing written
+--   {14, group, pending, delivered, id}
+--                       events in flight: the group has pending entries, or
+--                       was delivered only up to entry `delivered` of a
+--                       stream at `id` (group "" : the stream has no group);
+--                       nothing written
+--   {15, field}         a value is not what the caller read (another repair
+--                       came first); nothing written
+
+local function parse(id)
+  local ms, seq = string.match(id or '', '^(%d+)-?(%d*)$')
+  if not ms then return 0, 0 end
+  return tonumber(ms), tonumber(seq) or 0
+end
+
+-- Is stream id a newer than b?
+local function newer(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am > bm or (am == bm and as > bs)
+end
+
+-- field -> value of a flat reply {f1, v1, f2, v2, ...}
+local function fields(flat)
+  local t = {}
+  for i = 1, #flat - 1, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
+
+local stream = redis.call('EXISTS', KEYS[5]) == 1
+local last = '0-0'
+if stream then
+  last = fields(redis.call('XINFO', 'STREAM', KEYS[5]))['last-generated-id']
+  if not last or last == '' then last = '0-0' end
+end
+if ARGV[1] ~= '' and last ~= ARGV[1] then return {12, last} end
+if stream then
+  local groups = redis.call('XINFO', 'GROUPS', KEYS[5])
+  if #groups == 0 and newer(last, '0-0') then return {14, '', 0, '0-0', last} end
+  for _, g in ipairs(groups) do
+    local info = fields(g)
+    local pending, delivered = tonumber(info['pending']) or 0, info['last-delivered-id']
+    if not delivered or delivered == '' then delivered = '0-0' end
+    if pending > 0 or newer(last, delivered) then
+      return {14, info['name'], pending, delivered, last}
+    end
+  end
+end
+if ARGV[1] == '' then return {0, last, 0} end
+
+-- Every value as the caller read it? Checked in full before the first write.
+local names = {'sale', 'bought', 'orders', 'idem'}
+for i = 2, #ARGV, 4 do
+  local h = tonumber(ARGV[i])
+  if not names[h] then return {15, 'op ' .. ARGV[i]} end
+  local cur = redis.call('HGET', KEYS[h], ARGV[i + 1]) or ''
+  if cur ~= ARGV[i + 2] then return {15, names[h] .. ':' .. ARGV[i + 1]} end
+end
+
+local n = 0
+for i = 2, #ARGV, 4 do
+  local key, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 3]
+  if value == '' then
+    redis.call('HDEL', key, field)
+  else
+    redis.call('HSET', key, field, value)
+  end
+  n = n + 1
+end
+return {0, last, n}

@@ -1,0 +1,68 @@
+package inventory_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/ratelimit"
+)
+
+// TestBuyThrottle: a buyer's throttle is checked in the buy's own script,
+// in order within a batch, per buyer and sale; a refused buy changes
+// nothing and says when to retry.
+func TestBuyThrottle(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		r.create(inventory.Sale{ID: "s2", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		bucket, err := ratelimit.PerSecond(2, 2).Bucket() // 3 at once, then 2 a second
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs := make([]inventory.BuyRequest, 5)
+		for i := range reqs {
+			reqs[i] = inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), Throttle: &bucket}
+		}
+		reqs = append(reqs, inventory.BuyRequest{SaleID: "s1", UserID: "u2", Lines: lines("A", 1), Throttle: &bucket})
+		res := r.eng.BuyMany(r.ctx, reqs)
+		var throttled *inventory.ThrottledError
+		for i, want := range []bool{false, false, false, true, true, false} {
+			got := errors.As(res[i].Err, &throttled)
+			if got != want || (!want && res[i].Err != nil) {
+				t.Errorf("buy %d: %v, want throttled %v", i, res[i].Err, want)
+			}
+			if got && (throttled.RetryAfter <= 0 || throttled.RetryAfter > 500*time.Millisecond) {
+				t.Errorf("buy %d: retry after %v, want (0, 500ms]", i, throttled.RetryAfter)
+			}
+		}
+		if rem := r.remaining("s1")["A"]; rem != 96 {
+			t.Errorf("remaining %d, want 96: a throttled buy sold", rem)
+		}
+		// Another sale has its own bucket; time refills this one.
+		if _, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s2", UserID: "u1", Lines: lines("A", 1), Throttle: &bucket}); err != nil {
+			t.Errorf("u1's first buy of s2: %v", err)
+		}
+		if _, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), Throttle: &bucket}); !errors.Is(err, inventory.ErrThrottled) {
+			t.Errorf("u1 again at once: %v, want throttled", err)
+		}
+		r.clock.Set(r.clock.Now().Add(500 * time.Millisecond))
+		if _, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), Throttle: &bucket}); err != nil {
+			t.Errorf("u1 half a second later: %v", err)
+		}
+		// A nonsense bucket is refused before Redis.
+		_, err = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u3", Lines: lines("A", 1), Throttle: &ratelimit.Bucket{}})
+		if !errors.Is(err, inventory.ErrInvalid) {
+			t.Errorf("empty bucket: %v, want ErrInvalid", err)
+		}
+		// A throttle state the engine did not write is corrupt, not a pass.
+		if err := r.rdb.Set(r.ctx, r.key("s1", "throttle:u4"), "junk", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u4", Lines: lines("A", 1), Throttle: &bucket})
+		if !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("junk throttle state: %v, want ErrCorrupt", err)
+		}
+	})
+}

@@ -1,0 +1,97 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/seckill/seckill/reconcile"
+)
+
+// The reconciliation loop: every Config.ReconcileEvery it compares Redis,
+// the order stream and the database for every sale. Each pass's drift feeds
+// the live view (the dashboard and the seckill_reconcile_*drift gauges).
+// Drift that two passes in a row find is repaired from the database
+// (reconcile.Repair: journaled, never while orders are in flight): under
+// load the three sources are read at slightly different moments, so one
+// pass alone can see numbers in motion. Each repair is one log line and
+// counts in seckill_reconcile_repairs_total.
+
+// reconcileLoop runs a pass every period until ctx ends.
+func (s *Service) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileEvery)
+	defer t.Stop()
+	rc := newReconciler(s)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rc.pass(ctx)
+	}
+}
+
+// reconciler is what the loop remembers from one pass to the next.
+type reconciler struct {
+	s *Service
+	// drifted holds the sales the previous pass found drift in.
+	drifted map[string]bool
+}
+
+func newReconciler(s *Service) *reconciler {
+	return &reconciler{s: s, drifted: map[string]bool{}}
+}
+
+// pass reconciles every sale once, and repairs the ones that drifted in
+// this pass and the one before.
+func (rc *reconciler) pass(ctx context.Context) {
+	ids, err := rc.s.db.SaleIDs(ctx)
+	if err != nil {
+		return // the database is away; the live view says so
+	}
+	drifted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		drifted[id] = rc.sale(ctx, id)
+	}
+	rc.drifted = drifted
+}
+
+// sale reconciles one sale and reports whether drift remains.
+func (rc *reconciler) sale(ctx context.Context, id string) bool {
+	s := rc.s
+	repairs := s.metrics.repairs.WithLabelValues(id) // every sale's count exists from 0
+	rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
+	if err != nil {
+		return false
+	}
+	rc.publish(rep)
+	if !rep.Drifted() || !rc.drifted[id] {
+		return rep.Drifted()
+	}
+	res, err := reconcile.Repair(ctx, s.eng, s.rdb, s.db, id)
+	if len(res.Changes) > 0 {
+		repairs.Inc()
+		s.log.Warn("reconcile: repaired drift from the database", "sale", id, "changes", reconcile.Describe(res.Changes))
+	}
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Error("reconcile: repair failed", "sale", id, "err", err)
+		}
+		return true
+	case res.Skipped != "":
+		s.log.Warn("reconcile: drift not repaired", "sale", id, "reason", res.Skipped)
+	}
+	rc.publish(res.After)
+	return res.After.Drifted()
+}
+
+// publish hands a pass's drift to the live view.
+func (rc *reconciler) publish(rep reconcile.Report) {
+	for _, it := range rep.Items {
+		rc.s.live.drift.Store(rep.Sale+"|"+it.SKU, [2]int64{it.Drift, it.StockDrift})
+	}
+}

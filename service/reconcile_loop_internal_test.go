@@ -1,0 +1,167 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/store"
+)
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *logBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *logBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestReconcileLoopRepairsDriftTwoPassesFind drives the loop's passes by
+// hand: drift one pass finds is published to the live view and left alone;
+// a pass without drift in between starts the count over; drift found by two
+// passes in a row is repaired, journaled, counted and logged once, and the
+// live view then shows no drift.
+func TestReconcileLoopRepairsDriftTwoPassesFind(t *testing.T) {
+	stacks := map[string]func(t *testing.T) Config{
+		"redis+postgres": func(t *testing.T) Config {
+			rdb := redistest.Standalone(t)
+			return Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
+		},
+		"embedded": func(t *testing.T) Config { return Config{DatabaseURL: dbtest.SQLiteURL(t)} },
+	}
+	for name, stack := range stacks {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var logs logBuffer
+			cfg := stack(t)
+			cfg.Addr, cfg.ReconcileEvery, cfg.SampleEvery = "127.0.0.1:0", -1, -1 // passes by hand, below
+			cfg.Pipeline = pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			s, err := Start(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_ = s.Shutdown(sctx)
+			})
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			sale := inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+			must(s.db.CreateSale(ctx, store.Sale{Sale: sale}))
+			must(s.eng.CreateSale(ctx, sale))
+			_, err = s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 2}}, "")
+			must(err)
+			settle := func() {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+					if lag, err := pipeline.ReadLag(ctx, s.rdb, s.eng, "s1"); err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
+						return
+					}
+				}
+				t.Fatal("the consumer did not catch up")
+			}
+			settle()
+			remaining := func() int64 {
+				t.Helper()
+				st, err := s.eng.Stock(ctx, "s1")
+				must(err)
+				return st.Items[0].Remaining
+			}
+			shown := func() [2]int64 {
+				d, _ := s.live.drift.Load("s1|A")
+				v, _ := d.([2]int64)
+				return v
+			}
+			counted := func() float64 { // as /metrics says
+				t.Helper()
+				resp, err := http.Get(s.URL() + "/metrics")
+				must(err)
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				m := regexp.MustCompile(`(?m)^seckill_reconcile_repairs_total\{sale="s1"\} (\S+)$`).FindSubmatch(body)
+				if m == nil {
+					t.Fatalf("no repairs count of s1 in /metrics:\n%s", body)
+				}
+				n, _ := strconv.ParseFloat(string(m[1]), 64)
+				return n
+			}
+			journaled := func() int {
+				got, err := s.db.Repairs(ctx, "s1")
+				must(err)
+				return len(got)
+			}
+			saleKey := s.eng.Key("s1", "sale")
+			rc := newReconciler(s)
+
+			rc.pass(ctx) // consistent
+			if shown() != ([2]int64{}) || counted() != 0 {
+				t.Fatalf("consistent sale: live drift %v, repairs %v", shown(), counted())
+			}
+			must(s.rdb.HIncrBy(ctx, saleKey, "r:A", 3).Err())
+			rc.pass(ctx) // drift, first time: shown, not repaired
+			if remaining() != 11 || shown() != [2]int64{0, 3} || journaled() != 0 || counted() != 0 {
+				t.Fatalf("after one pass with drift: remaining %d, live drift %v, %d journaled, %v counted", remaining(), shown(), journaled(), counted())
+			}
+			must(s.rdb.HIncrBy(ctx, saleKey, "r:A", -3).Err())
+			rc.pass(ctx) // gone (numbers in motion)
+			must(s.rdb.HIncrBy(ctx, saleKey, "r:A", 3).Err())
+			rc.pass(ctx) // back: first time again
+			if remaining() != 11 || journaled() != 0 {
+				t.Fatalf("drift in passes 2 and 4 but not 3 was repaired: remaining %d, %d journaled", remaining(), journaled())
+			}
+			rc.pass(ctx) // second pass in a row: repaired
+			if remaining() != 8 || shown() != ([2]int64{}) || journaled() != 1 || counted() != 1 {
+				t.Fatalf("after two passes with drift: remaining %d, live drift %v, %d journaled, %v counted", remaining(), shown(), journaled(), counted())
+			}
+			if n := strings.Count(logs.String(), "reconcile: repaired drift from the database"); n != 1 ||
+				!strings.Contains(logs.String(), `changes="A remaining 11->8"`) {
+				t.Errorf("%d repair lines logged:\n%s", n, logs.String())
+			}
+			rc.pass(ctx)
+			rc.pass(ctx)
+			if journaled() != 1 || counted() != 1 {
+				t.Errorf("passes without drift repaired: %d journaled, %v counted", journaled(), counted())
+			}
+
+			// Drift with an order in flight: two passes find it, neither repairs.
+			s.stop()
+			s.bg.Wait() // the consumer has stopped
+			_, err = s.eng.Buy(ctx, "s1", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+			must(err)
+			must(s.rdb.HIncrBy(ctx, saleKey, "r:A", 2).Err())
+			rc.pass(ctx)
+			rc.pass(ctx)
+			if remaining() != 9 || journaled() != 1 || counted() != 1 || !strings.Contains(logs.String(), "reconcile: drift not repaired") {
+				t.Errorf("with an order in flight: remaining %d, %d journaled, %v counted; logs:\n%s", remaining(), journaled(), counted(), logs.String())
+			}
+		})
+	}
+}

@@ -141,8 +141,11 @@ func (c *Consumer) runSale(ctx context.Context, saleID string) {
 			nextClaim = time.Now().Add(c.o.ClaimEvery)
 			if n := c.claim(ctx, key, saleID); n > 0 {
 				log.Info("order pipeline: reclaimed entries of a dead consumer", "entries", n)
-				own = true
 			}
+			// Also re-read this consumer's own pending list: the client
+			// retries a read whose reply a dropped connection lost, and the
+			// entries that first read delivered wait there unseen.
+			own = true
 		}
 		start, block := ">", c.o.Block
 		if own {
@@ -164,6 +167,9 @@ func (c *Consumer) runSale(ctx context.Context, saleID string) {
 				}
 				backoff.wait(ctx)
 			}
+			// A read whose reply was lost may still have moved entries
+			// into this consumer's pending list: read those first.
+			own = true
 			continue
 		}
 		backoff.reset()
@@ -177,7 +183,9 @@ func (c *Consumer) runSale(ctx context.Context, saleID string) {
 		}
 		// The batch read is finished even when ctx ends meanwhile: it is
 		// what graceful shutdown waits for.
-		c.process(context.WithoutCancel(ctx), ctx, key, saleID, msgs)
+		if !c.process(context.WithoutCancel(ctx), ctx, key, saleID, msgs) {
+			own = true // not acknowledged: they stay pending here, read them again
+		}
 	}
 }
 
@@ -204,8 +212,9 @@ func (c *Consumer) claim(ctx context.Context, key, saleID string) int {
 }
 
 // process applies one batch, retrying a failing database until it
-// succeeds or stop ends; then acknowledges it and trims the stream.
-func (c *Consumer) process(ctx, stop context.Context, key, saleID string, msgs []redis.XMessage) {
+// succeeds or stop ends; then acknowledges it and trims the stream. It
+// reports whether the batch was acknowledged.
+func (c *Consumer) process(ctx, stop context.Context, key, saleID string, msgs []redis.XMessage) bool {
 	began := time.Now()
 	events := make([]inventory.Event, 0, len(msgs))
 	ids := make([]string, 0, len(msgs))
@@ -236,22 +245,23 @@ func (c *Consumer) process(ctx, stop context.Context, key, saleID string, msgs [
 		}
 		c.o.Logger.Warn("order pipeline: database write failed; retrying", "sale", saleID, "events", len(events), "err", err)
 		if stop.Err() != nil {
-			return // not acknowledged: this consumer, or another, applies it later
+			return false // not acknowledged: this consumer, or another, applies it later
 		}
 		backoff.wait(stop)
 	}
 	if len(ids) == 0 {
-		return
+		return true
 	}
 	if err := c.rdb.XAck(ctx, key, Group, ids...).Err(); err != nil {
 		c.o.Logger.Warn("order pipeline: ack", "sale", saleID, "err", err) // applied again later: idempotent
-		return
+		return false
 	}
 	c.trim(ctx, key)
 	if c.o.OnBatch != nil {
 		c.o.OnBatch(saleID, len(ids), time.Since(began))
 	}
 	c.o.Logger.Info("order pipeline: batch stored", "sale", saleID, "entries", len(ids), "took", time.Since(began))
+	return true
 }
 
 // applyEach applies events one at a time after a batch was refused as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -260,4 +261,71 @@ func TestPoisonEntryIsDeadLettered(t *testing.T) {
 			t.Errorf("dead letters = %+v, %v (counted %d)", letters, err, dead.Load())
 		}
 	})
+}
+
+// lostReply loses the reply of the first command named cmd that matches,
+// as a connection cut at that moment would. With retried set the client
+// then sends it again and returns the second reply (what go-redis does on a
+// network error); otherwise the caller sees the error. With unsent set the
+// command is lost before it reaches Redis.
+type lostReply struct {
+	cmd     string
+	unsent  bool
+	retried bool
+	match   func(redis.Cmder) bool
+	done    atomic.Bool
+}
+
+func (l *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (l *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != l.cmd || l.done.Load() {
+			return next(ctx, cmd)
+		}
+		if l.unsent && l.done.CompareAndSwap(false, true) {
+			return io.ErrUnexpectedEOF
+		}
+		if err := next(ctx, cmd); err != nil || !l.match(cmd) || !l.done.CompareAndSwap(false, true) {
+			return err
+		}
+		if l.retried {
+			return next(ctx, cmd)
+		}
+		return io.ErrUnexpectedEOF
+	}
+}
+
+// TestLostRepliesAreReadAgain: a consumer whose XREADGROUP ran but whose
+// reply was lost (seen as an error, or hidden by the client's retry), or
+// whose XACK was lost, holds those entries in its own pending list.
+// It reads them again soon rather than leaving them to the reclaim of idle
+// entries (an hour here), so a Redis restart mid-sale does not hold orders
+// back.
+func TestLostRepliesAreReadAgain(t *testing.T) {
+	delivers := func(c redis.Cmder) bool {
+		s, _ := c.(*redis.XStreamSliceCmd).Result()
+		return len(s) > 0 && len(s[0].Messages) > 0 && fmt.Sprint(c.Args()[len(c.Args())-1]) == ">"
+	}
+	cases := map[string]*lostReply{
+		"read reply lost":          {cmd: "xreadgroup", match: delivers},
+		"read reply lost, retried": {cmd: "xreadgroup", retried: true, match: delivers},
+		"ack reply lost":           {cmd: "xack", match: func(redis.Cmder) bool { return true }},
+	}
+	for name, fault := range cases {
+		t.Run(name, func(t *testing.T) {
+			forEachStack(t, func(t *testing.T, r *rig) {
+				ids := r.sale(50)
+				fault.done.Store(false)
+				r.rdb.AddHook(fault)
+				r.consumer("c1", r.db, pipeline.Options{BatchSize: 20, ClaimIdle: time.Hour})
+				r.settled(ids)
+				if !fault.done.Load() {
+					t.Fatal("the fault was never injected")
+				}
+			})
+		})
+	}
 }

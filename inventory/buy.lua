@@ -23,7 +23,9 @@
 --                             replay: the idempotency key (or the order id, on a
 --                             retried call) names an order of this user; rN is the
 --                             remaining of that order's line N now; nothing changed
---   {3, status}               not selling: "upcoming", "paused" or "ended"
+--   {3, status}               not selling: "upcoming", "paused" or "ended", or
+--                             "fenced": the database sells the sale (degraded
+--                             mode, see fence.lua)
 --   {4, sku, ...}             skus the sale does not have
 --   {5, limit, sku, ...}      skus the user would then hold more than the limit of
 --   {6, sku, remaining, ...}  skus with fewer units left than asked for, each
@@ -90,8 +92,8 @@ for b = 1, count do
 end
 
 -- The sale: its definition and every asked sku's remaining, in one read.
-local fields = {'limit', 'start', 'end', 'paused'}
-for i, sku in ipairs(skus) do fields[4 + i] = 'r:' .. sku end
+local fields = {'limit', 'start', 'end', 'paused', 'fenced'}
+for i, sku in ipairs(skus) do fields[5 + i] = 'r:' .. sku end
 local meta = hmget(KEYS[1], fields)
 if not meta[1] then return {2} end
 
@@ -104,7 +106,7 @@ local function load_rem(sku, v)
     rem[sku] = tonumber(v) or 'bad'
   end
 end
-for i, sku in ipairs(skus) do load_rem(sku, meta[4 + i]) end
+for i, sku in ipairs(skus) do load_rem(sku, meta[5 + i]) end
 local function remaining(sku) -- also for skus outside the batch (replays)
   if rem[sku] == nil then load_rem(sku, redis.call('HGET', KEYS[1], 'r:' .. sku)) end
   return rem[sku]
@@ -129,6 +131,8 @@ local limit, starts, ends = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[
 local not_selling
 if not (limit and starts and ends) then
   not_selling = {8, 'sale'}
+elseif meta[5] then
+  not_selling = {3, 'fenced'}
 elseif ends > 0 and tonumber(now) >= ends then
   not_selling = {3, 'ended'}
 elseif meta[4] == '1' then

@@ -317,7 +317,7 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 		}
 	}
 	k := e.keys(r.SaleID)
-	orderID := newOrderID(r.SaleID)
+	orderID := NewOrderID(r.SaleID)
 	args := make([]any, 0, 8+2*len(r.Lines))
 	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity, len(r.Lines))
 	for _, l := range r.Lines {
@@ -405,7 +405,7 @@ func (e *Engine) finishBuyAfter(ctx context.Context, bc buyCall, failed int) (Re
 		}
 		failed = 0
 		if code(replies[0]) == codeIDTaken && attempt < maxIDAttempts {
-			one[0].placed.ID = newOrderID(bc.placed.SaleID) // 80 random bits collided
+			one[0].placed.ID = NewOrderID(bc.placed.SaleID) // 80 random bits collided
 			one[0].args[1] = one[0].placed.ID
 			continue
 		}
@@ -444,6 +444,9 @@ func (e *Engine) decodeBuy(reply []any, bc buyCall) (Receipt, error) {
 		// reply was lost) is no replay for the caller.
 		return Receipt{Order: o, Remaining: rem, Replayed: id != placed.ID, Retried: id == placed.ID}, nil
 	case codeNotActive:
+		if st := str(at(reply, 1)); st == statusFenced {
+			return Receipt{}, ErrFenced
+		}
 		return Receipt{}, &NotActiveError{Status: Status(str(at(reply, 1)))}
 	case codeUnknown:
 		return Receipt{}, &NotFoundError{Kind: "sku", IDs: strs(from(reply, 1))}
@@ -627,7 +630,7 @@ func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, erro
 		ID: saleID, PerUserLimit: limit, Paused: h["paused"] == "1",
 		StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end),
 	}}
-	st.Status = statusAt(st.Sale.Paused, st.Sale.StartsAt, st.Sale.EndsAt, e.clock.Now())
+	st.Status = StatusAt(st.Sale.Paused, st.Sale.StartsAt, st.Sale.EndsAt, e.clock.Now())
 	for _, d := range defined {
 		it := ItemState{SKU: d.SKU}
 		var ok bool

@@ -29,6 +29,10 @@ var (
 	// rebuilt in time (another instance is rebuilding it, or orders are still in
 	// flight to the system of record). Safe to retry.
 	ErrUnavailable = errors.New("seckill: sale state unavailable")
+	// ErrFenced: the sale is fenced off in Redis (Engine.Fence) because the
+	// database sells it (degraded mode); nothing was written. Buy it through
+	// the database, or wait for Redis to be repaired and the fence lifted.
+	ErrFenced = errors.New("seckill: sale fenced off in redis: the database sells it")
 	// ErrCorrupt: a value in Redis is not what the engine wrote (for example a
 	// counter that is not an integer). Nothing was written by the failing call.
 	ErrCorrupt = errors.New("seckill: corrupt state in redis")

@@ -103,7 +103,7 @@ func FuzzEventRoundTrip(f *testing.F) {
 		}
 		// A buy's lines: quantities 1..MaxQty.
 		lines := []Line{{sku1, 1 + abs(q1)%MaxQty}, {sku2, 1 + abs(q2)%MaxQty}}
-		id := newOrderID("s1")
+		id := NewOrderID("s1")
 		o := Order{ID: id, SaleID: "s1", UserID: user, Status: OrderPending, Items: lines, IdempotencyKey: key,
 			CreatedAt: time.UnixMilli(ms).UTC()}
 		bought := map[string]any{"type": "bought", "order": id, "user": user, "items": formatLines(lines), "key": key,

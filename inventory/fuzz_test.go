@@ -80,8 +80,8 @@ func FuzzSaleOfOrder(f *testing.F) {
 		if !idOK(sale) {
 			return
 		}
-		if got, err := SaleOfOrder(newOrderID(sale)); err != nil || got != sale {
-			t.Fatalf("SaleOfOrder(newOrderID(%q)) = %q, %v", sale, got, err)
+		if got, err := SaleOfOrder(NewOrderID(sale)); err != nil || got != sale {
+			t.Fatalf("SaleOfOrder(NewOrderID(%q)) = %q, %v", sale, got, err)
 		}
 	})
 }

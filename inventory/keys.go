@@ -63,7 +63,8 @@ func (e *Engine) EventsKey(saleID string) string { return e.keys(saleID).events 
 // creation time and carries 80 random bits.
 const orderIDSep = "."
 
-func newOrderID(saleID string) string {
+// NewOrderID makes a new order id of the sale.
+func NewOrderID(saleID string) string {
 	return saleID + orderIDSep + ulid.Make().String()
 }
 

@@ -125,8 +125,8 @@ type ItemState struct {
 	Sold      int64
 }
 
-// statusAt says where a sale is at time now.
-func statusAt(paused bool, startsAt, endsAt, now time.Time) Status {
+// StatusAt says where a sale is at time now.
+func StatusAt(paused bool, startsAt, endsAt, now time.Time) Status {
 	switch {
 	case !endsAt.IsZero() && !now.Before(endsAt):
 		return StatusEnded

@@ -34,6 +34,8 @@ var (
 	unlockSrc string
 	//go:embed repair.lua
 	repairSrc string
+	//go:embed fence.lua
+	fenceSrc string
 
 	buyScript      = luascript.New("buy", ratelimit.GCRATakeLua+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", cancelSrc)
@@ -45,9 +47,10 @@ var (
 	commitScript   = luascript.New("commit", commitSrc)
 	unlockScript   = luascript.New("unlock", unlockSrc)
 	repairScript   = luascript.New("repair", repairSrc)
+	fenceScript    = luascript.New("fence", fenceSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
-		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript}
+		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript}
 )
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.

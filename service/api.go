@@ -44,6 +44,7 @@ func (s *Service) routes() http.Handler {
 	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": s.setPaused(true)})
 	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
 	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
+	handle("/v1/admin/degraded", map[string]handler{"GET": s.getDegraded, "PUT": s.putDegraded})
 	handle("/v1/sales", map[string]handler{"GET": s.listSales})
 	handle("/v1/live", map[string]handler{"GET": s.liveEvents})
 	handle("/v1/sales/{sale}", map[string]handler{"GET": s.getSale})
@@ -100,7 +101,13 @@ type saleJSON struct {
 }
 
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
-	st, err := s.eng.Stock(ctx, id)
+	var st inventory.SaleState
+	var err error
+	if _, redis := s.deg.redisSells(); redis {
+		st, err = s.eng.Stock(ctx, id)
+	} else {
+		st, err = s.stockInDB(ctx, id) // the database sells: its numbers are the live ones
+	}
 	if err != nil {
 		return saleJSON{}, err
 	}
@@ -123,6 +130,27 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 		b.Items = append(b.Items, itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold})
 	}
 	return b, nil
+}
+
+// stockInDB is a sale's state as the database has it.
+func (s *Service) stockInDB(ctx context.Context, id string) (inventory.SaleState, error) {
+	sale, err := s.db.Sale(ctx, id)
+	if err != nil {
+		return inventory.SaleState{}, err
+	}
+	totals, err := s.db.Totals(ctx, id)
+	if err != nil {
+		return inventory.SaleState{}, err
+	}
+	st := inventory.SaleState{Sale: sale.Sale, Status: inventory.StatusAt(sale.Paused, sale.StartsAt, sale.EndsAt, time.Now())}
+	for _, t := range totals {
+		it := inventory.ItemState{SKU: t.SKU, Stocked: t.Stocked, Sold: t.Sold, Remaining: -1}
+		if t.Stocked != -1 {
+			it.Remaining = t.Stocked - t.Sold
+		}
+		st.Items = append(st.Items, it)
+	}
+	return st, nil
 }
 
 type createSaleRequest struct {
@@ -371,6 +399,9 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if _, ok := s.deg.redisSells(); !ok {
+		return s.buyOnDB(w, r, saleID, user, lines, key)
+	}
 	began := time.Now()
 	rc, err := s.eng.BuyWith(r.Context(), inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines,
 		IdempotencyKey: key, Throttle: settings.userInBuy})
@@ -379,8 +410,17 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 		return s.limited("user", settings.user, throttled.RetryAfter)
 	}
 	s.metrics.observeBuy(err, time.Since(began))
+	if errors.Is(err, inventory.ErrFenced) || err != nil && isRedisDown(err) {
+		if _, ok := s.deg.dbSells(); ok { // the mode changed while the buy was on its way
+			return s.buyOnDB(w, r, saleID, user, lines, key)
+		}
+		return errUnavailable
+	}
 	if err != nil {
 		return err
+	}
+	if !rc.Replayed {
+		s.deg.acks.add(rc.Order)
 	}
 	status := http.StatusCreated
 	if rc.Replayed {
@@ -388,6 +428,32 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 		if o, err := s.order(r.Context(), rc.Order.ID); err == nil {
 			rc.Order.Status = o.Status // it may be confirmed or cancelled by now
 		}
+	}
+	writeJSON(w, status, orderBody(rc.Order, rc.Remaining))
+	return nil
+}
+
+// buyOnDB buys on the database in degraded mode, or answers 503 while
+// nobody sells (the grace period after the switch, a recovery).
+func (s *Service) buyOnDB(w http.ResponseWriter, r *http.Request, saleID, user string, lines []inventory.Line, key string) error {
+	m, ok := s.deg.dbSells()
+	if !ok {
+		return errUnavailable
+	}
+	began := time.Now()
+	rc, err := s.db.Buy(r.Context(), store.DegradedBuy{Epoch: m.Epoch, SaleID: saleID, UserID: user, Lines: lines,
+		IdempotencyKey: key, Now: time.Now()})
+	if errors.Is(err, store.ErrModeChanged) {
+		err = errUnavailable
+	}
+	s.metrics.observeBuy(err, time.Since(began))
+	s.metrics.dbBuys.WithLabelValues(resultOf(err)).Inc()
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if rc.Replayed {
+		status = http.StatusOK
 	}
 	writeJSON(w, status, orderBody(rc.Order, rc.Remaining))
 	return nil
@@ -431,7 +497,20 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("order")
-	rc, err := s.eng.Cancel(r.Context(), id, who.user)
+	var rc inventory.Receipt
+	if _, redis := s.deg.redisSells(); redis {
+		rc, err = s.eng.Cancel(r.Context(), id, who.user)
+		if err == nil {
+			s.deg.acks.add(rc.Order)
+		}
+	} else if m, ok := s.deg.dbSells(); ok {
+		rc, err = s.db.Cancel(r.Context(), m.Epoch, id, who.user, time.Now())
+	} else {
+		err = errUnavailable
+	}
+	if errors.Is(err, inventory.ErrFenced) || errors.Is(err, store.ErrModeChanged) {
+		err = errUnavailable
+	}
 	if errors.Is(err, inventory.ErrInvalid) {
 		err = errNotFound("order not found: " + id)
 	}
@@ -476,6 +555,9 @@ func (s *Service) ready(w http.ResponseWriter, r *http.Request) error {
 	go func() { defer wg.Done(); redisErr = s.rdb.Ping(ctx).Err() }()
 	go func() { defer wg.Done(); dbErr = s.db.Ping(ctx) }()
 	wg.Wait()
+	if _, ok := s.deg.dbSells(); ok && dbErr == nil {
+		redisErr = nil // the database sells: this instance serves without Redis
+	}
 	if redisErr != nil || dbErr != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable",
 			"redis": errText(redisErr), "database": errText(dbErr)})

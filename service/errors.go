@@ -35,6 +35,7 @@ func errNotFound(msg string) *apiError {
 }
 
 var (
+	errUnavailable     = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the inventory is unavailable; retry", RetryAfter: 1}
 	errInternal        = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 	errUnauthenticated = &apiError{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
 	errForbidden       = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "this token does not grant that"}
@@ -69,8 +70,8 @@ func toAPI(err error) *apiError {
 			Message: "the per-user limit is " + strconv.FormatInt(limit.Limit, 10), SKUs: limit.SKUs}
 	case errors.As(err, &inactive):
 		return &apiError{Status: http.StatusConflict, Code: "sale_not_active", Message: "the sale is " + string(inactive.Status)}
-	case errors.Is(err, inventory.ErrUnavailable), isRedisDown(err):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the inventory is unavailable; retry", RetryAfter: 1}
+	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, errRedisRestarted), isRedisDown(err):
+		return errUnavailable
 	}
 	return errInternal
 }

@@ -56,7 +56,9 @@ func startApp(t testing.TB, cfg service.Config) *app {
 	cfg.AdminToken, cfg.JWTSecret = "admin-secret-token", "jwt-secret-for-tests"
 	cfg.ReconcileEvery = -1
 	cfg.Pipeline.Block = 20 * time.Millisecond
-	cfg.Pipeline.DiscoverAll = 50 * time.Millisecond
+	if cfg.Pipeline.DiscoverAll == 0 {
+		cfg.Pipeline.DiscoverAll = 50 * time.Millisecond
+	}
 	svc, err := service.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start: %v", err)

@@ -28,6 +28,8 @@ type metrics struct {
 	deadLetters  *prometheus.CounterVec
 	dbRetries    prometheus.Counter
 	repairs      *prometheus.CounterVec
+	degraded     prometheus.Gauge
+	dbBuys       *prometheus.CounterVec
 	window       *latencyWindow // the live view's
 }
 
@@ -68,6 +70,12 @@ func newMetrics(s *Service) *metrics {
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_reconcile_repairs_total", Help: "Repairs of a sale's state in Redis from the database by the reconciliation loop, by sale.",
 		}, []string{"sale"}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seckill_degraded_mode", Help: "1 while Redis does not sell: the database sells (degraded mode) or Redis is being repaired from it; 0 while Redis sells.",
+		}),
+		dbBuys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_degraded_buys_total", Help: "Buys answered by the database in degraded mode, by result (ok or the error code).",
+		}, []string{"result"}),
 	}
 	reloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "seckill_script_reloads_total", Help: "Script calls that met NOSCRIPT and sent the script again.",
@@ -81,7 +89,7 @@ func newMetrics(s *Service) *metrics {
 		return float64(s.eng.SoldOutRefusals())
 	})
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
-		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, reloads, soldOut, liveCollector{s.live}}
+		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}}
 	m.reg.MustRegister(m.collectors...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -90,17 +98,21 @@ func newMetrics(s *Service) *metrics {
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
 
 func (m *metrics) observeBuy(err error, took time.Duration) {
-	result := "ok"
-	if err != nil {
-		api := toAPI(err)
-		result = api.Code
-		if api.Status >= 500 {
-			m.scriptErrors.Inc()
-		}
+	result := resultOf(err)
+	if err != nil && toAPI(err).Status >= 500 {
+		m.scriptErrors.Inc()
 	}
 	m.buys.WithLabelValues(result).Inc()
 	m.buyLatency.Observe(took.Seconds())
 	m.window.observe(took.Seconds())
+}
+
+// resultOf is a buy's result label: ok, or the error's code.
+func resultOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return toAPI(err).Code
 }
 
 // MetricNames lists the names of seckill's own metrics (not the Go

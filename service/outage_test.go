@@ -83,14 +83,14 @@ func TestDatabaseOutageDuringSale(t *testing.T) {
 	}
 }
 
-// TestRedisDownIs503: with Redis unreachable (and no degraded path yet),
-// buys and reads answer 503 unavailable with Retry-After; when Redis is back,
-// the service sells again.
+// TestRedisDownIs503: with Redis unreachable and degraded mode off for
+// this instance (degraded_test.go has it on), buys and reads answer 503
+// unavailable with Retry-After; when Redis is back, the service sells again.
 func TestRedisDownIs503(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	proxy := faultnet.Start(t, rdb.Options().Addr)
 	a := startApp(t, service.Config{RedisURL: "redis://" + proxy.Addr() + "/0", KeyPrefix: redistest.Prefix(t, rdb),
-		DatabaseURL: dbtest.SQLiteURL(t), SampleEvery: 100 * time.Millisecond})
+		DatabaseURL: dbtest.SQLiteURL(t), SampleEvery: 100 * time.Millisecond, DegradedTick: -1})
 	a.createSale("s1", 5, "A", 10)
 	mustStatus(t, buyOne(a, "s1", "u1"), http.StatusCreated)
 

@@ -59,6 +59,20 @@ type Config struct {
 	// SampleEvery is the period of the live view behind the dashboard and
 	// the per-sale metrics; default 1s, negative turns it off.
 	SampleEvery time.Duration
+
+	// Degraded mode (degraded.go): DegradedTick is how often an instance
+	// pings Redis and reads who sells (default 1s); DegradedGrace is how
+	// long Redis must be unreachable from every instance before the
+	// database sells, how long after that switch the database begins, and
+	// how long Redis must answer again before it is repaired and sells
+	// again (default 3 ticks; with only the grace set, the tick is a third
+	// of it). AckRing is how many of its latest
+	// acknowledged orders an instance keeps to hand to the database when it
+	// begins selling (default 131072). DegradedTick < 0 turns degraded mode
+	// off for this instance entirely (a library user's choice; operators
+	// use the setting).
+	DegradedTick, DegradedGrace time.Duration
+	AckRing                     int
 }
 
 // Service is a running seckill service.
@@ -75,6 +89,7 @@ type Service struct {
 	limiter   *ratelimit.Limiter
 	metrics   *metrics
 	live      *live
+	deg       *degraded
 	http      *http.Server
 	listener  net.Listener
 	saleCache sync.Map // sale id -> saleSettings
@@ -91,6 +106,7 @@ type Service struct {
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{})}
 	s.metrics = newMetrics(s)
+	s.deg = newDegraded(s)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -157,6 +173,9 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	var once sync.Once
 	s.http.RegisterOnShutdown(func() { once.Do(func() { close(s.closing) }) })
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	// The background work (the consumer, degraded mode's recovery) may use
+	// a Redis held back after a restart; buys may not (degraded.go).
+	bgCtx = allowedToDial(bgCtx)
 	s.stop = stop
 	s.startBackground(bgCtx)
 	go func() {
@@ -244,7 +263,7 @@ func (s *Service) connectRedis(ctx context.Context) error {
 		// go-redis refreshes its slot map every 60 s by default; after a
 		// failover it would keep dialling the dead master until then.
 		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs, ClusterStateReloadInterval: 2 * time.Second,
-			DisableIdentity: true})
+			DisableIdentity: true, OnConnect: s.deg.onConnect})
 	case s.cfg.RedisURL != "":
 		opts, err := redis.ParseURL(s.cfg.RedisURL)
 		if err != nil {
@@ -255,6 +274,7 @@ func (s *Service) connectRedis(ctx context.Context) error {
 		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
 		// each connection would leave a denial in ACL LOG.
 		opts.DisableIdentity = true
+		opts.OnConnect = s.deg.onConnect
 		s.rdb = redis.NewClient(opts)
 	default:
 		mini, stop, err := startEmbeddedRedis()
@@ -265,7 +285,7 @@ func (s *Service) connectRedis(ctx context.Context) error {
 		s.rdb = redis.NewClient(&redis.Options{Addr: mini.Addr()})
 		s.log.Warn("using an embedded in-process Redis-compatible server (miniredis): not for production; its data lives as long as this process")
 	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, cancel := context.WithTimeout(allowedToDial(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return fmt.Errorf("cannot reach redis at %s: %w", s.redisName(), err)
@@ -326,6 +346,13 @@ func (s *Service) secrets() {
 // stream is read first: if every entry is acknowledged (so committed), the
 // database holds everything the stream said.
 func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+	// Never rebuild a sale in Redis while the database sells it: Redis gets
+	// it back through the repair that ends degraded mode.
+	if m, err := s.db.SellMode(ctx); err != nil {
+		return inventory.Snapshot{}, err
+	} else if m.Mode != store.ModeRedis {
+		return inventory.Snapshot{}, inventory.ErrFenced
+	}
 	applied, err := pipeline.Applied(ctx, s.rdb, s.eng, saleID)
 	if err != nil {
 		return inventory.Snapshot{}, err
@@ -359,6 +386,11 @@ func (s *Service) startBackground(ctx context.Context) {
 	if s.cfg.SampleEvery > 0 {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.sampleLoop(ctx, s.cfg.SampleEvery) }()
+	}
+	if s.cfg.DegradedTick >= 0 {
+		s.deg.step(ctx) // know who sells before the first request
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.deg.run(ctx) }()
 	}
 	// Stock that comes back on any instance clears this one's sold-out flags.
 	if sub, ok := s.rdb.(inventory.Subscriber); ok {

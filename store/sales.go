@@ -252,10 +252,10 @@ func (s *Store) Order(ctx context.Context, id string) (inventory.Order, error) {
 }
 
 // readOrders returns the orders matching where (a condition on orders o
-// with one parameter, arg) with their items, by creation time then id.
-func (s *Store) readOrders(ctx context.Context, q querier, where string, arg any) ([]inventory.Order, error) {
+// with parameters args) with their items, by creation time then id.
+func (s *Store) readOrders(ctx context.Context, q querier, where string, args ...any) ([]inventory.Order, error) {
 	rows, err := s.query(ctx, q, `SELECT o.id, o.sale_id, o.user_id, o.status, o.idempotency_key, o.created_at
-		FROM orders o WHERE `+where+` ORDER BY o.created_at, o.id`, arg)
+		FROM orders o WHERE `+where+` ORDER BY o.created_at, o.id`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +276,7 @@ func (s *Store) readOrders(ctx context.Context, q querier, where string, arg any
 		return nil, err
 	}
 	rows, err = s.query(ctx, q, `SELECT oi.order_id, oi.sku, oi.qty FROM order_items oi
-		JOIN orders o ON o.id = oi.order_id WHERE `+where+` ORDER BY oi.order_id, oi.position`, arg)
+		JOIN orders o ON o.id = oi.order_id WHERE `+where+` ORDER BY oi.order_id, oi.position`, args...)
 	if err != nil {
 		return nil, err
 	}

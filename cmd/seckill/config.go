@@ -60,15 +60,29 @@ func list(s string) []string {
 // reconcileFlag defines --reconcile-every, serve's; the returned function
 // reads it, once fs is parsed, as service.Config.ReconcileEvery.
 func reconcileFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
-	every := fs.String("reconcile-every", orEnv(getenv, "SECKILL_RECONCILE_EVERY", "30s"),
-		"period of the reconciliation loop, which repairs drift two passes in a row find, like 30s or 5m; 0 turns it off (env SECKILL_RECONCILE_EVERY)")
+	return durationFlag(fs, getenv, "reconcile-every", "SECKILL_RECONCILE_EVERY", "30s",
+		"period of the reconciliation loop, which repairs drift two passes in a row find, like 30s or 5m; 0 turns it off", "turn the loop off")
+}
+
+// degradedFlag defines --degraded-grace, serve's; the returned function
+// reads it, once fs is parsed, as service.Config.DegradedGrace.
+func degradedFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
+	return durationFlag(fs, getenv, "degraded-grace", "SECKILL_DEGRADED_GRACE", "3s",
+		"how long no instance may reach Redis before the database sells (degraded mode), and how long Redis must answer again before it sells again; 0 turns degraded mode off for this instance", "turn degraded mode off")
+}
+
+// durationFlag defines a duration flag whose 0 turns something off; the
+// returned function reads it as a service.Config duration (-1 for off,
+// as the config's zero means its default).
+func durationFlag(fs *flag.FlagSet, getenv func(string) string, name, env, def, usage, zero string) func() (time.Duration, error) {
+	v := fs.String(name, orEnv(getenv, env, def), usage+" (env "+env+")")
 	return func() (time.Duration, error) {
-		d, err := time.ParseDuration(*every)
+		d, err := time.ParseDuration(*v)
 		if err != nil || d < 0 {
-			return 0, fmt.Errorf("--reconcile-every must be a duration like 30s, or 0 to turn the loop off, is %q", *every)
+			return 0, fmt.Errorf("--%s must be a duration like %s, or 0 to %s, is %q", name, def, zero, *v)
 		}
 		if d == 0 {
-			return -1, nil // service.Config's "off": its zero means the default
+			return -1, nil
 		}
 		return d, nil
 	}

@@ -124,32 +124,41 @@ func TestReconcileRepairCommand(t *testing.T) {
 	}
 }
 
-func TestReconcileEveryFlag(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		args []string
-		want time.Duration
+func TestDurationFlags(t *testing.T) {
+	for _, f := range []struct {
+		name, env string
+		def       time.Duration
+		define    func(*flag.FlagSet, func(string) string) func() (time.Duration, error)
 	}{
-		{"", nil, 30 * time.Second},
-		{"5m", nil, 5 * time.Minute},
-		{"0", nil, -1}, // off
-		{"5m", []string{"--reconcile-every", "2s"}, 2 * time.Second}, // the flag wins
-		{"", []string{"--reconcile-every", "0s"}, -1},
+		{"reconcile-every", "SECKILL_RECONCILE_EVERY", 30 * time.Second, reconcileFlag},
+		{"degraded-grace", "SECKILL_DEGRADED_GRACE", 3 * time.Second, degradedFlag},
 	} {
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		every := reconcileFlag(fs, func(k string) string { return map[string]string{"SECKILL_RECONCILE_EVERY": c.env}[k] })
-		if err := fs.Parse(c.args); err != nil {
-			t.Fatal(err)
+		for _, c := range []struct {
+			env  string
+			args []string
+			want time.Duration
+		}{
+			{"", nil, f.def},
+			{"5m", nil, 5 * time.Minute},
+			{"0", nil, -1}, // off
+			{"5m", []string{"--" + f.name, "2s"}, 2 * time.Second}, // the flag wins
+			{"", []string{"--" + f.name, "0s"}, -1},
+		} {
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			get := f.define(fs, func(k string) string { return map[string]string{f.env: c.env}[k] })
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := get(); err != nil || got != c.want {
+				t.Errorf("%s: env %q, args %v: %v, %v; want %v", f.name, c.env, c.args, got, err, c.want)
+			}
 		}
-		if got, err := every(); err != nil || got != c.want {
-			t.Errorf("env %q, args %v: %v, %v; want %v", c.env, c.args, got, err, c.want)
-		}
-	}
-	for _, bad := range []string{"soon", "-1s", "30"} {
-		var out, errOut bytes.Buffer
-		code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--reconcile-every", bad}, func(string) string { return "" }, &out, &errOut)
-		if code != 2 || !strings.Contains(errOut.String(), "--reconcile-every") || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
-			t.Errorf("--reconcile-every %s: exit %d, stderr %q", bad, code, errOut.String())
+		for _, bad := range []string{"soon", "-1s", "30"} {
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--" + f.name, bad}, func(string) string { return "" }, &out, &errOut)
+			if code != 2 || !strings.Contains(errOut.String(), "--"+f.name) || strings.Count(strings.TrimSpace(errOut.String()), "\n") > 0 {
+				t.Errorf("--%s %s: exit %d, stderr %q", f.name, bad, code, errOut.String())
+			}
 		}
 	}
 }

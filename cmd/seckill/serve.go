@@ -16,6 +16,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	config := configFlags(fs, getenv)
 	logger := logFlags(fs, getenv)
 	reconcileEvery := reconcileFlag(fs, getenv)
+	degradedGrace := degradedFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -25,6 +26,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if err == nil {
 		cfg.ReconcileEvery, err = reconcileEvery()
+	}
+	if err == nil {
+		cfg.DegradedGrace, err = degradedGrace()
+		if cfg.DegradedGrace < 0 {
+			cfg.DegradedTick = -1
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill serve:", err)

@@ -1,0 +1,45 @@
+package inventory_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// TestFence: a fenced sale refuses every buy with ErrFenced and changes
+// nothing; lifting the fence lets it sell again. A sale missing from Redis
+// is not fenced (nor created).
+func TestFence(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		f := newRig(t, b, inventory.Options{})
+		f.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		if _, err := f.eng.Buy(f.ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := f.eng.Fence(f.ctx, "s1", 7); err != nil || !ok {
+			t.Fatalf("fence: %v, %v", ok, err)
+		}
+		before := f.events("s1")
+		for _, key := range []string{"", "k1"} {
+			if _, err := f.eng.Buy(f.ctx, "s1", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, key); !errors.Is(err, inventory.ErrFenced) || errors.Is(err, inventory.ErrSaleNotActive) {
+				t.Fatalf("buy of a fenced sale (key %q): %v", key, err)
+			}
+		}
+		if st := f.remaining("s1"); st["A"] != 9 || len(f.events("s1")) != len(before) {
+			t.Fatalf("a refused buy changed the sale: %v, %d events (was %d)", st, len(f.events("s1")), len(before))
+		}
+		if err := f.eng.Unfence(f.ctx, "s1"); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := f.eng.Buy(f.ctx, "s1", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil || r.Remaining[0] != 8 {
+			t.Fatalf("buy after the fence was lifted: %+v, %v", r, err)
+		}
+		if ok, err := f.eng.Fence(f.ctx, "nope", 7); err != nil || ok {
+			t.Fatalf("fencing a sale Redis does not hold: %v, %v", ok, err)
+		}
+		if _, err := f.eng.Stock(f.ctx, "nope"); !errors.Is(err, inventory.ErrNotFound) {
+			t.Fatalf("fencing created the missing sale: %v", err)
+		}
+	})
+}

@@ -1,0 +1,601 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/store"
+)
+
+// Degraded mode: when no instance reaches Redis, the database sells.
+//
+// Who sells is one row in the database (store.SellMode), read by every
+// instance each tick. The rules that keep a unit from being sold twice:
+//
+//   - The database starts selling only when the mode says db, and only
+//     from sells_from: a grace period after the switch in which every
+//     instance learns of it (and stops sending buys to Redis) on its next
+//     tick, and hands the database the orders it acknowledged from Redis
+//     lately (its ring of acks), so that orders still on their way through
+//     the stream are counted before the database sells what is left.
+//   - Every database buy checks, in its own transaction, that the mode and
+//     epoch are still the ones it was routed by; a switch waits for the
+//     buys under way.
+//   - The first instance that reaches Redis again while the database sells
+//     fences every sale off in Redis (Engine.Fence): an instance that has
+//     not heard of degraded mode gets ErrFenced, never a sale of stale stock.
+//   - Going back: the mode becomes recovering (nobody sells), every
+//     instance hands over its acks again, the consumer drains what the
+//     stream still holds, every sale's state in Redis is repaired from the
+//     database (Engine.Repair) and unfenced, and only then does Redis sell
+//     again. A Redis seen to restart (a new run_id on a new connection)
+//     goes through the same recovery before it sells: it may have lost
+//     writes the database or an instance's acks still have.
+//
+// The switch to db is automatic (setting auto) only when this instance has
+// not reached Redis for the grace period and no other instance has either;
+// force switches now; off never switches (Redis down: 503).
+type degraded struct {
+	s     *Service
+	name  string
+	tick  time.Duration
+	grace time.Duration
+
+	mu          sync.Mutex
+	mode        store.SellMode
+	known       bool      // mode has been read at least once
+	redisDown   time.Time // since when the ping fails; zero while it answers
+	redisUp     time.Time // since when it answers; zero while it fails
+	flushed     int64     // the degraded epoch this instance handed its acks over for
+	fencedEpoch int64     // the degraded epoch this instance fenced Redis for
+
+	// A Redis that restarted or failed over may have lost writes
+	// (onConnect): restarted blocks this instance's Redis buys until a
+	// recovery that began after restartEpoch has ended.
+	cluster      bool
+	runIDs       map[string]string // node id ("" standalone) -> run_id
+	suspects     map[string]bool   // replication ids of promoted masters not yet repaired
+	verified     map[string]bool   // ... and of the ones a recovery has repaired
+	restarted    bool
+	restartEpoch int64
+
+	acks ackRing
+}
+
+func newDegraded(s *Service) *degraded {
+	host, _ := os.Hostname()
+	d := &degraded{s: s, tick: s.cfg.DegradedTick, grace: s.cfg.DegradedGrace, cluster: len(s.cfg.RedisClusterAddrs) > 0,
+		runIDs: map[string]string{}, suspects: map[string]bool{}, verified: map[string]bool{},
+		name: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(3))}
+	switch {
+	case d.tick <= 0 && d.grace > 0:
+		d.tick = max(d.grace/3, 50*time.Millisecond)
+	case d.tick <= 0:
+		d.tick = time.Second
+	}
+	if d.grace <= 0 {
+		d.grace = 3 * d.tick
+	}
+	d.acks.size = s.cfg.AckRing
+	if d.acks.size <= 0 {
+		d.acks.size = 1 << 17
+	}
+	return d
+}
+
+// current is the mode as of the last tick.
+func (d *degraded) current() store.SellMode {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mode
+}
+
+// redisSells reports whether buys go to Redis: the mode is redis, or
+// not known yet (degraded mode off for this instance, or the database
+// never answered).
+func (d *degraded) redisSells() (store.SellMode, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mode, (!d.known || d.mode.Mode == store.ModeRedis) && !d.restarted
+}
+
+// errRedisRestarted refuses a new connection to a Redis that restarted or
+// failed over, until it has been repaired from the database.
+var errRedisRestarted = errors.New("redis restarted or failed over: not used until it is repaired from the database")
+
+// mayDial marks a context whose Redis calls may open connections while
+// Redis is held back after a restart: the recovery's, the consumer's.
+type mayDial struct{}
+
+func allowedToDial(ctx context.Context) context.Context {
+	return context.WithValue(ctx, mayDial{}, true)
+}
+
+// onConnect runs on every new connection to Redis (the client's
+// OnConnect), before the connection is used. A Redis that restarted (a new
+// run_id for a node seen before) or a master that was promoted from a
+// replica (it has a previous replication id, and this one was never
+// checked) may hold counters behind the orders the database already has:
+// the rest of an AOF everysec window, a restore, a replica that was behind.
+// Selling from them would sell those units again. So this instance stops
+// buying from Redis at once — the connection is refused to everyone but
+// the recovery and the consumer — and the next tick repairs Redis from the
+// database (the recovery of degraded mode) before anyone sells from it.
+func (d *degraded) onConnect(ctx context.Context, cn *redis.Conn) error {
+	if d.tick < 0 {
+		return nil // degraded mode off for this instance: nothing would recover
+	}
+	info, err := cn.Info(ctx, "server", "replication").Result()
+	if err != nil {
+		return nil // a server without INFO (miniredis's is partial): nothing to compare
+	}
+	runID, replID := infoField(info, "run_id"), infoField(info, "master_replid")
+	promoted := infoField(info, "role") == "master" && infoField(info, "second_repl_offset") != "-1" && replID != ""
+	node := ""
+	if d.cluster {
+		if node, err = cn.ClusterMyID(ctx).Result(); err != nil {
+			return nil
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	why := ""
+	if prev, ok := d.runIDs[node]; ok && prev != runID && runID != "" {
+		why = "redis restarted (new run id)"
+	}
+	d.runIDs[node] = runID
+	if promoted && !d.verified[replID] {
+		why = "a redis replica was promoted to master"
+		d.suspects[replID] = true
+	}
+	if why != "" && !d.restarted {
+		d.restarted, d.restartEpoch = true, d.mode.Epoch
+		d.s.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
+	}
+	if d.restarted && ctx.Value(mayDial{}) == nil {
+		return errRedisRestarted
+	}
+	return nil
+}
+
+// infoField returns a field of an INFO reply ("" if absent).
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// dbSells returns the mode if this instance is to buy on the database now:
+// the mode is db, its grace period is over, and this instance has handed
+// over its acks for it.
+func (d *degraded) dbSells() (store.SellMode, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.mode
+	return m, m.Mode == store.ModeDB && d.flushed >= m.Epoch && !time.Now().Before(m.SellsFrom)
+}
+
+func (d *degraded) set(m store.SellMode) {
+	d.mu.Lock()
+	d.mode, d.known = m, true
+	d.mu.Unlock()
+	v := 0.0
+	if m.Mode != store.ModeRedis {
+		v = 1
+	}
+	d.s.metrics.degraded.Set(v)
+}
+
+func (d *degraded) run(ctx context.Context) {
+	t := time.NewTicker(d.tick)
+	defer t.Stop()
+	for {
+		d.step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// step is one tick: ping Redis, read the mode, hand over acks, heartbeat,
+// and switch the mode when the rules say so.
+func (d *degraded) step(ctx context.Context) {
+	now := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, max(d.tick/2, 100*time.Millisecond))
+	redisOK := d.s.rdb.Ping(pctx).Err() == nil
+	cancel()
+	d.mu.Lock()
+	if redisOK {
+		d.redisDown = time.Time{}
+		if d.redisUp.IsZero() {
+			d.redisUp = now
+		}
+	} else {
+		d.redisUp = time.Time{}
+		if d.redisDown.IsZero() {
+			d.redisDown = now
+		}
+	}
+	downFor, upFor := since(now, d.redisDown), since(now, d.redisUp)
+	d.mu.Unlock()
+
+	m, err := d.s.db.SellMode(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.s.log.Warn("degraded mode: read the sell mode", "err", err)
+		}
+		return // keep the last mode known
+	}
+	if m.Mode != store.ModeRedis && d.flushedEpoch() < m.Epoch {
+		d.flush(ctx, m.Epoch)
+	}
+	if err := d.s.db.Heartbeat(ctx, d.name, now, redisOK, d.flushedEpoch()); err != nil && ctx.Err() == nil {
+		d.s.log.Warn("degraded mode: heartbeat", "err", err)
+	}
+	d.set(m)
+
+	d.mu.Lock()
+	restarted := d.restarted
+	if restarted && m.Mode == store.ModeRedis && m.Epoch > d.restartEpoch {
+		d.restarted, restarted = false, false // a recovery has run since the restart
+		for id := range d.suspects {
+			d.verified[id] = true
+		}
+		clear(d.suspects)
+	}
+	d.mu.Unlock()
+
+	switch m.Mode {
+	case store.ModeRedis:
+		reason := ""
+		switch {
+		case restarted && redisOK:
+			if next, ok := d.switchTo(ctx, m, store.ModeRecovering, now, time.Time{}, "redis restarted: it may have lost writes"); ok {
+				d.recover(ctx, next)
+			}
+			return
+		case m.Setting == store.SettingForce:
+			reason = "forced by an operator"
+		case m.Setting == store.SettingAuto && !redisOK && downFor >= d.grace && !d.othersSeeRedis(ctx, now):
+			reason = "no instance reached redis for " + d.grace.String()
+		}
+		if reason != "" {
+			d.switchTo(ctx, m, store.ModeDB, now, now.Add(d.grace), reason)
+		}
+	case store.ModeDB:
+		if redisOK && d.fencedFor() < m.Epoch {
+			d.fenceAll(ctx, m.Epoch)
+		}
+		switch {
+		case m.Setting == store.SettingOff:
+			d.switchTo(ctx, m, store.ModeRecovering, now, time.Time{}, "degraded mode turned off by an operator")
+		case m.Setting == store.SettingAuto && redisOK && upFor >= d.grace && d.fencedFor() >= m.Epoch:
+			if next, ok := d.switchTo(ctx, m, store.ModeRecovering, now, time.Time{}, "redis is back"); ok {
+				d.recover(ctx, next)
+			}
+		}
+	case store.ModeRecovering:
+		switch {
+		case m.Setting == store.SettingForce:
+			d.switchTo(ctx, m, store.ModeDB, now, now.Add(d.grace), "forced by an operator")
+		case redisOK && upFor >= d.grace:
+			// Whoever began may have died: any instance finishes it (each
+			// step is safe to repeat, the last switch happens once).
+			d.recover(ctx, m)
+		}
+	}
+}
+
+func since(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+func (d *degraded) flushedEpoch() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.flushed
+}
+
+func (d *degraded) fencedFor() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fencedEpoch
+}
+
+// othersSeeRedis reports whether another instance reached Redis within the
+// grace period (then Redis is up and this instance's trouble is its own:
+// it answers 503 and its readiness check fails, and nothing switches).
+func (d *degraded) othersSeeRedis(ctx context.Context, now time.Time) bool {
+	ins, err := d.s.db.Instances(ctx, now.Add(-d.grace))
+	if err != nil {
+		return true // unsure: do not switch
+	}
+	for _, in := range ins {
+		if in.Name != d.name && now.Sub(in.RedisOKAt) < d.grace {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *degraded) switchTo(ctx context.Context, m store.SellMode, to string, now, sellsFrom time.Time, reason string) (store.SellMode, bool) {
+	next, err := d.s.db.SwitchMode(ctx, m.Epoch, to, now, sellsFrom, reason)
+	if err != nil {
+		if !errors.Is(err, store.ErrModeChanged) && ctx.Err() == nil {
+			d.s.log.Warn("degraded mode: switch", "to", to, "err", err)
+		}
+		return m, false
+	}
+	d.s.log.Warn("degraded mode: switched", "from", m.Mode, "to", to, "epoch", next.Epoch, "reason", reason)
+	d.set(next)
+	return next, true
+}
+
+// flush hands the database the orders this instance acknowledged from
+// Redis lately; the database sells only after every instance has.
+func (d *degraded) flush(ctx context.Context, epoch int64) {
+	orders := d.acks.snapshot()
+	if err := d.s.db.AdoptOrders(ctx, orders); err != nil {
+		if ctx.Err() == nil {
+			d.s.log.Warn("degraded mode: hand over acknowledged orders", "orders", len(orders), "err", err)
+		}
+		return
+	}
+	d.mu.Lock()
+	d.flushed = max(d.flushed, epoch)
+	d.mu.Unlock()
+	d.s.log.Info("degraded mode: acknowledged orders handed to the database", "orders", len(orders), "epoch", epoch)
+}
+
+// fenceAll fences every sale off in Redis for the degraded epoch.
+func (d *degraded) fenceAll(ctx context.Context, epoch int64) {
+	ids, err := d.s.db.SaleIDs(ctx)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if _, err := d.s.eng.Fence(ctx, id, epoch); err != nil {
+			if ctx.Err() == nil {
+				d.s.log.Warn("degraded mode: fence a sale in redis", "sale", id, "err", err)
+			}
+			return
+		}
+	}
+	d.mu.Lock()
+	d.fencedEpoch = max(d.fencedEpoch, epoch)
+	d.mu.Unlock()
+	d.s.log.Info("degraded mode: every sale fenced off in redis", "sales", len(ids), "epoch", epoch)
+}
+
+// recover brings Redis back as the seller: with nobody selling (mode
+// recovering), it waits until the stream holds nothing unapplied, repairs
+// every sale in Redis from the database, lifts the fences, and switches to
+// redis. Whatever fails leaves the mode recovering for the next tick.
+func (d *degraded) recover(ctx context.Context, m store.SellMode) {
+	if !d.everyoneFlushed(ctx, m.Epoch) {
+		return
+	}
+	ids, err := d.s.db.SaleIDs(ctx)
+	if err != nil {
+		return
+	}
+	snapshot := inventory.LoaderFunc(d.s.db.Snapshot)
+	for _, id := range ids {
+		// Fence first: a sale rebuilt or restored meanwhile sells nothing
+		// until it is repaired.
+		if _, err := d.s.eng.Fence(ctx, id, m.Epoch); err != nil {
+			d.s.log.Warn("degraded mode: recover: fence", "sale", id, "err", err)
+			return
+		}
+		deadline := time.Now().Add(10 * d.grace)
+		for {
+			inflight, err := pipeline.InFlight(ctx, d.s.rdb, d.s.eng, id)
+			if err == nil && len(inflight) == 0 {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				d.s.log.Warn("degraded mode: recover: events still in flight", "sale", id, "events", len(inflight), "err", err)
+				return
+			}
+			time.Sleep(d.tick / 10)
+		}
+		rep, err := d.s.eng.Repair(ctx, id, snapshot)
+		if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+			d.s.log.Warn("degraded mode: recover: repair", "sale", id, "err", err)
+			return
+		}
+		if err == nil && len(rep.Changes) > 0 {
+			if jerr := d.s.db.JournalRepair(ctx, rep, "degraded mode ended (epoch "+strconv.FormatInt(m.Epoch, 10)+")", time.Now()); jerr != nil {
+				d.s.log.Warn("degraded mode: recover: journal the repair", "sale", id, "err", jerr)
+			}
+		}
+		if err := d.s.eng.Unfence(ctx, id); err != nil {
+			d.s.log.Warn("degraded mode: recover: unfence", "sale", id, "err", err)
+			return
+		}
+	}
+	d.switchTo(ctx, m, store.ModeRedis, time.Now(), time.Time{}, "redis repaired from the database")
+}
+
+// everyoneFlushed hands over this instance's acks for epoch, then waits
+// (up to ten grace periods) until every instance seen lately has too: the
+// orders Redis acknowledged and may have lost are then in the database, and
+// the repair counts them. An instance that never does is logged and passed
+// over: it is not answering its ticks.
+func (d *degraded) everyoneFlushed(ctx context.Context, epoch int64) bool {
+	if d.flushedEpoch() < epoch {
+		d.flush(ctx, epoch)
+		if d.flushedEpoch() < epoch {
+			return false
+		}
+	}
+	deadline := time.Now().Add(10 * d.grace)
+	for {
+		now := time.Now()
+		ins, err := d.s.db.Instances(ctx, now.Add(-d.grace))
+		if err != nil {
+			return false
+		}
+		var behind []string
+		for _, in := range ins {
+			if in.FlushedEpoch < epoch {
+				behind = append(behind, in.Name)
+			}
+		}
+		if len(behind) == 0 {
+			return true
+		}
+		if now.After(deadline) {
+			d.s.log.Warn("degraded mode: recover: instances did not hand over their acknowledged orders; going on", "instances", behind)
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d.tick / 2):
+		}
+	}
+}
+
+// ackRing keeps the last orders this instance acknowledged from Redis
+// (bought or cancelled): the ones that may still be on their way to the
+// database through the stream when Redis goes away.
+type ackRing struct {
+	mu   sync.Mutex
+	size int
+	buf  []inventory.Order
+	next int
+}
+
+func (r *ackRing) add(o inventory.Order) {
+	r.mu.Lock()
+	if len(r.buf) < r.size {
+		r.buf = append(r.buf, o)
+	} else {
+		r.buf[r.next] = o
+		r.next = (r.next + 1) % r.size
+	}
+	r.mu.Unlock()
+}
+
+// snapshot returns the orders held, once each, in their last state.
+func (r *ackRing) snapshot() []inventory.Order {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at := make(map[string]int, len(r.buf))
+	out := make([]inventory.Order, 0, len(r.buf))
+	for i := range r.buf {
+		o := r.buf[(r.next+i)%len(r.buf)]
+		if j, ok := at[o.ID]; ok {
+			out[j] = o
+			continue
+		}
+		at[o.ID] = len(out)
+		out = append(out, o)
+	}
+	return out
+}
+
+// ---- the operators' switch: GET and PUT /v1/admin/degraded
+
+type degradedJSON struct {
+	Setting   string         `json:"setting"`
+	Mode      string         `json:"mode"`
+	Epoch     int64          `json:"epoch"`
+	ChangedAt *time.Time     `json:"changed_at,omitempty"`
+	SellsFrom *time.Time     `json:"sells_from,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	Instances []instanceJSON `json:"instances"`
+}
+
+type instanceJSON struct {
+	Name         string     `json:"name"`
+	SeenAt       time.Time  `json:"seen_at"`
+	RedisOKAt    *time.Time `json:"redis_ok_at,omitempty"`
+	FlushedEpoch int64      `json:"flushed_epoch"`
+}
+
+func (s *Service) degradedBody(ctx context.Context, m store.SellMode) (degradedJSON, error) {
+	b := degradedJSON{Setting: m.Setting, Mode: m.Mode, Epoch: m.Epoch, Reason: m.Reason, Instances: []instanceJSON{}}
+	if !m.ChangedAt.IsZero() {
+		b.ChangedAt = &m.ChangedAt
+	}
+	if !m.SellsFrom.IsZero() {
+		b.SellsFrom = &m.SellsFrom
+	}
+	ins, err := s.db.Instances(ctx, time.Now().Add(-time.Minute))
+	if err != nil {
+		return b, err
+	}
+	for _, in := range ins {
+		j := instanceJSON{Name: in.Name, SeenAt: in.SeenAt, FlushedEpoch: in.FlushedEpoch}
+		if !in.RedisOKAt.IsZero() {
+			j.RedisOKAt = &in.RedisOKAt
+		}
+		b.Instances = append(b.Instances, j)
+	}
+	return b, nil
+}
+
+func (s *Service) getDegraded(w http.ResponseWriter, r *http.Request) error {
+	if err := s.auth.operator(r); err != nil {
+		return err
+	}
+	m, err := s.db.SellMode(r.Context())
+	if err != nil {
+		return err
+	}
+	body, err := s.degradedBody(r.Context(), m)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// putDegraded sets the operators' switch: auto, force or off. Every
+// instance obeys it from its next tick.
+func (s *Service) putDegraded(w http.ResponseWriter, r *http.Request) error {
+	if err := s.auth.operator(r); err != nil {
+		return err
+	}
+	var req struct {
+		Setting *string `json:"setting"`
+	}
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Setting == nil || !store.ValidSetting(*req.Setting) {
+		return errInvalid(`setting must be "auto", "force" or "off"`)
+	}
+	m, err := s.db.SetSetting(r.Context(), *req.Setting)
+	if err != nil {
+		return err
+	}
+	s.audit(r, "degraded mode set", "", "", map[string]any{"setting": m.Setting})
+	body, err := s.degradedBody(r.Context(), m)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}

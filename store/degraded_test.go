@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// degradedSale creates sale s1 (limit 2; A: 5 units, U: unlimited) and
+// switches the database to selling it; it returns the degraded epoch.
+func degradedSale(t *testing.T, s *Store, now time.Time) int64 {
+	t.Helper()
+	ctx := context.Background()
+	must(t, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "s1", PerUserLimit: 2,
+		Items: []inventory.Item{{SKU: "A", Stock: 5}, {SKU: "U", Stock: -1}}}}))
+	m, err := s.SellMode(ctx)
+	must(t, err)
+	check(t, "the mode of a new database", [3]any{m.Setting, m.Mode, m.Epoch}, [3]any{SettingAuto, ModeRedis, int64(0)})
+	m, err = s.SwitchMode(ctx, m.Epoch, ModeDB, now, now, "test")
+	must(t, err)
+	return m.Epoch
+}
+
+func TestDegradedBuy(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		epoch := degradedSale(t, s, now)
+		buy := func(user string, key string, lines ...inventory.Line) (inventory.Receipt, error) {
+			return s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: user, Lines: lines, IdempotencyKey: key, Now: now})
+		}
+		rc, err := buy("u1", "k1", line("A", 2), line("U", 1))
+		must(t, err)
+		check(t, "remaining after a buy", rc.Remaining, []int64{3, -1})
+		check(t, "the order", [3]any{rc.Order.Status, rc.Replayed, len(rc.Order.Items)}, [3]any{inventory.OrderConfirmed, false, 2})
+		again, err := buy("u1", "k1", line("A", 1))
+		must(t, err)
+		check(t, "a replay", [2]any{again.Order.ID, again.Replayed}, [2]any{rc.Order.ID, true})
+		if _, err := buy("u1", "", line("A", 1)); !errors.Is(err, inventory.ErrLimitExceeded) {
+			t.Fatalf("a third unit for a limit of 2: %v", err)
+		}
+		if _, err := buy("u2", "", line("A", 2), line("B", 1)); !errors.Is(err, inventory.ErrNotFound) {
+			t.Fatalf("an unknown sku: %v", err)
+		}
+		_, err = buy("u2", "", line("A", 2))
+		must(t, err)
+		var short *inventory.SoldOutError
+		if _, err := buy("u3", "", line("A", 2), line("U", 1)); !errors.As(err, &short) || fmt.Sprint(short.SKUs) != "[A]" {
+			t.Fatalf("2 of the last unit: %v", err)
+		}
+		// A cancel gives the unit back, once.
+		c, err := s.Cancel(ctx, epoch, rc.Order.ID, "u2", now)
+		if !errors.Is(err, inventory.ErrNotFound) {
+			t.Fatalf("cancelling another buyer's order: %+v, %v", c, err)
+		}
+		c, err = s.Cancel(ctx, epoch, rc.Order.ID, "u1", now)
+		must(t, err)
+		check(t, "cancelled", [2]any{c.Order.Status, c.Replayed}, [2]any{inventory.OrderCancelled, false})
+		c, err = s.Cancel(ctx, epoch, rc.Order.ID, "", now)
+		must(t, err)
+		check(t, "cancelled twice", c.Replayed, true)
+		rc, err = buy("u3", "", line("A", 2))
+		must(t, err)
+		check(t, "remaining after the cancel and a buy", rc.Remaining, []int64{1})
+		rc, err = buy("u4", "", line("A", 1))
+		must(t, err)
+		check(t, "remaining after the last unit", rc.Remaining, []int64{0})
+		totals, err := s.Totals(ctx, "s1")
+		must(t, err)
+		check(t, "sold in the database", totals[0].Sold, int64(5))
+		journal, err := s.Journal(ctx, "s1")
+		must(t, err)
+		check(t, "journal rows (4 bought A, 1 bought U, 2 cancelled)", len(journal), 7)
+
+		// A buy routed by an ended mode, or before sells_from, writes nothing.
+		m, err := s.SwitchMode(ctx, epoch, ModeRecovering, now, time.Time{}, "test")
+		must(t, err)
+		if _, err := buy("u9", "", line("U", 1)); !errors.Is(err, ErrModeChanged) {
+			t.Fatalf("a buy of an ended degraded epoch: %v", err)
+		}
+		if _, err := s.SwitchMode(ctx, epoch, ModeRedis, now, time.Time{}, "stale"); !errors.Is(err, ErrModeChanged) {
+			t.Fatalf("a switch from a stale epoch: %v", err)
+		}
+		m, err = s.SwitchMode(ctx, m.Epoch, ModeDB, now, now.Add(time.Second), "test")
+		must(t, err)
+		if _, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, SaleID: "s1", UserID: "u9", Lines: []inventory.Line{line("U", 1)}, Now: now}); !errors.Is(err, ErrModeChanged) {
+			t.Fatalf("a buy before sells_from: %v", err)
+		}
+		counts, err := s.CountOrders(ctx, "s1")
+		must(t, err)
+		check(t, "orders", [2]int{counts[inventory.OrderConfirmed], counts[inventory.OrderCancelled]}, [2]int{3, 1})
+	})
+}
+
+// TestDegradedBuysNeverOversell: concurrent buyers on the database sell
+// exactly the stock, each within the limit.
+func TestDegradedBuysNeverOversell(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.Now()
+		epoch := degradedSale(t, s, now)
+		var mu sync.Mutex
+		sold := 0
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 4 {
+					_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: fmt.Sprintf("u%d", g),
+						Lines: []inventory.Line{line("A", 1)}, Now: now, IdempotencyKey: fmt.Sprint(i)})
+					switch {
+					case err == nil:
+						mu.Lock()
+						sold++
+						mu.Unlock()
+					case errors.Is(err, inventory.ErrSoldOut), errors.Is(err, inventory.ErrLimitExceeded):
+					default:
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		check(t, "units sold of 5", sold, 5)
+		totals, err := s.Totals(ctx, "s1")
+		must(t, err)
+		check(t, "sold in the database", totals[0].Sold, int64(5))
+	})
+}
+
+// TestAdoptOrders: orders handed over from Redis are inserted once, in
+// their last state; adopting them again, or applying their stream events
+// later, changes nothing.
+func TestAdoptOrders(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		degradedSale(t, s, now)
+		o1 := inventory.Order{ID: inventory.NewOrderID("s1"), SaleID: "s1", UserID: "u1", Status: inventory.OrderConfirmed, Items: []inventory.Line{line("A", 1)}, CreatedAt: now}
+		o2 := o1
+		o2.ID, o2.UserID = inventory.NewOrderID("s1"), "u2"
+		must(t, s.AdoptOrders(ctx, []inventory.Order{o1, o2}))
+		o2.Status = inventory.OrderCancelled
+		must(t, s.AdoptOrders(ctx, []inventory.Order{o1, o2}))
+		ev := newEvents("s1")
+		bought := ev.next(inventory.EventBought)
+		bought.Order = o2
+		bought.Order.Status = inventory.OrderConfirmed
+		must(t, s.Apply(ctx, "s1", []inventory.Event{bought}))
+		counts, err := s.CountOrders(ctx, "s1")
+		must(t, err)
+		check(t, "orders by status", [2]int{counts[inventory.OrderConfirmed], counts[inventory.OrderCancelled]}, [2]int{1, 1})
+		totals, err := s.Totals(ctx, "s1")
+		must(t, err)
+		check(t, "sold", totals[0].Sold, int64(1))
+	})
+}
+
+func TestSellModeSetting(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		m, err := s.SetSetting(ctx, SettingForce)
+		must(t, err)
+		check(t, "setting", m.Setting, SettingForce)
+		if _, err := s.SetSetting(ctx, "sometimes"); !errors.Is(err, inventory.ErrInvalid) {
+			t.Fatalf("a bad setting: %v", err)
+		}
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		must(t, s.Heartbeat(ctx, "a", now, true, 0))
+		must(t, s.Heartbeat(ctx, "a", now.Add(time.Second), false, 2))
+		must(t, s.Heartbeat(ctx, "b", now.Add(-time.Hour), true, 0))
+		ins, err := s.Instances(ctx, now.Add(-time.Minute))
+		must(t, err)
+		check(t, "instances seen lately", ins, []Instance{{Name: "a", SeenAt: now.Add(time.Second), RedisOKAt: now, FlushedEpoch: 2}})
+	})
+}

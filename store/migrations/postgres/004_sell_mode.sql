@@ -1,0 +1,25 @@
+-- 004: who sells, Redis or the database (degraded mode). One row, read by
+-- every instance each tick and by every buy made on the database. epoch
+-- grows with every change of mode: a database buy checks, in its own
+-- transaction, that the mode is still the one it was routed by.
+
+CREATE TABLE sell_mode (
+    id         SMALLINT PRIMARY KEY CHECK (id = 1),
+    setting    TEXT NOT NULL DEFAULT 'auto' CHECK (setting IN ('auto', 'force', 'off')),
+    mode       TEXT NOT NULL DEFAULT 'redis' CHECK (mode IN ('redis', 'db', 'recovering')),
+    epoch      BIGINT NOT NULL DEFAULT 0,
+    changed_at BIGINT NOT NULL DEFAULT 0, -- unix ms
+    sells_from BIGINT NOT NULL DEFAULT 0, -- mode db: database buys are taken from then on (unix ms)
+    reason     TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO sell_mode (id) VALUES (1);
+
+-- Every running instance, as of its last tick: whether it reached Redis,
+-- and up to which degraded epoch it has handed the database the orders it
+-- acknowledged from Redis.
+CREATE TABLE instances (
+    name          TEXT PRIMARY KEY,
+    seen_at       BIGINT NOT NULL, -- unix ms
+    redis_ok_at   BIGINT NOT NULL DEFAULT 0,
+    flushed_epoch BIGINT NOT NULL DEFAULT 0
+);

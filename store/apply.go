@@ -70,6 +70,10 @@ func (s *Store) Apply(ctx context.Context, saleID string, events []inventory.Eve
 		return nil
 	}
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		// Orders written here are not in degraded mode's counters.
+		if err := s.forgetDegradedStock(ctx, tx, saleID); err != nil {
+			return err
+		}
 		for rest := events; len(rest) > 0; {
 			n := 1
 			if rest[0].Type == inventory.EventBought {

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +38,44 @@ func BenchmarkApplyBought(b *testing.B) {
 			elapsed := time.Since(start).Seconds()
 			b.ReportMetric(float64(b.N)/elapsed, "events/s")
 			b.ReportMetric(3*float64(b.N)/elapsed, "rows/s")
+		})
+	}
+}
+
+// BenchmarkDegradedBuy is degraded mode's buy: one transaction per buy on
+// the database, 32 buyers at once, each buy a new user, one sale of
+// 10,000,000 units (a limited item: the stock check sums the live orders).
+// buys/s is what the database sells while Redis is away.
+//
+//	go test -run '^$' -bench BenchmarkDegradedBuy -benchtime 5000x ./store/
+func BenchmarkDegradedBuy(b *testing.B) {
+	for _, d := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"postgres", dbtest.PostgresURL}, {"sqlite", dbtest.SQLiteURL}} {
+		b.Run(d.name, func(b *testing.B) {
+			ctx := context.Background()
+			s := openStore(b, d.url(b))
+			must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "bench", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10_000_000}}}}))
+			m, err := s.SellMode(ctx)
+			must(b, err)
+			m, err = s.SwitchMode(ctx, m.Epoch, ModeDB, time.Now(), time.Now(), "bench")
+			must(b, err)
+			var next atomic.Int64
+			b.SetParallelism(16) // 32 goroutines on 2 cores
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					user := "u" + strconv.FormatInt(next.Add(1), 10)
+					if _, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, SaleID: "bench", UserID: user,
+						Lines: []inventory.Line{{SKU: "A", Qty: 1}}, Now: time.Now()}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "buys/s")
 		})
 	}
 }

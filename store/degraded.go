@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -187,6 +188,15 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 			rows = append(rows, o.ID, o.SaleID, o.UserID, string(status), o.IdempotencyKey, ms(o.CreatedAt), cancelledAt)
 			items = appendOrderItems(items, o)
 		}
+		sales := map[string]bool{}
+		for _, o := range orders {
+			sales[o.SaleID] = true
+		}
+		for _, id := range slices.Sorted(maps.Keys(sales)) { // in order: two hand-overs never deadlock
+			if err := s.forgetDegradedStock(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at)", 7, rows,
 			`ON CONFLICT (id) DO UPDATE SET status = CASE WHEN excluded.status = 'cancelled' THEN excluded.status ELSE orders.status END,
 				cancelled_at = CASE WHEN excluded.status = 'cancelled' THEN excluded.cancelled_at ELSE orders.cancelled_at END`, nil)
@@ -256,7 +266,7 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		if st := inventory.StatusAt(paused == 1, fromMs(starts), fromMs(ends), b.Now); st != inventory.StatusActive {
 			return &inventory.NotActiveError{Status: st}
 		}
-		remaining, err := s.remainingOf(ctx, tx, b.SaleID, b.Lines)
+		remaining, err := s.degradedRemaining(ctx, tx, b.SaleID, b.Epoch, b.Lines)
 		if err != nil {
 			return err
 		}
@@ -298,6 +308,9 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		for i, l := range b.Lines {
 			if remaining[i] != -1 {
 				remaining[i] -= l.Qty
+			}
+			if _, err := s.exec(ctx, tx, "UPDATE degraded_stock SET sold = sold + ? WHERE sale_id = ? AND sku = ?", l.Qty, b.SaleID, l.SKU); err != nil {
+				return err
 			}
 		}
 		rc = inventory.Receipt{Order: o, Remaining: remaining}
@@ -371,6 +384,69 @@ func (s *Store) remainingOf(ctx context.Context, tx *sql.Tx, saleID string, line
 	return out, nil
 }
 
+// degradedRemaining is remainingOf from the degraded_stock counters of
+// epoch, counted from the orders first if they are missing or of another
+// epoch. The caller holds the sale's row lock.
+func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string, epoch int64, lines []inventory.Line) ([]int64, error) {
+	rows, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, d.sold FROM sale_items i
+		JOIN degraded_stock d ON d.sale_id = i.sale_id AND d.sku = i.sku AND d.epoch = ?
+		WHERE i.sale_id = ?`, epoch, saleID)
+	if err != nil {
+		return nil, err
+	}
+	totals := map[string][2]int64{}
+	err = scanEach(rows, func() error {
+		var sku string
+		var stocked, sold int64
+		err := rows.Scan(&sku, &stocked, &sold)
+		totals[sku] = [2]int64{stocked, sold}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(lines))
+	for i, l := range lines {
+		t, ok := totals[l.SKU]
+		if !ok { // not counted in this epoch (or no such sku): count them all
+			return s.countDegradedStock(ctx, tx, saleID, epoch, lines)
+		}
+		out[i] = t[0] - t[1]
+		if t[0] == -1 {
+			out[i] = -1
+		}
+	}
+	return out, nil
+}
+
+// countDegradedStock counts every item's sold units from the sale's live
+// orders into degraded_stock for epoch, and returns the lines' remaining.
+func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID string, epoch int64, lines []inventory.Line) ([]int64, error) {
+	if _, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID); err != nil {
+		return nil, err
+	}
+	if _, err := s.exec(ctx, tx, `INSERT INTO degraded_stock (sale_id, sku, epoch, sold)
+		SELECT i.sale_id, i.sku, ?, COALESCE((SELECT CAST(SUM(oi.qty) AS BIGINT) FROM orders o JOIN order_items oi ON oi.order_id = o.id
+			WHERE o.sale_id = i.sale_id AND o.status = ? AND oi.sku = i.sku), 0)
+		FROM sale_items i WHERE i.sale_id = ?`, epoch, string(inventory.OrderConfirmed), saleID); err != nil {
+		return nil, err
+	}
+	return s.remainingOf(ctx, tx, saleID, lines)
+}
+
+// forgetDegradedStock drops the sale's degraded_stock counters: orders of
+// the sale were written by something other than a degraded buy. It takes
+// the sale's row lock first, as degraded buys do, so that none of them is
+// counting meanwhile.
+func (s *Store) forgetDegradedStock(ctx context.Context, tx *sql.Tx, saleID string) error {
+	var locked string
+	if err := s.queryRow(ctx, tx, "SELECT id FROM sales WHERE id = ?"+s.forUpdate(), saleID).Scan(&locked); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	_, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID)
+	return err
+}
+
 // journalDegraded writes the journal rows of a stock movement made on the
 // database; its event id names the order, so it is never a stream id.
 func (s *Store) journalDegraded(ctx context.Context, tx *sql.Tx, typ inventory.EventType, o inventory.Order, at time.Time) error {
@@ -414,6 +490,9 @@ func (s *Store) Cancel(ctx context.Context, epoch int64, orderID, user string, n
 		}
 		if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = ? WHERE id = ?",
 			string(inventory.OrderCancelled), ms(now), orderID); err != nil {
+			return err
+		}
+		if _, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID); err != nil {
 			return err
 		}
 		o.Status = inventory.OrderCancelled

@@ -180,3 +180,32 @@ func TestSellModeSetting(t *testing.T) {
 		check(t, "instances seen lately", ins, []Instance{{Name: "a", SeenAt: now.Add(time.Second), RedisOKAt: now, FlushedEpoch: 2}})
 	})
 }
+
+// TestDegradedStockSeesOtherWriters: orders the consumer (Apply) or a
+// hand-over (AdoptOrders) writes while the database sells count against
+// the stock of the next degraded buy.
+func TestDegradedStockSeesOtherWriters(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		epoch := degradedSale(t, s, now)
+		buy := func(user string, qty int64) (inventory.Receipt, error) {
+			return s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: user, Lines: []inventory.Line{line("A", qty)}, Now: now})
+		}
+		rc, err := buy("u1", 1)
+		must(t, err)
+		check(t, "remaining", rc.Remaining, []int64{4})
+		ev := newEvents("s1").next(inventory.EventBought)
+		ev.Order = inventory.Order{ID: inventory.NewOrderID("s1"), SaleID: "s1", UserID: "r1", Status: inventory.OrderConfirmed,
+			Items: []inventory.Line{line("A", 2)}, CreatedAt: now}
+		must(t, s.Apply(ctx, "s1", []inventory.Event{ev}))
+		rc, err = buy("u2", 1)
+		must(t, err)
+		check(t, "remaining after the consumer stored an order", rc.Remaining, []int64{1})
+		must(t, s.AdoptOrders(ctx, []inventory.Order{{ID: inventory.NewOrderID("s1"), SaleID: "s1", UserID: "r2",
+			Status: inventory.OrderConfirmed, Items: []inventory.Line{line("A", 1)}, CreatedAt: now}}))
+		if _, err := buy("u3", 1); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("a buy after a hand-over took the last unit: %v", err)
+		}
+	})
+}

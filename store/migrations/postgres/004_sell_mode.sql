@@ -23,3 +23,18 @@ CREATE TABLE instances (
     redis_ok_at   BIGINT NOT NULL DEFAULT 0,
     flushed_epoch BIGINT NOT NULL DEFAULT 0
 );
+
+-- Units sold of each item as a degraded-mode buy last counted them: one
+-- sum over the sale's orders per degraded epoch instead of one per buy.
+-- Anything else that writes the sale's orders (the consumer, a hand-over)
+-- deletes the sale's rows, and the next buy counts again.
+CREATE TABLE degraded_stock (
+    sale_id TEXT NOT NULL,
+    sku     TEXT NOT NULL,
+    epoch   BIGINT NOT NULL,
+    sold    BIGINT NOT NULL,
+    PRIMARY KEY (sale_id, sku)
+);
+
+-- The per-user limit check of a degraded-mode buy.
+CREATE INDEX orders_sale_user ON orders (sale_id, user_id);

@@ -3,8 +3,10 @@
 --
 -- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
 -- KEYS[4] events stream
--- KEYS[5] marker of this cancel call (kept for a day): a call retried after
---         its reply was lost finds it and is no replay
+-- KEYS[5] marker of this cancel call: the remaining of each line right after
+--         it, as "r1,r2,..." (kept for a day). A call retried after its reply
+--         was lost finds it, is no replay, and answers what its first
+--         attempt did
 -- ARGV[1] now, unix ms
 -- ARGV[2] order id
 -- ARGV[3] user id the order must belong to, "" for any (an operator)
@@ -12,7 +14,9 @@
 -- ARGV[5] sale id, for the announcement "<sale>|<sku>,<sku>..."
 --
 -- Reply, the first element is the outcome:
---   {0, record, r1, r2, ...}  cancelled now; rN is line N's remaining after it
+--   {0, record, r1, r2, ...}  cancelled now (or by this call's first attempt,
+--                             whose reply was lost); rN is line N's remaining
+--                             right after the cancellation
 --   {1, record, r1, r2, ...}  was already cancelled (by another call); nothing changed
 --   {2}                       the sale is not in Redis: rebuild it, call again
 --   {4}                       no such order (or not this user's)
@@ -37,7 +41,15 @@ end
 
 if status == 'c' then
   local code = 1
-  if redis.call('EXISTS', KEYS[5]) == 1 then code = 0 end -- this call's own first attempt
+  local mine = redis.call('GET', KEYS[5])
+  if mine then
+    -- This call's own first attempt cancelled it: answer as it did, with
+    -- the remaining right after it, not now (buys may have come between).
+    code = 0
+    local kept = {}
+    for r in string.gmatch(mine, '[^,]+') do kept[#kept + 1] = tonumber(r) end
+    if #kept == #sku then rem = kept end
+  end
   local reply = {code, record}
   for i = 1, #sku do reply[i + 2] = rem[i] end
   return reply
@@ -54,7 +66,7 @@ end
 redis.call('XADD', KEYS[4], '*', 'type', 'cancelled', 'order', order_id, 'user', user,
   'items', lines, 'key', key, 'at', ARGV[1], 'created', created)
 record = 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key
-local reply = {0, record}
+local reply, kept = {0, record}, {}
 for i = 1, #sku do
   if rem[i] == -1 then
     redis.call('HINCRBY', KEYS[1], 's:' .. sku[i], -qty[i])
@@ -62,6 +74,8 @@ for i = 1, #sku do
   else
     reply[i + 2] = redis.call('HINCRBY', KEYS[1], 'r:' .. sku[i], qty[i])
   end
+  -- Redis before 7 formats Lua numbers with 14 significant digits.
+  kept[i] = string.format('%d', reply[i + 2])
   if held[i] - qty[i] > 0 then
     redis.call('HINCRBY', KEYS[2], user .. '|' .. sku[i], -qty[i])
   else
@@ -69,6 +83,6 @@ for i = 1, #sku do
   end
 end
 redis.call('HSET', KEYS[3], order_id, record)
-redis.call('SET', KEYS[5], '1', 'EX', 86400)
+redis.call('SET', KEYS[5], table.concat(kept, ','), 'EX', 86400)
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5] .. '|' .. table.concat(sku, ',')) end
 return reply

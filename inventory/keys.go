@@ -20,7 +20,8 @@ import (
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
 //	{p:s}:events    stream every stock movement, in order (see events.go)
 //	{p:s}:initlock  string owner token of the instance rebuilding the sale
-//	{p:s}:op:<id>   string marks a restock id as applied (expires in a day)
+//	{p:s}:op:<id>   string marks a restock or cancel call as applied, with the
+//	                       remaining right after it (expires in a day)
 //	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
 type saleKeys struct {
 	sale, bought, orders, idem, events, initLock string
@@ -40,7 +41,8 @@ func (e *Engine) keys(saleID string) saleKeys {
 	}
 }
 
-// op returns the key marking a one-off operation (a restock) as applied.
+// op returns the key marking a one-off operation (a restock, a cancel call)
+// as applied.
 func (k saleKeys) op(id string) string { return k.tag + ":op:" + id }
 
 // stage returns the staging key of one live hash during a rebuild.

@@ -40,7 +40,12 @@ type Options struct {
 	ClaimEvery  time.Duration // how often to look for them; default 5s
 	DiscoverAll time.Duration // how often to look for new sales; default 1s
 	MaxBackoff  time.Duration // the longest wait between retries of a failing database; default 5s
-	Logger      *slog.Logger
+	// Alive, if set, says whether another consumer's process still runs;
+	// the entries pending in one it says is not are taken over at the next
+	// claim tick, without waiting for ClaimIdle. A wrong "not alive" only
+	// costs applying entries twice, which changes nothing.
+	Alive  func(ctx context.Context, consumer string) bool
+	Logger *slog.Logger
 	// Hooks for metrics; nil ones are skipped.
 	OnBatch      func(saleID string, n int, took time.Duration)
 	OnDeadLetter func(saleID, reason string)
@@ -191,7 +196,7 @@ func (c *Consumer) runSale(ctx context.Context, saleID string) {
 
 // claim moves entries idle in other (dead) consumers to this one.
 func (c *Consumer) claim(ctx context.Context, key, saleID string) int {
-	total, start := 0, "0-0"
+	total, start := c.claimDead(ctx, key, saleID), "0-0"
 	for ctx.Err() == nil {
 		msgs, next, err := c.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: key, Group: Group, Consumer: c.o.Name, MinIdle: c.o.ClaimIdle, Start: start, Count: c.o.BatchSize,
@@ -207,6 +212,48 @@ func (c *Consumer) claim(ctx context.Context, key, saleID string) int {
 			return total
 		}
 		start = next
+	}
+	return total
+}
+
+// claimDead moves every entry pending in a consumer that Options.Alive
+// says has stopped to this one, however briefly it has been idle.
+func (c *Consumer) claimDead(ctx context.Context, key, saleID string) int {
+	if c.o.Alive == nil {
+		return 0
+	}
+	summary, err := c.rdb.XPending(ctx, key, Group).Result()
+	if err != nil || summary.Count == 0 {
+		return 0
+	}
+	total := 0
+	for name, n := range summary.Consumers {
+		if name == c.o.Name || n == 0 || c.o.Alive(ctx, name) {
+			continue
+		}
+		for ctx.Err() == nil {
+			pending, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: Group, Start: "-", End: "+",
+				Count: c.o.BatchSize, Consumer: name}).Result()
+			if err != nil || len(pending) == 0 {
+				break
+			}
+			ids := make([]string, len(pending))
+			for i, p := range pending {
+				ids[i] = p.ID
+			}
+			claimed, err := c.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: key, Group: Group, Consumer: c.o.Name, Messages: ids}).Result()
+			if err != nil {
+				c.o.Logger.Warn("order pipeline: take over a stopped consumer's entries", "sale", saleID, "consumer", name, "err", err)
+				break
+			}
+			total += len(claimed)
+			if len(claimed) < len(ids) {
+				break // the rest went elsewhere meanwhile
+			}
+		}
+		if total > 0 {
+			c.o.Logger.Info("order pipeline: took over a stopped consumer's entries", "sale", saleID, "consumer", name, "entries", total)
+		}
 	}
 	return total
 }

@@ -329,3 +329,24 @@ func TestLostRepliesAreReadAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestStoppedConsumerTakenOverAtOnce: with Options.Alive saying a
+// consumer has stopped, its pending entries are taken over at the next
+// claim tick, long before ClaimIdle (an hour here); consumers said to be
+// alive keep theirs.
+func TestStoppedConsumerTakenOverAtOnce(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(300)
+		d := &dying{Store: r.db, commit: true, entered: make(chan struct{}), release: make(chan struct{})}
+		r.consumer("doomed", d, pipeline.Options{BatchSize: 100})
+		t.Cleanup(func() { close(d.release) })
+		<-d.entered // it holds a batch of 100 (committed) it will never acknowledge
+		var asked sync.Map
+		alive := func(_ context.Context, name string) bool { asked.Store(name, true); return name != "doomed" }
+		r.consumer("survivor", r.db, pipeline.Options{BatchSize: 100, ClaimIdle: time.Hour, Alive: alive})
+		r.settled(ids)
+		if _, ok := asked.Load("doomed"); !ok {
+			t.Error("Alive was never asked about the stopped consumer")
+		}
+	})
+}

@@ -70,7 +70,23 @@ type degraded struct {
 	restarted    bool
 	restartEpoch int64
 
+	consumer string // this instance's order consumer
+
 	acks ackRing
+}
+
+// consumerAlive tells the order consumer whether another consumer's
+// process still runs: false once an instance with that consumer has not
+// ticked for three grace periods, so that its pending entries are taken
+// over at once instead of after the reclaim's idle time. Unknown consumers,
+// or no answer from the database, count as alive (applying an entry twice
+// is harmless; taking it needlessly is not worth a guess).
+func (d *degraded) consumerAlive(ctx context.Context, consumer string) bool {
+	if d.tick < 0 {
+		return true // no heartbeats from this fleet
+	}
+	seen, ok, err := d.s.db.ConsumerSeen(ctx, consumer)
+	return err != nil || !ok || time.Since(seen) < 3*d.grace
 }
 
 func newDegraded(s *Service) *degraded {
@@ -245,7 +261,11 @@ func (d *degraded) step(ctx context.Context) {
 	if m.Mode != store.ModeRedis && d.flushedEpoch() < m.Epoch {
 		d.flush(ctx, m.Epoch)
 	}
-	if err := d.s.db.Heartbeat(ctx, d.name, now, redisOK, d.flushedEpoch()); err != nil && ctx.Err() == nil {
+	beat := store.Instance{Name: d.name, SeenAt: now, FlushedEpoch: d.flushedEpoch(), Consumer: d.consumer}
+	if redisOK {
+		beat.RedisOKAt = now
+	}
+	if err := d.s.db.Heartbeat(ctx, beat); err != nil && ctx.Err() == nil {
 		d.s.log.Warn("degraded mode: heartbeat", "err", err)
 	}
 	d.set(m)

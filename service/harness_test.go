@@ -201,7 +201,9 @@ func (a *app) settle(sale string) {
 					allIn = false
 				}
 			}
-			if allIn {
+			// The consumer trims the stream right after it acknowledges:
+			// wait for that too, so that the state read next is still.
+			if n, err := a.svc.Redis().XLen(a.ctx, a.svc.Engine().EventsKey(sale)).Result(); allIn && err == nil && n == 0 {
 				return
 			}
 		}

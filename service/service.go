@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -369,6 +370,17 @@ func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapsh
 func (s *Service) startBackground(ctx context.Context) {
 	po := s.cfg.Pipeline
 	po.Logger = s.log
+	if po.Name == "" {
+		// Named after where it listens, so that a process restarted on the
+		// same address (after a crash, say) reads the entries it held first,
+		// instead of leaving them for the reclaim of idle entries (30 s).
+		host, _ := os.Hostname()
+		po.Name = "serve-" + host + "-" + s.listener.Addr().String()
+	}
+	s.deg.consumer = po.Name
+	if s.cfg.DegradedTick >= 0 {
+		po.Alive = s.deg.consumerAlive
+	}
 	po.OnBatch = func(_ string, n int, took time.Duration) {
 		s.metrics.batches.Observe(took.Seconds())
 		s.metrics.batchSizes.Observe(float64(n))

@@ -122,23 +122,34 @@ func cmp(err, otherwise error) error {
 	return otherwise
 }
 
-// Heartbeat records that instance name ran a tick at now, whether it
-// reached Redis, and the degraded epoch up to which it has handed over the
-// orders it acknowledged from Redis.
-func (s *Store) Heartbeat(ctx context.Context, name string, now time.Time, redisOK bool, flushedEpoch int64) error {
+// Heartbeat records that instance in.Name ran a tick at in.SeenAt, when it
+// reached Redis (zero: not this tick), the degraded epoch up to which it has
+// handed over the orders it acknowledged from Redis, and its consumer.
+func (s *Store) Heartbeat(ctx context.Context, in Instance) error {
 	var ok int64
-	if redisOK {
-		ok = ms(now)
+	if !in.RedisOKAt.IsZero() {
+		ok = ms(in.RedisOKAt)
 	}
-	_, err := s.exec(ctx, s.db, `INSERT INTO instances (name, seen_at, redis_ok_at, flushed_epoch) VALUES (?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at,
+	_, err := s.exec(ctx, s.db, `INSERT INTO instances (name, seen_at, redis_ok_at, flushed_epoch, consumer) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at, consumer = excluded.consumer,
 			redis_ok_at = CASE WHEN excluded.redis_ok_at > 0 THEN excluded.redis_ok_at ELSE instances.redis_ok_at END,
 			flushed_epoch = CASE WHEN excluded.flushed_epoch > instances.flushed_epoch THEN excluded.flushed_epoch ELSE instances.flushed_epoch END`,
-		name, ms(now), ok, flushedEpoch)
+		in.Name, ms(in.SeenAt), ok, in.FlushedEpoch, in.Consumer)
 	if err != nil {
 		return fmt.Errorf("store: heartbeat: %w", err)
 	}
 	return nil
+}
+
+// ConsumerSeen returns when an instance whose order consumer is named
+// consumer last ticked; ok is false if no instance ever had that consumer.
+func (s *Store) ConsumerSeen(ctx context.Context, consumer string) (last time.Time, ok bool, err error) {
+	var at sql.NullInt64
+	err = s.queryRow(ctx, s.db, "SELECT MAX(seen_at) FROM instances WHERE consumer = ?", consumer).Scan(&at)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("store: consumer %s last seen: %w", consumer, err)
+	}
+	return fromMs(at.Int64), at.Valid, nil
 }
 
 // Instance is one instance's last heartbeat.
@@ -147,11 +158,12 @@ type Instance struct {
 	SeenAt       time.Time
 	RedisOKAt    time.Time // zero: never
 	FlushedEpoch int64
+	Consumer     string // its order consumer's name
 }
 
 // Instances lists the instances seen since since.
 func (s *Store) Instances(ctx context.Context, since time.Time) ([]Instance, error) {
-	rows, err := s.query(ctx, s.db, "SELECT name, seen_at, redis_ok_at, flushed_epoch FROM instances WHERE seen_at >= ? ORDER BY name", ms(since))
+	rows, err := s.query(ctx, s.db, "SELECT name, seen_at, redis_ok_at, flushed_epoch, consumer FROM instances WHERE seen_at >= ? ORDER BY name", ms(since))
 	if err != nil {
 		return nil, fmt.Errorf("store: list instances: %w", err)
 	}
@@ -159,7 +171,7 @@ func (s *Store) Instances(ctx context.Context, since time.Time) ([]Instance, err
 	err = scanEach(rows, func() error {
 		var in Instance
 		var seen, ok int64
-		err := rows.Scan(&in.Name, &seen, &ok, &in.FlushedEpoch)
+		err := rows.Scan(&in.Name, &seen, &ok, &in.FlushedEpoch, &in.Consumer)
 		in.SeenAt, in.RedisOKAt = fromMs(seen), fromMs(ok)
 		out = append(out, in)
 		return err

@@ -172,12 +172,21 @@ func TestSellModeSetting(t *testing.T) {
 			t.Fatalf("a bad setting: %v", err)
 		}
 		now := time.UnixMilli(1_795_000_000_000).UTC()
-		must(t, s.Heartbeat(ctx, "a", now, true, 0))
-		must(t, s.Heartbeat(ctx, "a", now.Add(time.Second), false, 2))
-		must(t, s.Heartbeat(ctx, "b", now.Add(-time.Hour), true, 0))
+		must(t, s.Heartbeat(ctx, Instance{Name: "a", SeenAt: now, RedisOKAt: now, Consumer: "ca"}))
+		must(t, s.Heartbeat(ctx, Instance{Name: "a", SeenAt: now.Add(time.Second), FlushedEpoch: 2, Consumer: "ca"}))
+		must(t, s.Heartbeat(ctx, Instance{Name: "b", SeenAt: now.Add(-time.Hour), RedisOKAt: now.Add(-time.Hour), Consumer: "cb"}))
 		ins, err := s.Instances(ctx, now.Add(-time.Minute))
 		must(t, err)
-		check(t, "instances seen lately", ins, []Instance{{Name: "a", SeenAt: now.Add(time.Second), RedisOKAt: now, FlushedEpoch: 2}})
+		check(t, "instances seen lately", ins, []Instance{{Name: "a", SeenAt: now.Add(time.Second), RedisOKAt: now, FlushedEpoch: 2, Consumer: "ca"}})
+		for _, c := range []struct {
+			consumer string
+			seen     time.Time
+			ok       bool
+		}{{"ca", now.Add(time.Second), true}, {"cb", now.Add(-time.Hour), true}, {"cz", time.Time{}, false}} {
+			seen, ok, err := s.ConsumerSeen(ctx, c.consumer)
+			must(t, err)
+			check(t, "consumer "+c.consumer+" last seen", [2]any{seen.UnixMilli(), ok}, [2]any{c.seen.UnixMilli(), c.ok})
+		}
 	})
 }
 

@@ -192,8 +192,20 @@ func (c *Cluster) waitHealthy(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", addr, err)
 			}
-			if f := fields(repl); f["role"] == "slave" && f["master_link_status"] != "up" {
+			f = fields(repl)
+			if f["role"] == "slave" && f["master_link_status"] != "up" {
 				return fmt.Errorf("%s: replica link to master is %q", addr, f["master_link_status"])
+			}
+			// A replica's link can say up before it streams what the master
+			// writes: WAIT asks each replica to acknowledge the master's offset.
+			if replicas := len(c.nodes)/c.masters - 1; f["role"] == "master" && replicas > 0 {
+				n, err := command(addr, "WAIT "+strconv.Itoa(replicas)+" 100")
+				if err != nil {
+					return fmt.Errorf("%s: %w", addr, err)
+				}
+				if n != strconv.Itoa(replicas) {
+					return fmt.Errorf("%s: %s of %d replicas acknowledge the master's writes", addr, n, replicas)
+				}
 			}
 		}
 		return nil

@@ -198,7 +198,7 @@ func command(addr, cmd string) (string, error) {
 	}
 	line = strings.TrimRight(line, "\r\n")
 	switch {
-	case strings.HasPrefix(line, "+"):
+	case strings.HasPrefix(line, "+"), strings.HasPrefix(line, ":"):
 		return line[1:], nil
 	case strings.HasPrefix(line, "$"):
 		n, err := strconv.Atoi(line[1:])

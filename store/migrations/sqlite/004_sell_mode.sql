@@ -15,13 +15,15 @@ CREATE TABLE sell_mode (
 INSERT INTO sell_mode (id) VALUES (1);
 
 -- Every running instance, as of its last tick: whether it reached Redis,
--- and up to which degraded epoch it has handed the database the orders it
--- acknowledged from Redis.
+-- up to which degraded epoch it has handed the database the orders it
+-- acknowledged from Redis, and its order consumer (whose pending entries
+-- the others take over at once when it stops ticking).
 CREATE TABLE instances (
     name          TEXT PRIMARY KEY,
     seen_at       INTEGER NOT NULL, -- unix ms
     redis_ok_at   INTEGER NOT NULL DEFAULT 0,
-    flushed_epoch INTEGER NOT NULL DEFAULT 0
+    flushed_epoch INTEGER NOT NULL DEFAULT 0,
+    consumer      TEXT NOT NULL DEFAULT '' -- its order consumer's name in the stream groups
 ) STRICT;
 
 -- Units sold of each item as a degraded-mode buy last counted them: one
@@ -38,3 +40,4 @@ CREATE TABLE degraded_stock (
 
 -- The per-user limit check of a degraded-mode buy.
 CREATE INDEX orders_sale_user ON orders (sale_id, user_id);
+CREATE INDEX instances_consumer ON instances (consumer);

@@ -555,15 +555,19 @@ func (s *Service) ready(w http.ResponseWriter, r *http.Request) error {
 	go func() { defer wg.Done(); redisErr = s.rdb.Ping(ctx).Err() }()
 	go func() { defer wg.Done(); dbErr = s.db.Ping(ctx) }()
 	wg.Wait()
-	if _, ok := s.deg.dbSells(); ok && dbErr == nil {
-		redisErr = nil // the database sells: this instance serves without Redis
+	// The contract: ready only when both answer. "sells" says who sells as of
+	// the last tick, so that a check can tell an instance that still sells
+	// from the database (degraded mode) from one that cannot sell at all.
+	sells := "redis"
+	if m, redis := s.deg.redisSells(); !redis {
+		sells = m.Mode
 	}
 	if redisErr != nil || dbErr != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable",
-			"redis": errText(redisErr), "database": errText(dbErr)})
+			"redis": errText(redisErr), "database": errText(dbErr), "sells": sells})
 		return nil
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "redis": "ok", "database": "ok"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "redis": "ok", "database": "ok", "sells": sells})
 	return nil
 }
 

@@ -35,6 +35,22 @@ func TestFence(t *testing.T) {
 		if r, err := f.eng.Buy(f.ctx, "s1", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil || r.Remaining[0] != 8 {
 			t.Fatalf("buy after the fence was lifted: %+v, %v", r, err)
 		}
+		// A stale fence (of an epoch before the given one) is lifted; a
+		// newer or equal one stays.
+		if _, err := f.eng.Fence(f.ctx, "s1", 7); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			epoch  int64
+			lifted bool
+		}{{7, false}, {3, false}, {8, true}, {9, true}} {
+			if ok, err := f.eng.LiftStaleFence(f.ctx, "s1", c.epoch); err != nil || ok != c.lifted {
+				t.Fatalf("lift a fence of epoch 7 as stale before %d: %v, %v", c.epoch, ok, err)
+			}
+		}
+		if _, err := f.eng.Buy(f.ctx, "s1", "u3", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatalf("buy after a stale fence was lifted: %v", err)
+		}
 		if ok, err := f.eng.Fence(f.ctx, "nope", 7); err != nil || ok {
 			t.Fatalf("fencing a sale Redis does not hold: %v, %v", ok, err)
 		}

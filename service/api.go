@@ -403,8 +403,11 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 		return s.buyOnDB(w, r, saleID, user, lines, key)
 	}
 	began := time.Now()
-	rc, err := s.eng.BuyWith(r.Context(), inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines,
-		IdempotencyKey: key, Throttle: settings.userInBuy})
+	buy := inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key, Throttle: settings.userInBuy}
+	rc, err := s.eng.BuyWith(r.Context(), buy)
+	if errors.Is(err, inventory.ErrFenced) && s.deg.liftStaleFence(r.Context(), saleID) {
+		rc, err = s.eng.BuyWith(r.Context(), buy)
+	}
 	var throttled *inventory.ThrottledError
 	if errors.As(err, &throttled) {
 		return s.limited("user", settings.user, throttled.RetryAfter)

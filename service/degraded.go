@@ -420,6 +420,11 @@ func (d *degraded) recover(ctx context.Context, m store.SellMode) {
 	}
 	snapshot := inventory.LoaderFunc(d.s.db.Snapshot)
 	for _, id := range ids {
+		// Another instance may have finished meanwhile: fencing now would
+		// shut a sale Redis sells again.
+		if cur, err := d.s.db.SellMode(ctx); err != nil || cur.Epoch != m.Epoch {
+			return
+		}
 		// Fence first: a sale rebuilt or restored meanwhile sells nothing
 		// until it is repaired.
 		if _, err := d.s.eng.Fence(ctx, id, m.Epoch); err != nil {
@@ -454,6 +459,21 @@ func (d *degraded) recover(ctx context.Context, m store.SellMode) {
 		}
 	}
 	d.switchTo(ctx, m, store.ModeRedis, time.Now(), time.Time{}, "redis repaired from the database")
+}
+
+// liftStaleFence lifts the sale's fence if it is older than the mode's
+// epoch while Redis sells (a recovery that died half way, or one that raced
+// another and fenced after it finished), and reports whether it did.
+func (d *degraded) liftStaleFence(ctx context.Context, saleID string) bool {
+	m, err := d.s.db.SellMode(ctx)
+	if err != nil || m.Mode != store.ModeRedis {
+		return false
+	}
+	lifted, err := d.s.eng.LiftStaleFence(ctx, saleID, m.Epoch)
+	if err == nil && lifted {
+		d.s.log.Warn("degraded mode: lifted a stale fence", "sale", saleID, "epoch", m.Epoch)
+	}
+	return err == nil && lifted
 }
 
 // everyoneFlushed hands over this instance's acks for epoch, then waits

@@ -318,6 +318,22 @@ func TestOperatorSwitch(t *testing.T) {
 			if m["epoch"] != float64(3) || len(m["instances"].([]any)) != 1 {
 				t.Errorf("after force and auto: %v", m)
 			}
+			// A fence a recovery left behind (epoch 2, before the mode's 3) is
+			// lifted by the next buy; a newer one (a switch this instance has
+			// not heard of) is obeyed.
+			eng := a.svc.Engine()
+			if _, err := eng.Fence(context.Background(), "s1", 2); err != nil {
+				t.Fatal(err)
+			}
+			mustStatus(t, buyOne(a, "s1", "f1"), http.StatusCreated)
+			if _, err := eng.Fence(context.Background(), "s1", 4); err != nil {
+				t.Fatal(err)
+			}
+			mustStatus(t, buyOne(a, "s1", "f2"), http.StatusServiceUnavailable)
+			if err := eng.Unfence(context.Background(), "s1"); err != nil {
+				t.Fatal(err)
+			}
+			a.settle("s1")
 			audit, err := a.svc.Store().AuditLog(context.Background(), "")
 			if err != nil {
 				t.Fatal(err)

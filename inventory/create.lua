@@ -7,20 +7,26 @@
 -- ARGV[4] ends at, unix ms (0: none)    ARGV[5] paused, "1" or "0"
 -- ARGV[6] the items as "A=100,B=-1" (kept as field "items": the order of the
 --         items, and journaled in the event)
--- ARGV[7], ARGV[8], ...  sku, stock of each item (-1 unlimited)
+-- ARGV[7] this call's token (kept as field "created"): a call resent after
+--         its reply was lost finds the sale it made, and is no conflict
+-- ARGV[8], ARGV[9], ...  sku, stock of each item (-1 unlimited)
 --
--- Reply: {0} created, {10} a sale with this id exists (nothing changed).
+-- Reply: {0} created (by this call, or by its first attempt), {10} a sale
+-- with this id exists (nothing changed).
 
-if redis.call('EXISTS', KEYS[1]) == 1 then return {10} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'created') == ARGV[7] then return {0} end
+  return {10}
+end
 -- The event is the first write: XADD is the one write whose key no check
 -- above has read, so if it fails, nothing has been written.
 redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
   'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
 redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5],
-  'items', ARGV[6])
+  'items', ARGV[6], 'created', ARGV[7])
 -- HSET in chunks: unpack() of a very long list would overflow Lua's C stack.
 local batch = {}
-for i = 7, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   local sku, stock = ARGV[i], ARGV[i + 1]
   batch[#batch + 1] = 'r:' .. sku
   batch[#batch + 1] = stock

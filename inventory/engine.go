@@ -165,12 +165,16 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 		return err
 	}
 	k := e.keys(s.ID)
-	args := make([]any, 0, 6+2*len(s.Items))
-	args = append(args, e.nowMs(), limitOf(s), unixMs(s.StartsAt), unixMs(s.EndsAt), flag(s.Paused), formatItems(s.Items))
+	args := make([]any, 0, 7+2*len(s.Items))
+	// The token makes a resent call (its reply lost) find its own sale.
+	args = append(args, e.nowMs(), limitOf(s), unixMs(s.StartsAt), unixMs(s.EndsAt), flag(s.Paused), formatItems(s.Items),
+		newToken())
 	for _, it := range s.Items {
 		args = append(args, it.SKU, it.Stock)
 	}
-	reply, err := e.run.run(ctx, createScript, []string{k.sale, k.events}, args...)
+	reply, err := e.retryTransient(ctx, func() ([]any, error) {
+		return e.run.run(ctx, createScript, []string{k.sale, k.events}, args...)
+	})
 	if err != nil {
 		return err
 	}

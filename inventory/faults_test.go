@@ -252,6 +252,38 @@ func TestLostReplyIsNotABuyTwice(t *testing.T) {
 	}
 }
 
+// TestLostReplyIsNotACreateConflict: the connection fails after the create
+// script ran. The engine sends it again; the script finds the sale this very
+// call made and answers created, not "exists" (which made the service undo
+// the sale in its database). Another create of the id still conflicts.
+func TestLostReplyIsNotACreateConflict(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }}, inventory.Options{})
+	f := &flaky{match: scriptWithKey(r.key("s1", "sale")), after: true}
+	f.failing.Store(1)
+	rdb.AddHook(f)
+	sale := inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 5}}}
+	if err := r.eng.CreateSale(r.ctx, sale); err != nil {
+		t.Fatalf("CreateSale whose first reply was lost: %v", err)
+	}
+	if f.seen.Load() != 2 {
+		t.Errorf("script sent %d times, want 2 (a lost reply, then the resend)", f.seen.Load())
+	}
+	if err := r.eng.CreateSale(r.ctx, sale); !errors.Is(err, inventory.ErrExists) {
+		t.Errorf("a second create of the same id: %v", err)
+	}
+	created := 0
+	for _, ev := range r.events("s1") {
+		if ev.Type == inventory.EventCreated {
+			created++
+		}
+	}
+	if created != 1 || r.remaining("s1")["A"] != 5 {
+		t.Errorf("%d created events, remaining %v", created, r.remaining("s1"))
+	}
+}
+
 // TestScriptCacheFlushedMidRun: while buyers buy, the script cache of every
 // node is flushed over and over. Not one buy fails; the engine reloads.
 func TestScriptCacheFlushedMidRun(t *testing.T) {

@@ -120,22 +120,14 @@ func (ls *Lease) doRelease(ctx context.Context) error {
 	close(ls.stop)
 
 	n, q := len(ls.l.nodes), ls.l.quorum
-	var ok int
-	var refused []reply
-	var errs []error
+	var t tally
 	ls.l.fanOut(ctx, time.Time{}, all(n), func(i int) reply {
 		return run(ctx, ls.l.nodes[i], i, releaseScript, ls.keys.slice()[:1], ls.token)
 	}, func(r reply) bool {
-		switch {
-		case r.ok():
-			ok++
-		case r.refused():
-			refused = append(refused, r)
-		default:
-			errs = append(errs, r.err)
-		}
+		t.add(r)
 		return false
 	})
+	ok, refused, errs := t.ok, t.refused, t.errs
 	switch {
 	case lost != nil:
 		return lost
@@ -166,23 +158,15 @@ func (ls *Lease) renew(ctx context.Context) error {
 	start := time.Now()
 	opCtx, cancel := context.WithDeadline(ctx, until) // no use renewing once it may have expired
 	defer cancel()
-	var ok int
-	var refused []reply
-	var errs []error
+	var t tally
 	ttlMS := ls.ttl.Milliseconds()
 	ls.l.fanOut(opCtx, until, all(n), func(i int) reply {
 		return run(opCtx, ls.l.nodes[i], i, extendScript, ls.keys.slice(), ls.token, ttlMS, 0)
 	}, func(r reply) bool {
-		switch {
-		case r.ok():
-			ok++
-		case r.refused():
-			refused = append(refused, r)
-		default:
-			errs = append(errs, r.err)
-		}
-		return ok >= q || len(refused)+len(errs) > n-q
+		t.add(r)
+		return t.ok >= q || len(t.refused)+len(t.errs) > n-q
 	})
+	ok, refused, errs := t.ok, t.refused, t.errs
 
 	switch {
 	case ok >= q:

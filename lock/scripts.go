@@ -45,6 +45,24 @@ type reply struct {
 func (r reply) ok() bool      { return r.err == nil && r.code == codeOK }
 func (r reply) refused() bool { return r.err == nil && r.code == codeRefused }
 
+// tally sorts the replies of a fan-out: confirmed, refused, failed.
+type tally struct {
+	ok      int
+	refused []reply
+	errs    []error
+}
+
+func (t *tally) add(r reply) {
+	switch {
+	case r.ok():
+		t.ok++
+	case r.refused():
+		t.refused = append(t.refused, r)
+	default:
+		t.errs = append(t.errs, r.err)
+	}
+}
+
 // run executes s on client c (node number node) and decodes the reply
 // {code [, number]}. Anything else, and any Redis or network error, is a
 // *NodeError in reply.err.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,6 +70,7 @@ type degraded struct {
 	verified     map[string]bool   // ... and of the ones a recovery has repaired
 	restarted    bool
 	restartEpoch int64
+	fromRedis    atomic.Bool // redisSells, kept by changed
 
 	consumer string // this instance's order consumer
 
@@ -103,6 +105,7 @@ func newDegraded(s *Service) *degraded {
 	if d.grace <= 0 {
 		d.grace = 3 * d.tick
 	}
+	d.fromRedis.Store(true)
 	d.acks.size = s.cfg.AckRing
 	if d.acks.size <= 0 {
 		d.acks.size = 1 << 17
@@ -110,20 +113,22 @@ func newDegraded(s *Service) *degraded {
 	return d
 }
 
-// current is the mode as of the last tick.
-func (d *degraded) current() store.SellMode {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.mode
-}
-
 // redisSells reports whether buys go to Redis: the mode is redis, or
 // not known yet (degraded mode off for this instance, or the database
-// never answered).
-func (d *degraded) redisSells() (store.SellMode, bool) {
+// never answered), and Redis is not held back after a restart. It is read
+// by every buy: one atomic load.
+func (d *degraded) redisSells() bool { return d.fromRedis.Load() }
+
+// sells is the mode as of the last tick and whether Redis sells.
+func (d *degraded) sells() (store.SellMode, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.mode, (!d.known || d.mode.Mode == store.ModeRedis) && !d.restarted
+	return d.mode, d.fromRedis.Load()
+}
+
+// changed recomputes fromRedis; d.mu is held.
+func (d *degraded) changed() {
+	d.fromRedis.Store((!d.known || d.mode.Mode == store.ModeRedis) && !d.restarted)
 }
 
 // errRedisRestarted refuses a new connection to a Redis that restarted or
@@ -177,6 +182,7 @@ func (d *degraded) onConnect(ctx context.Context, cn *redis.Conn) error {
 	}
 	if why != "" && !d.restarted {
 		d.restarted, d.restartEpoch = true, d.mode.Epoch
+		d.changed()
 		d.s.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
 	}
 	if d.restarted && ctx.Value(mayDial{}) == nil {
@@ -208,6 +214,7 @@ func (d *degraded) dbSells() (store.SellMode, bool) {
 func (d *degraded) set(m store.SellMode) {
 	d.mu.Lock()
 	d.mode, d.known = m, true
+	d.changed()
 	d.mu.Unlock()
 	v := 0.0
 	if m.Mode != store.ModeRedis {
@@ -274,6 +281,7 @@ func (d *degraded) step(ctx context.Context) {
 	restarted := d.restarted
 	if restarted && m.Mode == store.ModeRedis && m.Epoch > d.restartEpoch {
 		d.restarted, restarted = false, false // a recovery has run since the restart
+		d.changed()
 		for id := range d.suspects {
 			d.verified[id] = true
 		}

@@ -140,6 +140,25 @@ func degradedConfig(redisAddr string) service.Config {
 		DegradedTick: 100 * time.Millisecond, DegradedGrace: 400 * time.Millisecond}
 }
 
+// killRedisAfterAThird starts the service on srv and PostgreSQL, sells
+// sale s1 (stock units of A, limit 1) to a crowd of 8, and SIGKILLs srv
+// once a third is sold. The crowd goes on until the sale sells out or the
+// returned context (60 s) ends.
+func killRedisAfterAThird(t *testing.T, srv *redistest.Server, cfg service.Config, stock int) (context.Context, *app, *shoppers) {
+	t.Helper()
+	cfg.DatabaseURL = dbtest.PostgresURL(t)
+	a := startApp(t, cfg)
+	a.createSale("s1", 1, "A", int64(stock))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	c := startShoppers(ctx, a, "s1", 8)
+	c.waitFor("a third sold from redis", func(c *shoppers) bool { return len(c.acked) >= stock/3 })
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, a, c
+}
+
 // TestRedisStoppedMidSaleDegradedModeTakesOver: the service's Redis (AOF
 // always) is killed a third of the way through a sell-out. After the grace
 // period the database sells; Redis comes back, is repaired from the
@@ -149,18 +168,7 @@ func degradedConfig(redisAddr string) service.Config {
 func TestRedisStoppedMidSaleDegradedModeTakesOver(t *testing.T) {
 	const stock = 300
 	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	cfg := degradedConfig(srv.Addr())
-	cfg.DatabaseURL = dbtest.PostgresURL(t)
-	a := startApp(t, cfg)
-	a.createSale("s1", 1, "A", stock)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := startShoppers(ctx, a, "s1", 8)
-
-	c.waitFor("a third sold from redis", func(c *shoppers) bool { return len(c.acked) >= stock/3 })
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, c := killRedisAfterAThird(t, srv, degradedConfig(srv.Addr()), stock)
 	c.waitFor("the database selling", func(c *shoppers) bool { return c.byStatus["confirmed"] >= stock/6 })
 	c.hold.Store(true) // let Redis come back with nobody buying, so that it sells some again
 	if err := srv.Restart(); err != nil {
@@ -213,17 +221,8 @@ func TestDegradedModeHandsOverAcknowledgedOrders(t *testing.T) {
 	const stock = 300
 	srv := redistest.StartServer(t)
 	cfg := degradedConfig(srv.Addr())
-	cfg.DatabaseURL = dbtest.PostgresURL(t)
 	cfg.Pipeline.DiscoverAll = time.Hour // the consumer never finds the sale created below
-	a := startApp(t, cfg)
-	a.createSale("s1", 1, "A", stock)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := startShoppers(ctx, a, "s1", 8)
-	c.waitFor("a third sold from redis", func(c *shoppers) bool { return len(c.acked) >= stock/3 })
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	ctx, a, c := killRedisAfterAThird(t, srv, cfg, stock)
 	<-c.done
 	if ctx.Err() != nil {
 		t.Fatalf("the sale did not sell out on the database: %v", c.statuses)

@@ -493,12 +493,8 @@ func waitDrained(t *testing.T, a *app, within time.Duration) {
 // in a row find within about half a second.
 func startAppReconciling(t *testing.T, cfg service.Config) *app {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.AdminToken, cfg.JWTSecret = "admin-secret-token", "jwt-secret-for-tests"
 	cfg.ReconcileEvery = 250 * time.Millisecond
-	cfg.Pipeline.Block = 20 * time.Millisecond
-	cfg.Pipeline.DiscoverAll = 50 * time.Millisecond
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	t.Cleanup(func() {
 		if t.Failed() { // what the service said about Redis going and coming back
@@ -511,34 +507,7 @@ func startAppReconciling(t *testing.T, cfg service.Config) *app {
 			t.Logf("the service's warnings (first %d, the order pipeline's left out):\n%s", len(lines), strings.Join(lines, ""))
 		}
 	})
-	svc, err := service.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = svc.Shutdown(ctx)
-	})
-	return &app{t: t, svc: svc, ctx: context.Background()}
-}
-
-// lockedBuffer is a buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	return startApp(t, cfg)
 }
 
 // ---- the crowd

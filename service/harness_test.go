@@ -54,7 +54,9 @@ func startApp(t testing.TB, cfg service.Config) *app {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.AdminToken, cfg.JWTSecret = "admin-secret-token", "jwt-secret-for-tests"
-	cfg.ReconcileEvery = -1
+	if cfg.ReconcileEvery == 0 {
+		cfg.ReconcileEvery = -1 // off unless the test wants the loop
+	}
 	cfg.Pipeline.Block = 20 * time.Millisecond
 	if cfg.Pipeline.DiscoverAll == 0 {
 		cfg.Pipeline.DiscoverAll = 50 * time.Millisecond

@@ -1,14 +1,11 @@
 package service_test
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/seckill/seckill/service"
 )
 
 // TestReconcileLoopRepairs: serve's reconciliation loop, on its own clock,
@@ -22,27 +19,16 @@ func TestReconcileLoopRepairs(t *testing.T) {
 			t.Parallel()
 			var logs syncBuffer
 			cfg := st.start(t)
-			cfg.Addr, cfg.AdminToken, cfg.JWTSecret = "127.0.0.1:0", "admin-secret-token", "jwt-secret-for-tests"
 			cfg.ReconcileEvery, cfg.SampleEvery = 100*time.Millisecond, 20*time.Millisecond
-			cfg.Pipeline.Block, cfg.Pipeline.DiscoverAll = 20*time.Millisecond, 50*time.Millisecond
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			svc, err := service.Start(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = svc.Shutdown(ctx)
-			})
-			a := &app{t: t, svc: svc, ctx: context.Background()}
+			a := startApp(t, cfg)
 			a.createSale("s1", 2, "A", 10)
 			for _, user := range []string{"u1", "u2"} {
 				mustStatus(t, a.call("POST", "/v1/sales/s1/orders", a.token(user), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 2}}}),
 					http.StatusCreated)
 			}
 			a.settle("s1")
-			eng, rdb := svc.Engine(), svc.Redis()
+			eng, rdb := a.svc.Engine(), a.svc.Redis()
 			if err := rdb.HIncrBy(a.ctx, eng.Key("s1", "sale"), "r:A", 5).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +38,7 @@ func TestReconcileLoopRepairs(t *testing.T) {
 
 			var repairs int
 			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				got, err := svc.Store().Repairs(a.ctx, "s1")
+				got, err := a.svc.Store().Repairs(a.ctx, "s1")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -247,15 +247,11 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 	}
 	var rc inventory.Receipt
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		m, err := s.readMode(ctx, tx, s.forShare())
-		if err != nil {
+		if err := s.stillDegraded(ctx, tx, b.Epoch, b.Now); err != nil {
 			return err
 		}
-		if m.Mode != ModeDB || m.Epoch != b.Epoch || b.Now.Before(m.SellsFrom) {
-			return ErrModeChanged
-		}
 		var limit, starts, ends, paused int64
-		err = s.queryRow(ctx, tx, "SELECT per_user_limit, starts_at, ends_at, paused FROM sales WHERE id = ?"+s.forUpdate(), b.SaleID).
+		err := s.queryRow(ctx, tx, "SELECT per_user_limit, starts_at, ends_at, paused FROM sales WHERE id = ?"+s.forUpdate(), b.SaleID).
 			Scan(&limit, &starts, &ends, &paused)
 		if errors.Is(err, sql.ErrNoRows) {
 			return saleNotFound(b.SaleID)
@@ -271,7 +267,7 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 			}
 			if len(prev) > 0 {
 				rc = inventory.Receipt{Order: prev[0], Replayed: true}
-				rc.Remaining, err = s.remainingOf(ctx, tx, b.SaleID, prev[0].Items)
+				rc.Remaining, err = s.degradedRemaining(ctx, tx, b.SaleID, b.Epoch, prev[0].Items)
 				return err
 			}
 		}
@@ -354,96 +350,67 @@ func (s *Store) forShare() string {
 	return ""
 }
 
-// remainingOf returns each line's sku's remaining stock in the database:
-// stocked minus the units of live orders (-1 unlimited). An unknown sku is
-// an error matching inventory.ErrNotFound.
-func (s *Store) remainingOf(ctx context.Context, tx *sql.Tx, saleID string, lines []inventory.Line) ([]int64, error) {
-	totals := map[string][2]int64{}
-	rows, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, COALESCE(sold.qty, 0)
-		FROM sale_items i LEFT JOIN (
-			SELECT oi.sku AS sku, CAST(SUM(oi.qty) AS BIGINT) AS qty FROM orders o JOIN order_items oi ON oi.order_id = o.id
-			WHERE o.sale_id = ? AND o.status = ? GROUP BY oi.sku
-		) sold ON sold.sku = i.sku WHERE i.sale_id = ?`, saleID, string(inventory.OrderConfirmed), saleID)
-	if err != nil {
-		return nil, err
-	}
-	err = scanEach(rows, func() error {
-		var sku string
-		var stocked, sold int64
-		err := rows.Scan(&sku, &stocked, &sold)
-		totals[sku] = [2]int64{stocked, sold}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(lines))
-	var unknown []string
-	for i, l := range lines {
-		t, ok := totals[l.SKU]
-		switch {
-		case !ok:
-			unknown = append(unknown, l.SKU)
-		case t[0] == -1:
-			out[i] = -1
-		default:
-			out[i] = t[0] - t[1]
-		}
-	}
-	if len(unknown) > 0 {
-		return nil, &inventory.NotFoundError{Kind: "sku", IDs: unknown}
-	}
-	return out, nil
-}
-
-// degradedRemaining is remainingOf from the degraded_stock counters of
-// epoch, counted from the orders first if they are missing or of another
-// epoch. The caller holds the sale's row lock.
+// degradedRemaining returns each line's remaining stock as degraded mode
+// counts it: stocked minus the units of live orders (-1 unlimited), from
+// the degraded_stock counters of epoch, which it first counts from the
+// orders when the sale has none of that epoch. An unknown sku is an error
+// matching inventory.ErrNotFound. The caller holds the sale's row lock.
 func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string, epoch int64, lines []inventory.Line) ([]int64, error) {
-	rows, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, d.sold FROM sale_items i
-		JOIN degraded_stock d ON d.sale_id = i.sale_id AND d.sku = i.sku AND d.epoch = ?
-		WHERE i.sale_id = ?`, epoch, saleID)
-	if err != nil {
-		return nil, err
-	}
-	totals := map[string][2]int64{}
-	err = scanEach(rows, func() error {
-		var sku string
-		var stocked, sold int64
-		err := rows.Scan(&sku, &stocked, &sold)
-		totals[sku] = [2]int64{stocked, sold}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(lines))
-	for i, l := range lines {
-		t, ok := totals[l.SKU]
-		if !ok { // not counted in this epoch (or no such sku): count them all
-			return s.countDegradedStock(ctx, tx, saleID, epoch, lines)
+	for counted := false; ; counted = true {
+		totals := map[string][2]int64{} // sku -> stocked, sold
+		rows, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, d.sold FROM sale_items i
+			JOIN degraded_stock d ON d.sale_id = i.sale_id AND d.sku = i.sku AND d.epoch = ?
+			WHERE i.sale_id = ?`, epoch, saleID)
+		if err != nil {
+			return nil, err
 		}
-		out[i] = t[0] - t[1]
-		if t[0] == -1 {
-			out[i] = -1
+		err = scanEach(rows, func() error {
+			var sku string
+			var stocked, sold int64
+			err := rows.Scan(&sku, &stocked, &sold)
+			totals[sku] = [2]int64{stocked, sold}
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
+		if len(totals) == 0 && !counted { // counted for every item at once, or not at all
+			if err := s.countDegradedStock(ctx, tx, saleID, epoch); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		out := make([]int64, len(lines))
+		var unknown []string
+		for i, l := range lines {
+			t, ok := totals[l.SKU]
+			switch {
+			case !ok:
+				unknown = append(unknown, l.SKU)
+			case t[0] == -1:
+				out[i] = -1
+			default:
+				out[i] = t[0] - t[1]
+			}
+		}
+		if len(unknown) > 0 {
+			return nil, &inventory.NotFoundError{Kind: "sku", IDs: unknown}
+		}
+		return out, nil
 	}
-	return out, nil
 }
 
 // countDegradedStock counts every item's sold units from the sale's live
-// orders into degraded_stock for epoch, and returns the lines' remaining.
-func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID string, epoch int64, lines []inventory.Line) ([]int64, error) {
+// orders into degraded_stock for epoch.
+func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID string, epoch int64) error {
 	if _, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID); err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := s.exec(ctx, tx, `INSERT INTO degraded_stock (sale_id, sku, epoch, sold)
+	_, err := s.exec(ctx, tx, `INSERT INTO degraded_stock (sale_id, sku, epoch, sold)
 		SELECT i.sale_id, i.sku, ?, COALESCE((SELECT CAST(SUM(oi.qty) AS BIGINT) FROM orders o JOIN order_items oi ON oi.order_id = o.id
 			WHERE o.sale_id = i.sale_id AND o.status = ? AND oi.sku = i.sku), 0)
-		FROM sale_items i WHERE i.sale_id = ?`, epoch, string(inventory.OrderConfirmed), saleID); err != nil {
-		return nil, err
-	}
-	return s.remainingOf(ctx, tx, saleID, lines)
+		FROM sale_items i WHERE i.sale_id = ?`, epoch, string(inventory.OrderConfirmed), saleID)
+	return err
 }
 
 // forgetDegradedStock drops the sale's degraded_stock counters: orders of
@@ -451,12 +418,35 @@ func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID strin
 // the sale's row lock first, as degraded buys do, so that none of them is
 // counting meanwhile.
 func (s *Store) forgetDegradedStock(ctx context.Context, tx *sql.Tx, saleID string) error {
-	var locked string
-	if err := s.queryRow(ctx, tx, "SELECT id FROM sales WHERE id = ?"+s.forUpdate(), saleID).Scan(&locked); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := s.lockSale(ctx, tx, saleID); err != nil {
 		return err
 	}
 	_, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID)
 	return err
+}
+
+// lockSale takes the sale's row lock for the transaction (none if the sale
+// has no row).
+func (s *Store) lockSale(ctx context.Context, tx *sql.Tx, saleID string) error {
+	var locked string
+	if err := s.queryRow(ctx, tx, "SELECT id FROM sales WHERE id = ?"+s.forUpdate(), saleID).Scan(&locked); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	return nil
+}
+
+// stillDegraded fails with ErrModeChanged unless the database sells at
+// epoch by now; it reads the mode row locked for share, so a switch waits
+// for the transaction.
+func (s *Store) stillDegraded(ctx context.Context, tx *sql.Tx, epoch int64, now time.Time) error {
+	m, err := s.readMode(ctx, tx, s.forShare())
+	if err != nil {
+		return err
+	}
+	if m.Mode != ModeDB || m.Epoch != epoch || now.Before(m.SellsFrom) {
+		return ErrModeChanged
+	}
+	return nil
 }
 
 // journalDegraded writes the journal rows of a stock movement made on the
@@ -477,15 +467,10 @@ func (s *Store) Cancel(ctx context.Context, epoch int64, orderID, user string, n
 	}
 	var rc inventory.Receipt
 	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		m, err := s.readMode(ctx, tx, s.forShare())
-		if err != nil {
+		if err := s.stillDegraded(ctx, tx, epoch, now); err != nil {
 			return err
 		}
-		if m.Mode != ModeDB || m.Epoch != epoch || now.Before(m.SellsFrom) {
-			return ErrModeChanged
-		}
-		var locked string // the sale's row: its database buys and cancels run one at a time
-		if err := s.queryRow(ctx, tx, "SELECT id FROM sales WHERE id = ?"+s.forUpdate(), saleID).Scan(&locked); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := s.lockSale(ctx, tx, saleID); err != nil { // its database buys and cancels run one at a time
 			return err
 		}
 		orders, err := s.readOrders(ctx, tx, "o.id = ?", orderID)
@@ -504,7 +489,7 @@ func (s *Store) Cancel(ctx context.Context, epoch int64, orderID, user string, n
 			string(inventory.OrderCancelled), ms(now), orderID); err != nil {
 			return err
 		}
-		if _, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID); err != nil {
+		if err := s.forgetDegradedStock(ctx, tx, saleID); err != nil {
 			return err
 		}
 		o.Status = inventory.OrderCancelled

@@ -18,12 +18,15 @@ type EventType string
 //	bought:    order, user, items ("A=1,B=2"), key (idempotency key or "")
 //	cancelled: order, user, items, key, created (the order's creation, unix ms)
 //	restocked: sku, qty, remaining
+//	moved:     sku, qty (negative out of the sale, positive into it), move
+//	           (the move id), peer (the other sale), remaining (see Engine.Move)
 //	paused, resumed: nothing more
 const (
 	EventCreated   EventType = "created"
 	EventBought    EventType = "bought"
 	EventCancelled EventType = "cancelled"
 	EventRestocked EventType = "restocked"
+	EventMoved     EventType = "moved"
 	EventPaused    EventType = "paused"
 	EventResumed   EventType = "resumed"
 )
@@ -38,10 +41,12 @@ type Event struct {
 	// bought and cancelled
 	Order Order // Status is pending for bought, cancelled for cancelled
 
-	// restocked
+	// restocked and moved (Qty < 0: moved out of the sale)
 	SKU       string
 	Qty       int64
 	Remaining int64
+	// moved: the move's id and the other sale of it
+	MoveID, Peer string
 
 	// created: the definition with the initial stock of each item
 	Sale Sale
@@ -77,8 +82,9 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 			}
 			ev.Order.Status, ev.Order.CreatedAt = OrderCancelled, time.UnixMilli(created).UTC()
 		}
-	case EventRestocked:
+	case EventRestocked, EventMoved:
 		ev.SKU = get("sku")
+		ev.MoveID, ev.Peer = get("move"), get("peer")
 		if ev.Qty, err = num("qty"); err != nil {
 			return Event{}, err
 		}

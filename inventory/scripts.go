@@ -36,6 +36,8 @@ var (
 	repairSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed move.lua
+	moveSrc string
 
 	buyScript      = luascript.New("buy", ratelimit.GCRATakeLua+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", cancelSrc)
@@ -48,9 +50,10 @@ var (
 	unlockScript   = luascript.New("unlock", unlockSrc)
 	repairScript   = luascript.New("repair", repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
+	moveScript     = luascript.New("move", moveSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
-		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript}
+		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript}
 )
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.

@@ -46,6 +46,8 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 //   - cancelled: marks the order cancelled, or inserts it cancelled if its
 //     bought event has not been applied yet.
 //   - restocked: adds the units to the item's stocked total.
+//   - moved: adds the units (negative: moved out) to the item's stocked
+//     total.
 //   - paused, resumed: sets the sale's paused flag.
 //
 // Runs of consecutive bought events are written with a few multi-row
@@ -123,6 +125,16 @@ func checkEvent(saleID string, ev inventory.Event) string {
 		if ev.Qty < 1 || ev.Qty > inventory.MaxQty {
 			return fmt.Sprintf("restock of %d units", ev.Qty)
 		}
+	case inventory.EventMoved:
+		if !inventory.ValidID(ev.SKU) {
+			return fmt.Sprintf("sku %q is not an id", truncate(ev.SKU, 80))
+		}
+		if ev.Qty == 0 || ev.Qty < -inventory.MaxQty || ev.Qty > inventory.MaxQty {
+			return fmt.Sprintf("move of %d units", ev.Qty)
+		}
+		if !inventory.ValidID(ev.Peer) || ev.Peer == saleID {
+			return fmt.Sprintf("move to or from sale %q", truncate(ev.Peer, 80))
+		}
 	case inventory.EventCreated:
 		sale := ev.Sale
 		if sale.ID != "" && sale.ID != saleID {
@@ -189,7 +201,7 @@ func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
 		for _, it := range ev.Sale.Items {
 			row(it.SKU, "", "", it.Stock)
 		}
-	case inventory.EventRestocked:
+	case inventory.EventRestocked, inventory.EventMoved:
 		row(ev.SKU, "", "", ev.Qty)
 	default:
 		row("", "", "", 0)
@@ -240,7 +252,7 @@ func (s *Store) insertOrderItems(ctx context.Context, tx *sql.Tx, items []any) e
 // applyOne applies one event that is not a bought event.
 func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
 	fresh, err := s.journal(ctx, tx, saleID, []inventory.Event{ev})
-	if err != nil || !fresh[ev.ID] {
+	if err != nil || (!fresh[ev.ID] && ev.Type != inventory.EventMoved) {
 		return err
 	}
 	switch ev.Type {
@@ -259,7 +271,7 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 			return err
 		}
 		return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
-	case inventory.EventRestocked:
+	case inventory.EventRestocked, inventory.EventMoved:
 		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
 	case inventory.EventPaused, inventory.EventResumed:
 		_, err := s.exec(ctx, tx, "UPDATE sales SET paused = ? WHERE id = ?", flag(ev.Type == inventory.EventPaused), saleID)
@@ -281,10 +293,10 @@ func (s *Store) applyCreated(ctx context.Context, tx *sql.Tx, saleID string, ev 
 	if err != nil || !created {
 		return err
 	}
-	// Restocks of this sale journaled before its created event (entries
+	// Restocks and moves of this sale journaled before its created event (entries
 	// reclaimed out of order) found no item to add to: add them now.
 	rows, err := s.query(ctx, tx, `SELECT sku, CAST(SUM(qty) AS BIGINT) FROM journal
-		WHERE sale_id = ? AND type = ? GROUP BY sku`, saleID, string(inventory.EventRestocked))
+		WHERE sale_id = ? AND type IN (?, ?) GROUP BY sku`, saleID, string(inventory.EventRestocked), string(inventory.EventMoved))
 	if err != nil {
 		return err
 	}
@@ -306,7 +318,7 @@ func (s *Store) applyCreated(ctx context.Context, tx *sql.Tx, saleID string, ev 
 	return nil
 }
 
-// restock adds qty units to a limited item's stocked total.
+// restock adds qty units (negative: takes them) to a limited item's stocked total.
 func (s *Store) restock(ctx context.Context, tx *sql.Tx, saleID, sku string, qty int64) error {
 	_, err := s.exec(ctx, tx, "UPDATE sale_items SET stocked = stocked + ? WHERE sale_id = ? AND sku = ? AND stocked <> -1",
 		qty, saleID, sku)

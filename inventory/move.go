@@ -1,0 +1,180 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Move takes up to qty unsold units of a limited item from one sale and
+// adds them to another sale with the same sku, and returns how many it
+// moved: fewer than qty when fewer were left, 0 when none were. The segments
+// of a hot item (package segment) use it to bring leftover units to the
+// segment that sells them.
+//
+// The two sales may live on different Redis nodes, so a move is two script
+// calls, each atomic on its own sale and journaled there as an EventMoved.
+// The first takes the units from the source and records the move as pending
+// in the source; the second adds them to the destination, once per move
+// (the destination keeps the move's id). Units are never in both sales at
+// once, so nothing can be sold twice. If the second call fails (the error
+// says so), the units are in neither sale until FinishMoves on the source
+// completes the move; Move's error is then a *MoveError.
+func (e *Engine) Move(ctx context.Context, fromSale, toSale, sku string, qty int64) (int64, error) {
+	if err := validateID("from_sale", fromSale); err != nil {
+		return 0, err
+	}
+	if err := validateID("to_sale", toSale); err != nil {
+		return 0, err
+	}
+	if fromSale == toSale {
+		return 0, invalid("to_sale", "is the sale the units come from")
+	}
+	if err := validateID("sku", sku); err != nil {
+		return 0, err
+	}
+	if err := validateQty("qty", qty); err != nil {
+		return 0, err
+	}
+	id := "mv-" + ulid.Make().String()
+	taken, _, err := e.moveHalf(ctx, fromSale, "out", id, toSale, sku, qty)
+	if err != nil || taken == 0 {
+		return 0, err
+	}
+	if err := e.finishMove(ctx, fromSale, id, toSale, sku, taken); err != nil {
+		return 0, &MoveError{ID: id, From: fromSale, To: toSale, SKU: sku, Units: taken, Err: err}
+	}
+	return taken, nil
+}
+
+// MoveError is a move whose units left the source sale but may not have
+// reached the destination: FinishMoves on the source completes it.
+type MoveError struct {
+	ID, From, To, SKU string
+	Units             int64
+	Err               error
+}
+
+func (e *MoveError) Error() string {
+	return fmt.Sprintf("seckill: move %s of %d %s from %s to %s is pending: %v", e.ID, e.Units, e.SKU, e.From, e.To, e.Err)
+}
+
+func (e *MoveError) Unwrap() error { return e.Err }
+
+// FinishMoves completes every move out of the sale whose units have left
+// it but whose arrival was not confirmed (a process that died between the
+// two halves of a Move, a failed second call), and returns how many it
+// completed. Completing a move that did arrive changes nothing, so it is
+// safe to call at any time, from any instance, as often as one likes.
+func (e *Engine) FinishMoves(ctx context.Context, saleID string) (int, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return 0, err
+	}
+	moves, err := e.scanHash(ctx, e.keys(saleID).moves)
+	if err != nil {
+		return 0, err
+	}
+	done := 0
+	for id, rec := range moves {
+		f := strings.Split(rec, "|")
+		if len(f) != 4 {
+			return done, fmt.Errorf("%w: move %s of sale %s: record %q", ErrCorrupt, id, saleID, rec)
+		}
+		if f[0] != "out" {
+			continue
+		}
+		units, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil || units < 1 {
+			return done, fmt.Errorf("%w: move %s of sale %s: record %q", ErrCorrupt, id, saleID, rec)
+		}
+		if err := e.finishMove(ctx, saleID, id, f[1], f[2], units); err != nil {
+			return done, err
+		}
+		done++
+	}
+	return done, nil
+}
+
+// finishMove applies a move's in half and then marks its out half done.
+func (e *Engine) finishMove(ctx context.Context, fromSale, id, toSale, sku string, units int64) error {
+	if _, _, err := e.moveHalf(ctx, toSale, "in", id, fromSale, sku, units); err != nil {
+		return err
+	}
+	_, _, err := e.moveHalf(ctx, fromSale, "done", id, toSale, sku, units)
+	return err
+}
+
+// moveHalf runs one half of a move on saleID and returns the units it
+// moved and the item's remaining after it.
+func (e *Engine) moveHalf(ctx context.Context, saleID, half, id, peer, sku string, units int64) (int64, int64, error) {
+	k := e.keys(saleID)
+	keys := []string{k.sale, k.events, k.moves}
+	args := []any{e.nowMs(), half, id, peer, sku, units, e.StockChannel(), saleID + "|" + sku}
+	run := func() ([]any, error) { return e.runSale(ctx, saleID, moveScript, keys, args...) }
+	if half == "done" {
+		run = func() ([]any, error) { return e.run.run(ctx, moveScript, keys, args...) }
+	}
+	if half == "in" {
+		done := e.soldOut.returning()
+		defer done(saleID, sku) // even a failed call may have added stock
+	}
+	reply, err := e.retryTransient(ctx, run)
+	if err != nil {
+		return 0, 0, err
+	}
+	switch code(reply) {
+	case codeOK, codeReplay:
+		moved, ok1 := at(reply, 1).(int64)
+		rem, ok2 := at(reply, 2).(int64)
+		if ok1 && ok2 {
+			return moved, rem, nil
+		}
+	case codeNotActive:
+		return 0, 0, ErrFenced
+	case codeUnknown:
+		return 0, 0, &NotFoundError{Kind: "sku", IDs: []string{sku}}
+	case codeRefused:
+		return 0, 0, invalid("sku", "%s has unlimited stock", sku)
+	}
+	return 0, 0, unexpected(moveScript, reply)
+}
+
+// Remaining reads what is left of one item in each of the sales (-1:
+// unlimited), in one round trip per Redis node, without rebuilding a sale
+// missing from Redis: a sale or sku Redis does not hold is an error
+// matching ErrNotFound (Stock rebuilds a lost sale).
+func (e *Engine) Remaining(ctx context.Context, sku string, saleIDs ...string) ([]int64, error) {
+	if err := validateID("sku", sku); err != nil {
+		return nil, err
+	}
+	pipe := e.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(saleIDs))
+	for i, id := range saleIDs {
+		if err := validateID("sale", id); err != nil {
+			return nil, err
+		}
+		cmds[i] = pipe.HGet(ctx, e.keys(id).sale, "r:"+sku)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	out := make([]int64, len(saleIDs))
+	var missing []string
+	for i, cmd := range cmds {
+		n, err := cmd.Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			missing = append(missing, saleIDs[i])
+		case err != nil:
+			return nil, fmt.Errorf("seckill: remaining of %s: %w", sku, err)
+		}
+		out[i] = n
+	}
+	if missing != nil {
+		return out, &NotFoundError{Kind: "sale", IDs: missing}
+	}
+	return out, nil
+}

@@ -1,0 +1,325 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// Plan returns the segments a sale is split into: k sales of the engine
+// with the sale's definition, ids ids[i], and each limited item's stock
+// split as evenly as it goes (the first segments get one unit more). Record
+// them in the system of record as ordinary sales before Create, the way the
+// engine's Loader expects.
+func Plan(s inventory.Sale, ids []string) ([]inventory.Sale, error) {
+	k := len(ids)
+	if k < 1 || k > MaxSegments {
+		return nil, &inventory.InvalidError{Field: "segments", Reason: fmt.Sprintf("must be between 1 and %d", MaxSegments)}
+	}
+	if err := inventory.ValidateSale(s); err != nil {
+		return nil, err
+	}
+	out := make([]inventory.Sale, k)
+	for i, id := range ids {
+		if ParentOf(id) != s.ID || !inventory.ValidID(id) {
+			return nil, &inventory.InvalidError{Field: "id", Reason: fmt.Sprintf("%q is not a segment id of %s (\"<sale>:<n>\", at most 64 characters)", id, s.ID)}
+		}
+		seg := s
+		seg.ID = id
+		seg.Items = make([]inventory.Item, len(s.Items))
+		for j, it := range s.Items {
+			if it.Stock != inventory.Unlimited {
+				it.Stock = it.Stock / int64(k)
+				if int64(i) < s.Items[j].Stock%int64(k) {
+					it.Stock++
+				}
+			}
+			seg.Items[j] = it
+		}
+		out[i] = seg
+	}
+	return out, nil
+}
+
+// Place picks the ids of k segments of a sale. On Redis Cluster it picks
+// ids whose slots are served by different masters, round robin, so one hot
+// item uses k cores (as many as there are masters); on one node they are
+// "<sale>:0" .. "<sale>:<k-1>".
+func (s *Seller) Place(ctx context.Context, saleID string, k int) ([]string, error) {
+	if k < 1 || k > MaxSegments {
+		return nil, &inventory.InvalidError{Field: "segments", Reason: fmt.Sprintf("must be between 1 and %d", MaxSegments)}
+	}
+	ids := make([]string, 0, k)
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		for n := range k {
+			ids = append(ids, saleID+":"+strconv.Itoa(n))
+		}
+		return ids, nil
+	}
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("segment: place %s: %w", saleID, err)
+	}
+	var masters []string
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		if !slices.Contains(masters, r.Nodes[0].Addr) {
+			masters = append(masters, r.Nodes[0].Addr)
+		}
+	}
+	slices.Sort(masters)
+	masterOf := func(slot int64) string {
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+				return r.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
+	n := 0
+	for j := range k {
+		want := masters[j%len(masters)]
+		for tries := 0; ; tries++ {
+			id := saleID + ":" + strconv.Itoa(n)
+			n++
+			slot, err := cc.ClusterKeySlot(ctx, s.eng.Key(id, "sale")).Result()
+			if err != nil {
+				return nil, fmt.Errorf("segment: place %s: %w", saleID, err)
+			}
+			if masterOf(slot) == want || tries == 1000 {
+				ids = append(ids, id)
+				break
+			}
+		}
+	}
+	return ids, nil
+}
+
+// Create creates the segments of Plan(sale, ids) in Redis and the sale's
+// directory. A second Create of a sale fails with ErrExists and changes
+// nothing. A Create that failed part way (the directory is written first)
+// can be run again with the same definition and ids, and finishes it.
+func (s *Seller) Create(ctx context.Context, sale inventory.Sale, ids []string) error {
+	segs, err := Plan(sale, ids)
+	if err != nil {
+		return err
+	}
+	dir := strings.Join(ids, ",")
+	key := s.eng.Key(sale.ID, "segments")
+	set, err := s.rdb.SetNX(ctx, key, dir, 0).Result()
+	if err != nil {
+		return fmt.Errorf("segment: create %s: %w", sale.ID, err)
+	}
+	if !set {
+		if cur, err := s.rdb.Get(ctx, key).Result(); err != nil || cur != dir {
+			return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
+		}
+	}
+	existed := 0
+	for _, seg := range segs {
+		err := s.eng.CreateSale(ctx, seg)
+		if errors.Is(err, inventory.ErrExists) && !set {
+			existed++
+			err = sameDefinition(ctx, s.eng, seg)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.dirs.Store(sale.ID, ids)
+	if existed == len(segs) {
+		return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
+	}
+	return nil
+}
+
+// sameDefinition checks that a segment found in Redis is the one planned.
+func sameDefinition(ctx context.Context, eng *inventory.Engine, want inventory.Sale) error {
+	st, err := eng.Stock(ctx, want.ID)
+	if err != nil {
+		return err
+	}
+	got := st.Sale
+	same := got.PerUserLimit == max(want.PerUserLimit, 1) && got.StartsAt.Equal(want.StartsAt) &&
+		got.EndsAt.Equal(want.EndsAt) && len(got.Items) == len(want.Items)
+	for i := 0; same && i < len(got.Items); i++ {
+		same = got.Items[i].SKU == want.Items[i].SKU
+	}
+	if !same {
+		return fmt.Errorf("%w: segment %s with another definition", inventory.ErrExists, want.ID)
+	}
+	return nil
+}
+
+// Cancel cancels an order of a segmented sale (its id names its segment)
+// and returns its units to that segment.
+func (s *Seller) Cancel(ctx context.Context, orderID, userID string) (inventory.Receipt, error) {
+	rc, err := s.eng.Cancel(ctx, orderID, userID)
+	if seg, perr := inventory.SaleOfOrder(orderID); perr == nil {
+		s.forget(ParentOf(seg)) // even a failed call may have returned units
+	}
+	return rc, err
+}
+
+// Restock adds qty units of a limited item to the segment that has the
+// fewest left (one atomic call), and returns what is left in all segments.
+func (s *Seller) Restock(ctx context.Context, saleID, sku string, qty int64) (int64, error) {
+	segs, err := s.Segments(ctx, saleID)
+	if err != nil {
+		return 0, err
+	}
+	rem, err := s.eng.Remaining(ctx, sku, segs...)
+	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return 0, err
+	}
+	to := 0
+	for i := range segs {
+		if rem[i] < rem[to] {
+			to = i
+		}
+	}
+	n, err := s.eng.Restock(ctx, segs[to], sku, qty)
+	s.forget(saleID)
+	if err != nil {
+		return 0, err
+	}
+	total := n
+	for i := range segs {
+		if i != to {
+			total += rem[i]
+		}
+	}
+	return total, nil
+}
+
+// Pause pauses every segment; Resume resumes them. A call that fails part
+// way can be made again.
+func (s *Seller) Pause(ctx context.Context, saleID string) error {
+	return s.each(ctx, saleID, s.eng.Pause)
+}
+
+// Resume resumes every segment of a paused sale.
+func (s *Seller) Resume(ctx context.Context, saleID string) error {
+	return s.each(ctx, saleID, s.eng.Resume)
+}
+
+func (s *Seller) each(ctx context.Context, saleID string, f func(context.Context, string) error) error {
+	segs, err := s.Segments(ctx, saleID)
+	if err != nil {
+		return err
+	}
+	for _, id := range segs {
+		if err := f(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stock returns the sale's definition, status and every item's counters
+// summed over its segments, and each segment's own state.
+func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState, []inventory.SaleState, error) {
+	segs, err := s.Segments(ctx, saleID)
+	if err != nil {
+		return inventory.SaleState{}, nil, err
+	}
+	per := make([]inventory.SaleState, len(segs))
+	for i, id := range segs {
+		if per[i], err = s.eng.Stock(ctx, id); err != nil {
+			return inventory.SaleState{}, nil, err
+		}
+	}
+	sum := per[0]
+	sum.Sale.ID = saleID
+	sum.Sale.Items = slices.Clone(per[0].Sale.Items)
+	sum.Items = slices.Clone(per[0].Items)
+	for _, st := range per[1:] {
+		for j := range sum.Items {
+			if j >= len(st.Items) || st.Items[j].SKU != sum.Items[j].SKU {
+				return inventory.SaleState{}, nil, fmt.Errorf("%w: segments of %s differ in items", inventory.ErrCorrupt, saleID)
+			}
+			sum.Items[j].Sold += st.Items[j].Sold
+			if sum.Items[j].Stocked != inventory.Unlimited {
+				sum.Items[j].Remaining += st.Items[j].Remaining
+				sum.Items[j].Stocked += st.Items[j].Stocked
+				sum.Sale.Items[j].Stock += st.Sale.Items[j].Stock
+			}
+		}
+	}
+	return sum, per, nil
+}
+
+// Rebalance first completes the moves between the sale's segments that a
+// failure left half done (inventory.Engine.FinishMoves), then evens out
+// what is left of every limited item over the segments, so that each
+// segment's buyers find units at home. It returns the units it moved.
+func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
+	segs, err := s.Segments(ctx, saleID)
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range segs {
+		if _, err := s.eng.FinishMoves(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	sum, _, err := s.Stock(ctx, saleID)
+	if err != nil {
+		return 0, err
+	}
+	var moved int64
+	for _, it := range sum.Items {
+		if it.Stocked == inventory.Unlimited {
+			continue
+		}
+		rem, err := s.eng.Remaining(ctx, it.SKU, segs...)
+		if err != nil {
+			return moved, err
+		}
+		var total int64
+		for _, r := range rem {
+			total += r
+		}
+		k := int64(len(segs))
+		share := func(i int) int64 { // the first total%k segments get one more
+			if int64(i) < total%k {
+				return total/k + 1
+			}
+			return total / k
+		}
+		from := 0
+		for to := range segs {
+			for rem[to] < share(to) {
+				for from < len(segs) && rem[from] <= share(from) {
+					from++
+				}
+				if from == len(segs) {
+					break
+				}
+				n, err := s.eng.Move(ctx, segs[from], segs[to], it.SKU, min(share(to)-rem[to], rem[from]-share(from)))
+				if err != nil {
+					return moved, err
+				}
+				if n == 0 { // sold meanwhile
+					rem[from] = share(from)
+					continue
+				}
+				s.countMove(n)
+				moved += n
+				rem[from] -= n
+				rem[to] += n
+			}
+		}
+	}
+	return moved, nil
+}

@@ -1,0 +1,315 @@
+// Package segment sells a hot item from several segments: the sale's stock
+// is split over K sales of the engine (the segments), each under its own
+// hash tag, so on Redis Cluster the segments of one item can live on
+// different nodes and one hot item can use more than one Redis core.
+//
+// Every buyer has a home segment, chosen by a hash of the user id, and
+// every buy of that buyer runs there, as one ordinary inventory buy: the
+// per-user limit, idempotency keys, the order record and the order event
+// are exactly the engine's, because everything a buyer holds is in one
+// segment. A multi-item buy is all-or-nothing in its home segment, like any
+// buy. When the home segment has too few units left, the buy falls through:
+// the seller moves units from the segments that have the most left to the
+// home segment (inventory.Engine.Move: the units are in one segment or the
+// other, never both) and buys again. An item is sold out only when every
+// segment is empty. Rebalance evens out what is left over.
+//
+// Each segment is an ordinary sale of the engine ("<sale>:<n>"): its own
+// stream, rebuilt from the system of record alone, reconciled alone. The
+// list of a sale's segments (its directory) is kept in Redis next to the
+// first segment and cached by every Seller for the sale's life.
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// MaxSegments bounds the segments of one sale.
+const MaxSegments = 64
+
+// Options tune a Seller. The zero value of every field is usable.
+type Options struct {
+	// Directory returns the segment ids of a sale whose directory is
+	// missing from Redis (lost with the node that held it), from the
+	// caller's system of record. Without it, such a sale is ErrNotFound.
+	Directory func(ctx context.Context, saleID string) ([]string, error)
+	// SoldOutTTL is how long a Seller refuses an item it found empty in
+	// every segment without asking Redis again. Stock that comes back
+	// through another Seller is sold again within it. Default 500ms;
+	// negative: always ask.
+	SoldOutTTL time.Duration
+	// Clock is the time source of the sold-out flags. Default: the system clock.
+	Clock inventory.Clock
+}
+
+// Seller sells segmented sales through an engine. It is safe for
+// concurrent use; make one per engine.
+type Seller struct {
+	eng *inventory.Engine
+	rdb redis.UniversalClient
+	o   Options
+
+	dirs  sync.Map // sale id -> []string, the segment ids
+	fills sync.Map // "<segment>\x00<sku>" -> *refiller
+	empty sync.Map // "<sale>\x00<sku>" -> unix ns until which it is sold out
+	moved struct {
+		sync.Mutex
+		moves, units int64
+	}
+}
+
+// New returns a seller of segmented sales kept by eng in rdb (the client
+// eng was made with).
+func New(eng *inventory.Engine, rdb redis.UniversalClient, o Options) *Seller {
+	if o.SoldOutTTL == 0 {
+		o.SoldOutTTL = 500 * time.Millisecond
+	}
+	if o.Clock == nil {
+		o.Clock = inventory.ClockFunc(time.Now)
+	}
+	return &Seller{eng: eng, rdb: rdb, o: o}
+}
+
+// Home returns the segment a user buys from: the same for every buy of the
+// user, so the per-user limit sees everything the user holds.
+func Home(segments []string, userID string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(userID))
+	return segments[h.Sum32()%uint32(len(segments))]
+}
+
+// ParentOf returns the sale a segment id belongs to, or "" if id is not a
+// segment id ("<sale>:<n>").
+func ParentOf(id string) string {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 {
+		return ""
+	}
+	if _, err := strconv.ParseUint(id[i+1:], 10, 16); err != nil {
+		return ""
+	}
+	return id[:i]
+}
+
+// Segments returns the segment ids of a sale, from the Seller's cache, from
+// Redis, or from Options.Directory.
+func (s *Seller) Segments(ctx context.Context, saleID string) ([]string, error) {
+	if v, ok := s.dirs.Load(saleID); ok {
+		return v.([]string), nil
+	}
+	if !inventory.ValidID(saleID) {
+		return nil, &inventory.InvalidError{Field: "sale", Reason: "not an id"}
+	}
+	raw, err := s.rdb.Get(ctx, s.eng.Key(saleID, "segments")).Result()
+	var segs []string
+	switch {
+	case err == nil:
+		segs = strings.Split(raw, ",")
+	case errors.Is(err, redis.Nil) && s.o.Directory != nil:
+		if segs, err = s.o.Directory(ctx, saleID); err != nil {
+			return nil, err
+		}
+		if len(segs) == 0 {
+			return nil, &inventory.NotFoundError{Kind: "sale", IDs: []string{saleID}}
+		}
+		// Put it back, so the other Sellers find it (unless one did).
+		_ = s.rdb.SetNX(ctx, s.eng.Key(saleID, "segments"), strings.Join(segs, ","), 0).Err()
+	case errors.Is(err, redis.Nil):
+		return nil, &inventory.NotFoundError{Kind: "sale", IDs: []string{saleID}}
+	default:
+		return nil, fmt.Errorf("segment: directory of %s: %w", saleID, err)
+	}
+	for _, id := range segs {
+		if ParentOf(id) != saleID {
+			return nil, fmt.Errorf("%w: directory of sale %s names %q", inventory.ErrCorrupt, saleID, id)
+		}
+	}
+	s.dirs.Store(saleID, segs)
+	return segs, nil
+}
+
+// Buy buys every line or none, for one user, in the user's home segment of
+// r.SaleID (the sale, not a segment). When the home segment has too few
+// units of a line, units are moved to it from the other segments and the
+// buy is tried again; it fails with ErrSoldOut only when every segment
+// together has too few. The receipt's Remaining is the home segment's, and
+// its order's SaleID is the home segment's id (the id Cancel and the order
+// stream know it by).
+func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Receipt, error) {
+	segs, err := s.Segments(ctx, r.SaleID)
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
+	sale := r.SaleID
+	if err := s.refuse(sale, r.Lines, r.IdempotencyKey); err != nil {
+		return inventory.Receipt{}, err
+	}
+	r.SaleID = Home(segs, r.UserID)
+	for attempt := 0; ; attempt++ {
+		rc, err := s.eng.BuyWith(ctx, r)
+		var short *inventory.SoldOutError
+		if !errors.As(err, &short) || attempt == len(segs) {
+			return rc, err
+		}
+		for _, sku := range short.SKUs {
+			enough, ferr := s.refill(ctx, sale, segs, r.SaleID, sku, qtyOf(r.Lines, sku))
+			if ferr != nil {
+				return inventory.Receipt{}, ferr
+			}
+			if !enough {
+				return rc, err
+			}
+		}
+	}
+}
+
+func qtyOf(lines []inventory.Line, sku string) int64 {
+	var n int64
+	for _, l := range lines {
+		if l.SKU == sku {
+			n += l.Qty
+		}
+	}
+	return n
+}
+
+// refiller runs one refill of a home segment's item at a time; gen counts
+// the refills that moved units.
+type refiller struct {
+	mu  sync.Mutex
+	gen atomic.Uint64
+}
+
+// refill brings at least need units of sku to the home segment, if the
+// segments have them together, and reports whether the home segment may
+// have them now. One refill of a segment's item runs at a time in this
+// Seller; buys that find it short meanwhile wait for it and then try again
+// without a refill of their own.
+func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, sku string, need int64) (bool, error) {
+	v, _ := s.fills.LoadOrStore(home+"\x00"+sku, &refiller{})
+	rf := v.(*refiller)
+	gen := rf.gen.Load()
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	if rf.gen.Load() != gen {
+		return true, nil // units came while this buy waited: try them
+	}
+	if s.refuse(sale, []inventory.Line{{SKU: sku, Qty: need}}, "") != nil {
+		return false, nil // found empty everywhere while this buy waited
+	}
+
+	rem, err := s.eng.Remaining(ctx, sku, segs...)
+	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		return false, err
+	}
+	// A segment missing from Redis counts as empty here; its next buy
+	// rebuilds it from the system of record.
+	var total, atHome int64
+	for i, id := range segs {
+		if rem[i] < 0 {
+			return true, nil // unlimited: the buy was short of something else
+		}
+		total += rem[i]
+		if id == home {
+			atHome = rem[i]
+		}
+	}
+	if total == 0 {
+		s.markEmpty(sale, sku)
+	}
+	if atHome >= need {
+		return true, nil // another buy refilled it meanwhile
+	}
+	if total < need {
+		return false, nil
+	}
+	for atHome < need {
+		// Take from the segment with the most left: half of what it has
+		// (so its own buyers keep the rest), and at least what is missing.
+		from, most := -1, int64(0)
+		for i, id := range segs {
+			if id != home && rem[i] > most {
+				from, most = i, rem[i]
+			}
+		}
+		if from < 0 {
+			return false, nil
+		}
+		want := max(need-atHome, (most+1)/2)
+		n, err := s.eng.Move(ctx, segs[from], home, sku, want)
+		if err != nil {
+			return false, err
+		}
+		s.countMove(n)
+		if n > 0 {
+			rf.gen.Add(1)
+		}
+		rem[from] = 0 // whatever it had, it has less now: look elsewhere next
+		atHome += n
+	}
+	return true, nil
+}
+
+func (s *Seller) countMove(units int64) {
+	s.moved.Lock()
+	s.moved.moves++
+	s.moved.units += units
+	s.moved.Unlock()
+}
+
+// Moved returns how many moves this Seller made to refill home segments
+// and rebalance, and the units they moved.
+func (s *Seller) Moved() (moves, units int64) {
+	s.moved.Lock()
+	defer s.moved.Unlock()
+	return s.moved.moves, s.moved.units
+}
+
+// refuse fails a buy of an item this Seller found empty in every segment
+// less than SoldOutTTL ago. Buys with an idempotency key always go to
+// Redis: a retry must find its order.
+func (s *Seller) refuse(sale string, lines []inventory.Line, key string) error {
+	if s.o.SoldOutTTL < 0 || key != "" {
+		return nil
+	}
+	now := s.o.Clock.Now().UnixNano()
+	var skus []string
+	for _, l := range lines {
+		if until, ok := s.empty.Load(sale + "\x00" + l.SKU); ok && until.(int64) > now {
+			skus = append(skus, l.SKU)
+		}
+	}
+	if skus != nil {
+		return &inventory.SoldOutError{SKUs: skus}
+	}
+	return nil
+}
+
+func (s *Seller) markEmpty(sale, sku string) {
+	if s.o.SoldOutTTL > 0 {
+		s.empty.Store(sale+"\x00"+sku, s.o.Clock.Now().Add(s.o.SoldOutTTL).UnixNano())
+	}
+}
+
+// forget clears the sold-out flags of a sale.
+func (s *Seller) forget(sale string) {
+	prefix := sale + "\x00"
+	s.empty.Range(func(k, _ any) bool {
+		if strings.HasPrefix(k.(string), prefix) {
+			s.empty.Delete(k)
+		}
+		return true
+	})
+}

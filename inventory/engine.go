@@ -215,8 +215,10 @@ func (e *Engine) BuyWith(ctx context.Context, r BuyRequest) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, err
 	}
-	if err := e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey); err != nil {
-		return Receipt{}, err
+	if !r.IgnoreSoldOutFlags {
+		if err := e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey); err != nil {
+			return Receipt{}, err
+		}
 	}
 	if e.coalesce.Off {
 		return e.finishBuy(ctx, bc)
@@ -238,6 +240,10 @@ type BuyRequest struct {
 	// again), so it works on Redis Cluster alike. A sold-out flag may refuse
 	// a buy before it counts (see SoldOut).
 	Throttle *ratelimit.Bucket
+	// IgnoreSoldOutFlags sends the buy to Redis even if an item of it is
+	// flagged sold out in this engine (see SoldOut): for a caller that
+	// knows units came back that the flag has not heard of.
+	IgnoreSoldOutFlags bool
 }
 
 // BuyResult is the outcome of one buy of BuyMany: what Buy would return.
@@ -264,7 +270,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 	open := map[string]*group{} // each sale's group still taking buys
 	for i, r := range reqs {
 		bc, err := e.newBuyCall(r)
-		if err == nil {
+		if err == nil && !r.IgnoreSoldOutFlags {
 			err = e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey)
 		}
 		if err != nil {

@@ -160,7 +160,7 @@ func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Rec
 	for attempt := 0; ; attempt++ {
 		rc, err := s.eng.BuyWith(ctx, r)
 		var short *inventory.SoldOutError
-		if !errors.As(err, &short) || attempt == len(segs) {
+		if !errors.As(err, &short) || attempt == maxAttempts {
 			return rc, err
 		}
 		for _, sku := range short.SKUs {
@@ -172,8 +172,17 @@ func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Rec
 				return rc, err
 			}
 		}
+		// Units are at home now, or were a moment ago: ask Redis, even if
+		// the engine flagged the item before they came.
+		r.IgnoreSoldOutFlags = true
 	}
 }
+
+// maxAttempts bounds the buys one Buy sends: a buy that finds its home
+// short is tried again after every refill, for as long as the segments
+// together have the units; each time it loses the units it found, other
+// buys got them, so the item is selling out meanwhile.
+const maxAttempts = 64
 
 func qtyOf(lines []inventory.Line, sku string) int64 {
 	var n int64

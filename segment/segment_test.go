@@ -375,3 +375,37 @@ func TestParentOf(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryUnitFindsItsBuyer: as many buyers as units, all at once. Every
+// buyer gets one: a buy is refused as sold out only when all the segments
+// together are empty, however many buyers of one home segment run short at
+// the same moment.
+func TestEveryUnitFindsItsBuyer(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be backend) {
+		for _, k := range []int{3, 6} {
+			r := newRig(t, be, inventory.Options{}, segment.Options{})
+			const units = 600
+			sale := fmt.Sprintf("hot%d", k)
+			r.create(inventory.Sale{ID: sale, PerUserLimit: 1, Items: []inventory.Item{{SKU: "X", Stock: units}}}, k)
+			var next, refused atomic.Int64
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for i := next.Add(1); i <= units; i = next.Add(1) {
+						_, err := r.sel.Buy(r.ctx, inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprint("b", i), Lines: one("X")})
+						if err != nil {
+							refused.Add(1)
+							if !errors.Is(err, inventory.ErrSoldOut) {
+								t.Errorf("buy: %v", err)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if tot := r.totals(sale)["X"]; refused.Load() != 0 || tot.Sold != units {
+				t.Errorf("K=%d: %d of %d buyers refused, %+v", k, refused.Load(), units, tot)
+			}
+		}
+	})
+}

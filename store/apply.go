@@ -252,7 +252,7 @@ func (s *Store) insertOrderItems(ctx context.Context, tx *sql.Tx, items []any) e
 // applyOne applies one event that is not a bought event.
 func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
 	fresh, err := s.journal(ctx, tx, saleID, []inventory.Event{ev})
-	if err != nil || (!fresh[ev.ID] && ev.Type != inventory.EventMoved) {
+	if err != nil || !fresh[ev.ID] {
 		return err
 	}
 	switch ev.Type {

@@ -14,20 +14,20 @@ import (
 //	                       "items": "A=100,B=-1", the skus in order)
 //	                       and per item "r:<sku>" remaining (-1 unlimited),
 //	                       "t:<sku>" stocked in total (-1 unlimited),
-//	                       "s:<sku>" sold, kept for unlimited items only
+//	                       "s:<sku>" sold, kept for unlimited items only,
+//	                       "m:<move id>" a move of units out of or into the
+//	                       sale (see move.lua), kept while the sale lives
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order id>" -> order record (see record.go)
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
 //	{p:s}:events    stream every stock movement, in order (see events.go)
 //	{p:s}:initlock  string owner token of the instance rebuilding the sale
-//	{p:s}:moves     hash   "<move id>" -> a move of units out of or into the
-//	                       sale (see move.lua), kept while the sale lives
 //	{p:s}:op:<id>   string marks a restock or cancel call as applied, with the
 //	                       remaining right after it (expires in a day)
 //	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
 type saleKeys struct {
-	sale, bought, orders, idem, events, initLock, moves string
-	tag                                                 string
+	sale, bought, orders, idem, events, initLock string
+	tag                                          string
 }
 
 func (e *Engine) keys(saleID string) saleKeys {
@@ -40,7 +40,6 @@ func (e *Engine) keys(saleID string) saleKeys {
 		idem:     tag + ":idem",
 		events:   tag + ":events",
 		initLock: tag + ":initlock",
-		moves:    tag + ":moves",
 	}
 }
 
@@ -56,7 +55,7 @@ func (k saleKeys) stage(token, name string) string {
 // Key returns a key under the sale's hash tag for a caller's own per-sale
 // data ("{<prefix>:<sale>}:<name>"), so it shares the sale's cluster slot.
 // Names the engine uses itself: sale, bought, orders, idem, events,
-// initlock, moves, op:*, stage:*.
+// initlock, op:*, stage:*.
 func (e *Engine) Key(saleID, name string) string { return e.keys(saleID).tag + ":" + name }
 
 // EventsKey is the Redis Stream holding the sale's stock movements, the

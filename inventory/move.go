@@ -75,29 +75,87 @@ func (e *Engine) FinishMoves(ctx context.Context, saleID string) (int, error) {
 	if err := validateID("sale", saleID); err != nil {
 		return 0, err
 	}
-	moves, err := e.scanHash(ctx, e.keys(saleID).moves)
+	moves, err := e.pendingMoves(ctx, saleID)
 	if err != nil {
 		return 0, err
 	}
-	done := 0
-	for id, rec := range moves {
-		f := strings.Split(rec, "|")
-		if len(f) != 4 {
-			return done, fmt.Errorf("%w: move %s of sale %s: record %q", ErrCorrupt, id, saleID, rec)
+	for i, m := range moves {
+		if err := e.finishMove(ctx, saleID, m.ID, m.Peer, m.SKU, -m.Units); err != nil {
+			return i, err
 		}
-		if f[0] != "out" {
-			continue
-		}
-		units, err := strconv.ParseInt(f[3], 10, 64)
-		if err != nil || units < 1 {
-			return done, fmt.Errorf("%w: move %s of sale %s: record %q", ErrCorrupt, id, saleID, rec)
-		}
-		if err := e.finishMove(ctx, saleID, id, f[1], f[2], units); err != nil {
-			return done, err
-		}
-		done++
 	}
-	return done, nil
+	return len(moves), nil
+}
+
+// pendingMoves reads the sale's moves out whose arrival is not confirmed.
+func (e *Engine) pendingMoves(ctx context.Context, saleID string) ([]Move, error) {
+	key := e.keys(saleID).sale
+	var out []Move
+	var cursor uint64
+	for {
+		kv, next, err := e.rdb.HScan(ctx, key, cursor, movePrefix+"*", 500).Result()
+		if err != nil {
+			return nil, fmt.Errorf("seckill: moves of sale %s: %w", saleID, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m, err := decodeMove(strings.TrimPrefix(kv[i], movePrefix), kv[i+1])
+			if err != nil {
+				return nil, fmt.Errorf("%w: sale %s: %v", ErrCorrupt, saleID, err)
+			}
+			if m.Units < 0 && !m.Arrived {
+				out = append(out, m)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// Move is a sale's record of one move of units out of it or into it.
+type Move struct {
+	ID   string
+	Peer string // the other sale of the move
+	SKU  string
+	// Units moved: negative out of this sale, positive into it.
+	Units int64
+	// Arrived, for a move out: its units have been added to Peer.
+	Arrived bool
+}
+
+// movePrefix starts the sale-hash field of a move record.
+const movePrefix = "m:"
+
+// encode is the record of a move in the sale hash (see move.lua).
+func (m Move) encode() string {
+	state, units := "in", m.Units
+	if units < 0 {
+		state, units = "out", -units
+		if m.Arrived {
+			state = "done"
+		}
+	}
+	return state + "|" + m.Peer + "|" + m.SKU + "|" + strconv.FormatInt(units, 10)
+}
+
+func decodeMove(id, rec string) (Move, error) {
+	f := strings.Split(rec, "|")
+	if len(f) != 4 {
+		return Move{}, fmt.Errorf("move %s: record %q", id, rec)
+	}
+	units, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil || units < 1 || !ValidID(f[1]) || !ValidID(f[2]) {
+		return Move{}, fmt.Errorf("move %s: record %q", id, rec)
+	}
+	m := Move{ID: id, Peer: f[1], SKU: f[2], Units: units}
+	switch f[0] {
+	case "in":
+	case "out", "done":
+		m.Units, m.Arrived = -units, f[0] == "done"
+	default:
+		return Move{}, fmt.Errorf("move %s: record %q", id, rec)
+	}
+	return m, nil
 }
 
 // finishMove applies a move's in half and then marks its out half done.
@@ -113,12 +171,9 @@ func (e *Engine) finishMove(ctx context.Context, fromSale, id, toSale, sku strin
 // moved and the item's remaining after it.
 func (e *Engine) moveHalf(ctx context.Context, saleID, half, id, peer, sku string, units int64) (int64, int64, error) {
 	k := e.keys(saleID)
-	keys := []string{k.sale, k.events, k.moves}
+	keys := []string{k.sale, k.events}
 	args := []any{e.nowMs(), half, id, peer, sku, units, e.StockChannel(), saleID + "|" + sku}
 	run := func() ([]any, error) { return e.runSale(ctx, saleID, moveScript, keys, args...) }
-	if half == "done" {
-		run = func() ([]any, error) { return e.run.run(ctx, moveScript, keys, args...) }
-	}
 	if half == "in" {
 		done := e.soldOut.returning()
 		defer done(saleID, sku) // even a failed call may have added stock

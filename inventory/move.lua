@@ -5,18 +5,24 @@
 -- half is journaled as a "moved" event in its own sale's stream:
 --
 --   out   takes up to the units asked for, never more than are left, and
---         records the move as pending in this sale's moves hash
---   in    adds the units to the other sale, once per move id: the moves
---         hash keeps the move id for as long as the sale lives
+--         records the move as pending in the sale hash
+--   in    adds the units to the other sale, once per move id: the sale hash
+--         keeps the move id for as long as the sale lives
 --   done  marks a pending out as finished, once its in has been applied
+--
+-- The records are fields of the sale hash ("m:<move id>"), so a sale
+-- rebuilt from the system of record gets them back with the rest of it
+-- (Snapshot.Moves): a move its in half reached before the rebuild is not
+-- applied again, and one still pending can still be finished.
 --
 -- A process that dies between the halves leaves the out pending: its units
 -- are in neither sale (nothing can oversell) until Engine.FinishMoves
 -- applies the in.
 --
--- KEYS[1] sale hash    KEYS[2] events stream
--- KEYS[3] moves hash: "<move id>" -> "<state>|<peer sale>|<sku>|<units>",
---         state "out" (pending), "done" or "in"
+-- KEYS[1] sale hash, whose field "m:<move id>" records a move:
+--         "<state>|<peer sale>|<sku>|<units>", state "out" (pending),
+--         "done" or "in"
+-- KEYS[2] events stream
 -- ARGV[1] now, unix ms    ARGV[2] the half: "out", "in" or "done"
 -- ARGV[3] move id    ARGV[4] the other sale of the move    ARGV[5] sku
 -- ARGV[6] units: out, the most to take; in, the units taken (> 0)
@@ -34,29 +40,29 @@
 --   {4, sku}               the sale has no such sku
 --   {8, field}             a stored value is not what the engine wrote
 --   {9, 'unlimited'}       an unlimited item has nothing to move
--- done replies {0, 0, 0} whatever the record says.
+-- done replies {0, 0, 0} (or {2}) whatever the record says.
 
-local half, id, peer, sku, units = ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local half, id, peer, sku, units = ARGV[2], 'm:' .. ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 
+if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
 if half == 'done' then
-  local rec = redis.call('HGET', KEYS[3], id)
+  local rec = redis.call('HGET', KEYS[1], id)
   if rec and string.sub(rec, 1, 4) == 'out|' then
-    redis.call('HSET', KEYS[3], id, 'done|' .. string.sub(rec, 5))
+    redis.call('HSET', KEYS[1], id, 'done|' .. string.sub(rec, 5))
   end
   return {0, 0, 0}
 end
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
 local v = redis.call('HMGET', KEYS[1], 'r:' .. sku, 't:' .. sku, 'fenced')
 if not v[1] then return {4, sku} end
 local rem, stocked = tonumber(v[1]), tonumber(v[2])
 if not rem then return {8, 'r:' .. sku} end
 if not stocked then return {8, 't:' .. sku} end
 
-local rec = redis.call('HGET', KEYS[3], id)
+local rec = redis.call('HGET', KEYS[1], id)
 if rec then
   local n = tonumber(string.match(rec, '|(%d+)$'))
-  if not n then return {8, 'moves ' .. id} end
+  if not n then return {8, id} end
   return {1, n, rem}
 end
 if v[3] then return {3, 'fenced'} end
@@ -72,9 +78,9 @@ end
 
 -- The event is the first write: if it fails, nothing has been written.
 redis.call('XADD', KEYS[2], '*', 'type', 'moved', 'sku', sku, 'qty', string.format('%d', delta),
-  'move', id, 'peer', peer, 'remaining', string.format('%d', rem + delta), 'at', ARGV[1])
+  'move', ARGV[3], 'peer', peer, 'remaining', string.format('%d', rem + delta), 'at', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 't:' .. sku, delta)
 local remaining = redis.call('HINCRBY', KEYS[1], 'r:' .. sku, delta)
-redis.call('HSET', KEYS[3], id, state .. '|' .. peer .. '|' .. sku .. '|' .. string.format('%d', units))
+redis.call('HSET', KEYS[1], id, state .. '|' .. peer .. '|' .. sku .. '|' .. string.format('%d', units))
 if state == 'in' and ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 return {0, units, remaining}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -47,6 +48,13 @@ type Snapshot struct {
 	// EventsIgnored skips the check, for a system of record that is not fed
 	// from the stream.
 	EventsApplied string
+	// Moves are the sale's records of moves of units out of it and into it
+	// (Engine.Move) that the system of record holds. A rebuilt sale gets
+	// them back, so that a move that reached it is not applied again and a
+	// move out of it that never arrived can still be finished
+	// (FinishMoves): set Arrived on a move out once the other sale has
+	// applied its in half.
+	Moves []Move
 }
 
 // rebuild makes a missing sale live again from the Loader. Several instances
@@ -208,6 +216,15 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 	}
 	for f, q := range held {
 		st.bought = append(st.bought, f, q)
+	}
+	for _, m := range snap.Moves {
+		if m.ID == "" || strings.Contains(m.ID, "|") || len(m.ID) > 64 || m.Units == 0 {
+			return bad("move %q", m.ID)
+		}
+		if _, err := decodeMove(m.ID, m.encode()); err != nil {
+			return bad("%v", err)
+		}
+		st.sale = append(st.sale, movePrefix+m.ID, m.encode())
 	}
 	return st, nil
 }

@@ -296,7 +296,10 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 		slices.Sort(fields)
 		for _, f := range fields {
 			before, after := cur[h][f], want[h][f]
-			if before == after || h == hashSale && f == "items" || h == hashBought && zero(before) && zero(after) {
+			// Move records are Engine.Move's, not stock: a record the
+			// database shows pending may have been finished in Redis.
+			if before == after || h == hashSale && (f == "items" || strings.HasPrefix(f, movePrefix)) ||
+				h == hashBought && zero(before) && zero(after) {
 				continue
 			}
 			ops = append(ops, h+1, f, before, after)

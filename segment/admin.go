@@ -268,8 +268,13 @@ func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Units that arrive anywhere may be sold at once.
+	defer s.forget(saleID)
 	for _, id := range segs {
-		if _, err := s.eng.FinishMoves(ctx, id); err != nil {
+		s.moving.Add(1)
+		_, err := s.eng.FinishMoves(ctx, id)
+		s.moving.Add(-1)
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -306,7 +311,7 @@ func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
 				if from == len(segs) {
 					break
 				}
-				n, err := s.eng.Move(ctx, segs[from], segs[to], it.SKU, min(share(to)-rem[to], rem[from]-share(from)))
+				n, err := s.move(ctx, segs[from], segs[to], it.SKU, min(share(to)-rem[to], rem[from]-share(from)))
 				if err != nil {
 					return moved, err
 				}

@@ -43,7 +43,9 @@ const MaxSegments = 64
 type Options struct {
 	// Directory returns the segment ids of a sale whose directory is
 	// missing from Redis (lost with the node that held it), from the
-	// caller's system of record. Without it, such a sale is ErrNotFound.
+	// caller's system of record, in the order Create was given them (the
+	// order decides every buyer's home segment). Without it, such a sale
+	// is ErrNotFound.
 	Directory func(ctx context.Context, saleID string) ([]string, error)
 	// SoldOutTTL is how long a Seller refuses an item it found empty in
 	// every segment without asking Redis again. Stock that comes back
@@ -68,6 +70,10 @@ type Seller struct {
 		sync.Mutex
 		moves, units int64
 	}
+	// moving counts this Seller's moves under way: their units are in no
+	// segment for a moment, so an item read as empty meanwhile is not
+	// flagged sold out.
+	moving atomic.Int64
 }
 
 // New returns a seller of segmented sales kept by eng in rdb (the client
@@ -257,7 +263,7 @@ func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, s
 			return false, nil
 		}
 		want := max(need-atHome, (most+1)/2)
-		n, err := s.eng.Move(ctx, segs[from], home, sku, want)
+		n, err := s.move(ctx, segs[from], home, sku, want)
 		if err != nil {
 			return false, err
 		}
@@ -269,6 +275,13 @@ func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, s
 		atHome += n
 	}
 	return true, nil
+}
+
+// move is Engine.Move, counted in s.moving while it runs.
+func (s *Seller) move(ctx context.Context, from, to, sku string, qty int64) (int64, error) {
+	s.moving.Add(1)
+	defer s.moving.Add(-1)
+	return s.eng.Move(ctx, from, to, sku, qty)
 }
 
 func (s *Seller) countMove(units int64) {
@@ -307,7 +320,7 @@ func (s *Seller) refuse(sale string, lines []inventory.Line, key string) error {
 }
 
 func (s *Seller) markEmpty(sale, sku string) {
-	if s.o.SoldOutTTL > 0 {
+	if s.o.SoldOutTTL > 0 && s.moving.Load() == 0 {
 		s.empty.Store(sale+"\x00"+sku, s.o.Clock.Now().Add(s.o.SoldOutTTL).UnixNano())
 	}
 }

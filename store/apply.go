@@ -135,6 +135,9 @@ func checkEvent(saleID string, ev inventory.Event) string {
 		if !inventory.ValidID(ev.Peer) || ev.Peer == saleID {
 			return fmt.Sprintf("move to or from sale %q", truncate(ev.Peer, 80))
 		}
+		if ev.MoveID == "" || len(ev.MoveID) > 64 || strings.ContainsAny(ev.MoveID, "|\x00") {
+			return fmt.Sprintf("move id %q", truncate(ev.MoveID, 80))
+		}
 	case inventory.EventCreated:
 		sale := ev.Sale
 		if sale.ID != "" && sale.ID != saleID {
@@ -271,7 +274,14 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 			return err
 		}
 		return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
-	case inventory.EventRestocked, inventory.EventMoved:
+	case inventory.EventRestocked:
+		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
+	case inventory.EventMoved:
+		_, err := s.exec(ctx, tx, `INSERT INTO moves (sale_id, move_id, peer, sku, units) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (sale_id, move_id) DO NOTHING`, saleID, ev.MoveID, ev.Peer, ev.SKU, ev.Qty)
+		if err != nil {
+			return err
+		}
 		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
 	case inventory.EventPaused, inventory.EventResumed:
 		_, err := s.exec(ctx, tx, "UPDATE sales SET paused = ? WHERE id = ?", flag(ev.Type == inventory.EventPaused), saleID)

@@ -223,13 +223,39 @@ func (s *Store) Snapshot(ctx context.Context, saleID string) (inventory.Snapshot
 			return err
 		}
 		snap.Sale = sale.Sale
-		snap.Orders, err = s.readOrders(ctx, tx, "o.sale_id = ?", saleID)
+		if snap.Orders, err = s.readOrders(ctx, tx, "o.sale_id = ?", saleID); err != nil {
+			return err
+		}
+		snap.Moves, err = s.readMoves(ctx, tx, saleID)
 		return err
 	})
 	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
 		return inventory.Snapshot{}, fmt.Errorf("store: snapshot of sale %s: %w", saleID, err)
 	}
 	return snap, err
+}
+
+// readMoves returns the sale's moves; a move out has arrived when its peer
+// holds the row of its in half.
+func (s *Store) readMoves(ctx context.Context, q querier, saleID string) ([]inventory.Move, error) {
+	rows, err := s.query(ctx, q, `SELECT m.move_id, m.peer, m.sku, m.units,
+		CASE WHEN EXISTS (SELECT 1 FROM moves p WHERE p.sale_id = m.peer AND p.move_id = m.move_id) THEN 1 ELSE 0 END
+		FROM moves m WHERE m.sale_id = ? ORDER BY m.move_id`, saleID)
+	if err != nil {
+		return nil, err
+	}
+	var out []inventory.Move
+	err = scanEach(rows, func() error {
+		var m inventory.Move
+		var arrived int
+		if err := rows.Scan(&m.ID, &m.Peer, &m.SKU, &m.Units, &arrived); err != nil {
+			return err
+		}
+		m.Arrived = m.Units < 0 && arrived == 1
+		out = append(out, m)
+		return nil
+	})
+	return out, err
 }
 
 // Order returns an order as stored: Status is inventory.OrderConfirmed or

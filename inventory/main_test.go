@@ -134,13 +134,19 @@ func (r *rig) create(s inventory.Sale) {
 // remaining returns every item's remaining stock by sku.
 func (r *rig) remaining(sale string) map[string]int64 {
 	r.t.Helper()
+	return r.counter(sale, func(it inventory.ItemState) int64 { return it.Remaining })
+}
+
+// counter returns one counter of every item by sku.
+func (r *rig) counter(sale string, of func(inventory.ItemState) int64) map[string]int64 {
+	r.t.Helper()
 	st, err := r.eng.Stock(r.ctx, sale)
 	if err != nil {
 		r.t.Fatalf("Stock(%s): %v", sale, err)
 	}
 	out := map[string]int64{}
 	for _, it := range st.Items {
-		out[it.SKU] = it.Remaining
+		out[it.SKU] = of(it)
 	}
 	return out
 }

@@ -23,15 +23,7 @@ func (r *rig) moves(sale string) []inventory.Event {
 // stocked returns every item's stocked total by sku.
 func (r *rig) stocked(sale string) map[string]int64 {
 	r.t.Helper()
-	st, err := r.eng.Stock(r.ctx, sale)
-	if err != nil {
-		r.t.Fatalf("Stock(%s): %v", sale, err)
-	}
-	out := map[string]int64{}
-	for _, it := range st.Items {
-		out[it.SKU] = it.Stocked
-	}
-	return out
+	return r.counter(sale, func(it inventory.ItemState) int64 { return it.Stocked })
 }
 
 func twoSales(r *rig, a, b int64) {

@@ -2,8 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,52 +14,16 @@ import (
 	"github.com/seckill/seckill/ratelimit"
 )
 
-// cluster is a real 3-master Redis Cluster on loopback ports, started by the
-// first test that needs it and stopped after the package's tests.
-var (
-	clusterOnce sync.Once
-	cluster     *redistest.Cluster
-	clusterErr  error
-)
+func TestMain(m *testing.M) { redistest.Main(m, "ratelimit") }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cluster != nil {
-		if err := cluster.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "ratelimit tests: stop redis cluster:", err)
-		}
-	}
-	os.Exit(code)
-}
+// backend is a Redis the tests run on. The limiter never relies on expiry,
+// so miniredis' clock is left alone.
+type backend = redistest.Backend
 
-// backend is a Redis the tests run on.
-type backend struct {
-	name   string
-	client func(t testing.TB) redis.UniversalClient
-}
-
-var backends = []backend{
-	{name: "redis", client: func(t testing.TB) redis.UniversalClient { return redistest.Standalone(t) }},
-	// The limiter never relies on expiry, so miniredis' clock is left alone.
-	{name: "miniredis", client: func(t testing.TB) redis.UniversalClient { c, _ := redistest.Mini(t); return c }},
-	{name: "cluster", client: func(t testing.TB) redis.UniversalClient {
-		clusterOnce.Do(func() { cluster, clusterErr = redistest.StartCluster(3, 0) })
-		if clusterErr != nil {
-			t.Fatalf("start redis cluster: %v", clusterErr)
-		}
-		c := cluster.Client()
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}},
-}
+var backends = redistest.Backends()
 
 // forEachBackend runs f as a subtest on every backend.
-func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
-	t.Helper()
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { f(t, b) })
-	}
-}
+var forEachBackend = redistest.ForEachBackend
 
 // t0 is where every test clock starts: a whole minute, so windows of a
 // second or a minute start exactly there.
@@ -98,7 +60,7 @@ type rig struct {
 
 func newRig(t testing.TB, b backend, opts ratelimit.Options) *rig {
 	t.Helper()
-	rdb := b.client(t)
+	rdb := b.Client(t)
 	r := &rig{t: t, ctx: context.Background(), rdb: rdb, prefix: redistest.Prefix(t, rdb), clock: &testClock{now: t0}}
 	opts.Prefix = r.prefix
 	if opts.Clock == nil {

@@ -271,19 +271,16 @@ func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
 	// Units that arrive anywhere may be sold at once.
 	defer s.forget(saleID)
 	for _, id := range segs {
-		s.moving.Add(1)
-		_, err := s.eng.FinishMoves(ctx, id)
-		s.moving.Add(-1)
-		if err != nil {
+		if err := s.finishMoves(ctx, id); err != nil {
 			return 0, err
 		}
 	}
-	sum, _, err := s.Stock(ctx, saleID)
+	def, err := s.eng.Stock(ctx, segs[0]) // every segment has the same items
 	if err != nil {
 		return 0, err
 	}
 	var moved int64
-	for _, it := range sum.Items {
+	for _, it := range def.Items {
 		if it.Stocked == inventory.Unlimited {
 			continue
 		}
@@ -319,7 +316,6 @@ func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
 					rem[from] = share(from)
 					continue
 				}
-				s.countMove(n)
 				moved += n
 				rem[from] -= n
 				rem[to] += n

@@ -217,7 +217,7 @@ func benchSegmentedBuy(b *testing.B, be backend, k int, exact bool) {
 // backendNamed returns the package's test backend of that name.
 func backendNamed(b *testing.B, name string) backend {
 	for _, be := range backends {
-		if be.name == name {
+		if be.Name == name {
 			return be
 		}
 	}

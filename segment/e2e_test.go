@@ -294,11 +294,11 @@ func TestEndToEnd(t *testing.T) {
 		workers = 64
 	)
 	for _, b := range backends {
-		if b.name == "miniredis" {
+		if b.Name == "miniredis" {
 			continue
 		}
 		for _, d := range dbtest.Dialects(t) {
-			t.Run(b.name+"/"+d.Name, func(t *testing.T) {
+			t.Run(b.Name+"/"+d.Name, func(t *testing.T) {
 				t.Parallel()
 				x := newE2E(t, b, d.URL)
 				sale := inventory.Sale{ID: "hot", PerUserLimit: limit, Items: []inventory.Item{
@@ -323,7 +323,7 @@ func TestEndToEnd(t *testing.T) {
 						buyers = append(buyers, user)
 					}
 				}
-				work := attempts(buyers, rand.New(rand.NewPCG(1, uint64(len(b.name)))))
+				work := attempts(buyers, rand.New(rand.NewPCG(1, uint64(len(b.Name)))))
 				jobs := make(chan attempt)
 				var (
 					mu       sync.Mutex

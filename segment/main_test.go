@@ -2,8 +2,6 @@ package segment_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -13,47 +11,16 @@ import (
 	"github.com/seckill/seckill/segment"
 )
 
-// cluster is a real 3-master Redis Cluster on loopback ports, started once
-// for the package's tests and benchmarks.
-var cluster *redistest.Cluster
+func TestMain(m *testing.M) { redistest.Main(m, "segment") }
 
-func TestMain(m *testing.M) {
-	var err error
-	cluster, err = redistest.StartCluster(3, 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "segment tests: start redis cluster:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := cluster.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "segment tests: stop redis cluster:", err)
-	}
-	os.Exit(code)
-}
+// backend is a Redis the tests run on: backends[0] the machine's, [1]
+// miniredis, [2] a 3-master cluster.
+type backend = redistest.Backend
 
-// backend is a Redis the tests run on.
-type backend struct {
-	name   string
-	client func(t testing.TB) redis.UniversalClient
-}
-
-var backends = []backend{
-	{name: "redis", client: func(t testing.TB) redis.UniversalClient { return redistest.Standalone(t) }},
-	{name: "miniredis", client: func(t testing.TB) redis.UniversalClient { c, _ := redistest.Mini(t); return c }},
-	{name: "cluster", client: func(t testing.TB) redis.UniversalClient {
-		c := cluster.Client()
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}},
-}
+var backends = redistest.Backends()
 
 // forEachBackend runs f as a subtest on every backend.
-func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
-	t.Helper()
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { f(t, b) })
-	}
-}
+var forEachBackend = redistest.ForEachBackend
 
 // rig is one test's engine and seller on a backend, under a key prefix of
 // its own.
@@ -68,7 +35,7 @@ type rig struct {
 
 func newRig(t testing.TB, b backend, eo inventory.Options, so segment.Options) *rig {
 	t.Helper()
-	rdb := b.client(t)
+	rdb := b.Client(t)
 	r := &rig{t: t, ctx: context.Background(), rdb: rdb, prefix: redistest.Prefix(t, rdb)}
 	eo.Prefix = r.prefix
 	r.eng = inventory.New(rdb, eo)

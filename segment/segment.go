@@ -63,13 +63,10 @@ type Seller struct {
 	rdb redis.UniversalClient
 	o   Options
 
-	dirs  sync.Map // sale id -> []string, the segment ids
-	fills sync.Map // "<segment>\x00<sku>" -> *refiller
-	empty sync.Map // "<sale>\x00<sku>" -> unix ns until which it is sold out
-	moved struct {
-		sync.Mutex
-		moves, units int64
-	}
+	dirs              sync.Map // sale id -> []string, the segment ids
+	fills             sync.Map // "<segment>\x00<sku>" -> *refiller
+	empty             sync.Map // "<sale>\x00<sku>" -> unix ns until which it is sold out
+	moves, movedUnits atomic.Int64
 	// moving counts this Seller's moves under way: their units are in no
 	// segment for a moment, so an item read as empty meanwhile is not
 	// flagged sold out.
@@ -267,7 +264,6 @@ func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, s
 		if err != nil {
 			return false, err
 		}
-		s.countMove(n)
 		if n > 0 {
 			rf.gen.Add(1)
 		}
@@ -277,26 +273,31 @@ func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, s
 	return true, nil
 }
 
-// move is Engine.Move, counted in s.moving while it runs.
+// move is Engine.Move, counted in s.moving while it runs and in Moved
+// once it moved something.
 func (s *Seller) move(ctx context.Context, from, to, sku string, qty int64) (int64, error) {
 	s.moving.Add(1)
 	defer s.moving.Add(-1)
-	return s.eng.Move(ctx, from, to, sku, qty)
+	n, err := s.eng.Move(ctx, from, to, sku, qty)
+	if n > 0 {
+		s.moves.Add(1)
+		s.movedUnits.Add(n)
+	}
+	return n, err
 }
 
-func (s *Seller) countMove(units int64) {
-	s.moved.Lock()
-	s.moved.moves++
-	s.moved.units += units
-	s.moved.Unlock()
+// finishMoves is Engine.FinishMoves, counted in s.moving while it runs.
+func (s *Seller) finishMoves(ctx context.Context, segment string) error {
+	s.moving.Add(1)
+	defer s.moving.Add(-1)
+	_, err := s.eng.FinishMoves(ctx, segment)
+	return err
 }
 
 // Moved returns how many moves this Seller made to refill home segments
 // and rebalance, and the units they moved.
 func (s *Seller) Moved() (moves, units int64) {
-	s.moved.Lock()
-	defer s.moved.Unlock()
-	return s.moved.moves, s.moved.units
+	return s.moves.Load(), s.movedUnits.Load()
 }
 
 // refuse fails a buy of an item this Seller found empty in every segment

@@ -1,18 +1,28 @@
 -- commit.lua: make a staged rebuild of a sale live, in one step, only if the
--- sale is still missing and no order event newer than the snapshot waits in
--- the stream. A rebuild that lost a race (its owner paused past the lock's
+-- sale is still missing and its stream has generated no event newer than the
+-- snapshot. A rebuild that lost a race (its owner paused past the lock's
 -- expiry, say) finds the sale live and discards its staging: a live counter
 -- is never reset.
+--
+-- The stream's position is its last generated id (XINFO STREAM), not its
+-- newest entry: the order consumer trims the entries it has stored and
+-- acknowledged, so an event the snapshot missed (stored just after the
+-- loader read the database) may be gone from the stream by now; its id is
+-- still the last generated one. A missing stream has generated nothing we
+-- can know of: position 0-0. (A stream deleted with the sale, by a flush,
+-- loses its position; the ids a new stream generates follow the Redis
+-- clock, so they come after the old ones unless that clock went back.)
 --
 -- KEYS[1] sale hash       KEYS[2] bought hash     KEYS[3] orders hash
 -- KEYS[4] idem hash       KEYS[5] events stream   KEYS[6] lock
 -- KEYS[7..10] staging hashes of sale, bought, orders, idem
 -- ARGV[1] owner token
--- ARGV[2] id of the last event the snapshot reflects ("" none, "+" do not check)
+-- ARGV[2] id of the last event the snapshot reflects: every event up to it
+--         is in the snapshot ("" none, "+" do not check)
 --
 -- Reply: {0} live now, {1} the sale was there already (staging discarded),
---        {12, event id} an event newer than the snapshot is in the stream
---        (staging discarded: reload and try again),
+--        {12, id} the stream generated an event newer than the snapshot; id
+--        is its last generated id (staging discarded: reload and try again),
 --        {13} the staged sale expired before the commit (try again).
 
 local function release()
@@ -23,12 +33,16 @@ local function discard()
   release()
 end
 
--- Stream ids are "<ms>-<seq>"; is a newer than b?
+local function parse(id)
+  local ms, seq = string.match(id or '', '^(%d+)-?(%d*)$')
+  if not ms then return 0, 0 end
+  return tonumber(ms), tonumber(seq) or 0
+end
+
+-- Stream ids are "<ms>-<seq>" ("" is 0-0); is a newer than b?
 local function newer(a, b)
-  if b == '' then return true end
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
   return am > bm or (am == bm and as > bs)
 end
 
@@ -36,11 +50,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   discard()
   return {1}
 end
-if ARGV[2] ~= '+' then
-  local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
-  if #last > 0 and newer(last[1][1], ARGV[2]) then
+if ARGV[2] ~= '+' and redis.call('EXISTS', KEYS[5]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[5])
+  local last = ''
+  for i = 1, #info - 1, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+  end
+  if newer(last, ARGV[2]) then
     discard()
-    return {12, last[1][1]}
+    return {12, last}
   end
 end
 if redis.call('EXISTS', KEYS[7]) == 0 then

@@ -42,9 +42,11 @@ type Snapshot struct {
 	Orders []Order
 	// EventsApplied is the id of the newest event of the sale's stream that
 	// Orders reflect: every event up to it is in the snapshot ("" if none).
-	// If the stream holds a newer event, some accepted orders have not
-	// reached the system of record yet; rebuilding now would sell their
-	// units again, so the engine waits and loads again instead.
+	// If the stream has generated a newer event (whether or not the order
+	// consumer has trimmed it since), some accepted orders are not in the
+	// snapshot; rebuilding now would sell their units again, so the engine
+	// waits and loads again instead. Read the position before reading the
+	// system of record.
 	// EventsIgnored skips the check, for a system of record that is not fed
 	// from the stream.
 	EventsApplied string

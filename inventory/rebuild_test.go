@@ -206,6 +206,48 @@ func TestRebuildWaitsForOrdersInFlight(t *testing.T) {
 	})
 }
 
+// TestRebuildSeesEventsTrimmedDuringLoad: a buy's event is in flight when
+// the loader reads the system of record, so the snapshot misses its order.
+// Before the commit, the consumer stores it, acknowledges it and trims it
+// from the stream. The stream's newest entry then says nothing of it; its
+// last generated id still does, so the stale snapshot is not committed and
+// the units the order took stay sold.
+func TestRebuildSeesEventsTrimmedDuringLoad(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		db := &recordDB{}
+		var r *rig
+		var first atomic.Bool
+		loader := inventory.LoaderFunc(func(ctx context.Context, id string) (inventory.Snapshot, error) {
+			snap, err := db.LoadSale(ctx, id)
+			if first.CompareAndSwap(false, true) {
+				// The consumer, between this read and the commit.
+				db.catchUp(r, id)
+				if err := r.rdb.XTrimMaxLen(r.ctx, r.eng.EventsKey(id), 0).Err(); err != nil {
+					t.Errorf("XTRIM: %v", err)
+				}
+			}
+			return snap, err
+		})
+		r = newRig(t, b, inventory.Options{Loader: loader})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+		db.catchUp(r, "s1")
+		if _, err := r.eng.Buy(r.ctx, "s1", "u1", lines("A", 3), ""); err != nil {
+			t.Fatal(err)
+		}
+		r.lose("s1", false) // the buy's event is in the stream, not in the DB
+
+		if _, err := r.eng.Buy(r.ctx, "s1", "u2", lines("A", 3), ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("buy after rebuild: err = %v, want sold out (2 left)", err)
+		}
+		if rem := r.remaining("s1")["A"]; rem != 2 {
+			t.Errorf("remaining %d, want 2: the rebuild restored units u1's order took", rem)
+		}
+		if n := db.loads.Load(); n < 2 {
+			t.Errorf("loaded %d times, want a reload after the stale snapshot", n)
+		}
+	})
+}
+
 // TestStaleRebuildNeverResetsALiveSale: instance A takes the rebuild lock,
 // then stalls in its loader past the lock's expiry. Instance B rebuilds and
 // sells. When A wakes up with its stale snapshot, its commit must find the

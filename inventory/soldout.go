@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/ttlcache"
 )
 
 // SoldOut tunes the in-process sold-out flags. When a buy leaves an item
@@ -29,16 +31,20 @@ type SoldOut struct {
 	Off bool
 	// TTL bounds how long a flag refuses buys. Default 500ms.
 	TTL time.Duration
+	// MaxFlags bounds how many flags the engine keeps, one per item found
+	// sold out: expired flags are dropped first, then arbitrary ones (a
+	// dropped flag costs one call to Redis). Default 65536.
+	MaxFlags int
 }
 
-// soldOutFlags holds an engine's flags: "<sale>\x00<sku>" -> expiry, unix ns.
+// soldOutFlags holds an engine's flags: "<sale>\x00<sku>" until its expiry.
 // epoch counts revocations, so that a reply from before a revocation does
 // not set a flag after it.
 type soldOutFlags struct {
 	off   bool
 	ttl   time.Duration
 	clock Clock
-	flags sync.Map
+	flags *ttlcache.Cache[struct{}]
 	// mu orders mark against revoke: a flag is set only under the epoch it
 	// was checked against.
 	mu    sync.Mutex
@@ -57,7 +63,10 @@ func newSoldOutFlags(o SoldOut, clock Clock) *soldOutFlags {
 	if clock == nil {
 		clock = ClockFunc(time.Now)
 	}
-	return &soldOutFlags{off: o.Off, ttl: o.TTL, clock: clock}
+	if o.MaxFlags <= 0 {
+		o.MaxFlags = 1 << 16
+	}
+	return &soldOutFlags{off: o.Off, ttl: o.TTL, clock: clock, flags: ttlcache.New[struct{}](o.MaxFlags)}
 }
 
 func flagKey(saleID, sku string) string { return saleID + "\x00" + sku }
@@ -70,7 +79,7 @@ func (f *soldOutFlags) refuse(saleID string, lines []Line, idempotencyKey string
 	var skus []string
 	now := f.clock.Now().UnixNano()
 	for _, l := range lines {
-		if until, ok := f.flags.Load(flagKey(saleID, l.SKU)); ok && until.(int64) > now {
+		if _, ok := f.flags.Get(flagKey(saleID, l.SKU), now); ok {
 			skus = append(skus, l.SKU)
 		}
 	}
@@ -90,7 +99,8 @@ func (f *soldOutFlags) mark(saleID, sku string, epoch uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.epoch.Load() == epoch {
-		f.flags.Store(flagKey(saleID, sku), f.clock.Now().Add(f.ttl).UnixNano())
+		now := f.clock.Now()
+		f.flags.Set(flagKey(saleID, sku), struct{}{}, now.Add(f.ttl).UnixNano(), now.UnixNano())
 	}
 }
 
@@ -116,13 +126,7 @@ func (f *soldOutFlags) revoke(saleID string, skus ...string) {
 	defer f.mu.Unlock()
 	f.epoch.Add(1)
 	if len(skus) == 0 {
-		prefix := saleID + "\x00"
-		f.flags.Range(func(k, _ any) bool {
-			if strings.HasPrefix(k.(string), prefix) {
-				f.flags.Delete(k)
-			}
-			return true
-		})
+		f.flags.DeletePrefix(saleID + "\x00")
 		return
 	}
 	for _, sku := range skus {

@@ -17,6 +17,7 @@ import (
 // MULTI so the parts agree.
 type backlog struct {
 	lastID        string // newest entry of the stream, "" if empty
+	lastGenerated string // newest entry it ever had, trimmed or not; "" if none
 	groupExists   bool
 	lastDelivered string // newest entry handed to a consumer
 	undelivered   int64  // entries after lastDelivered (XINFO GROUPS lag)
@@ -30,11 +31,13 @@ type backlog struct {
 func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (backlog, error) {
 	var (
 		last    *redis.XMessageSliceCmd
+		info    *redis.XInfoStreamCmd
 		groups  *redis.XInfoGroupsCmd
 		pending *redis.XPendingCmd
 	)
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		last = p.XRevRangeN(ctx, key, "+", "-", 1)
+		info = p.XInfoStream(ctx, key)
 		groups = p.XInfoGroups(ctx, key)
 		pending = p.XPending(ctx, key, Group)
 		return nil
@@ -46,6 +49,9 @@ func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (ba
 	}
 	if msgs, err := last.Result(); err == nil && len(msgs) > 0 {
 		b.lastID = msgs[0].ID
+	}
+	if in, err := info.Result(); err == nil && in.LastGeneratedID != "0-0" {
+		b.lastGenerated = in.LastGeneratedID
 	}
 	if gs, err := groups.Result(); err == nil {
 		for _, g := range gs {
@@ -79,8 +85,9 @@ func (b backlog) inFlight() bool {
 
 // Applied returns the newest event of the sale's stream that the database
 // holds, in the sense of inventory.Snapshot.EventsApplied: the stream's
-// last entry when every entry is acknowledged, "" when some are still in
-// flight (or the stream is empty). Read it before reading the database.
+// last generated id when every entry is acknowledged (its entries may be
+// trimmed already), "" when some are still in flight (or the stream never
+// had an entry). Read it before reading the database.
 func Applied(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (string, error) {
 	b, err := readBacklog(ctx, rdb, eng.EventsKey(saleID))
 	if err != nil {
@@ -89,7 +96,7 @@ func Applied(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engi
 	if b.inFlight() {
 		return "", nil
 	}
-	return b.lastID, nil
+	return b.lastGenerated, nil
 }
 
 // InFlight returns the sale's events that are in the stream but not yet

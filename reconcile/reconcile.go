@@ -18,9 +18,10 @@ import (
 
 // Item is one item's comparison. For a limited item the books balance when
 // Remaining + Sold == Stocked (Redis's stock counter agrees with its order
-// records) and OrdersInDB + InFlight == Sold (the database plus the queue
-// hold every unit Redis sold). Unlimited items have Stocked and Remaining
-// -1 and only the second equation.
+// records), OrdersInDB + InFlight == Sold (the database plus the queue hold
+// every unit Redis sold) and StockedInDB + StockedInFlight == Stocked (the
+// database plus the queue hold every unit Redis stocked). Unlimited items
+// have Stocked and Remaining -1 and only the second equation.
 type Item struct {
 	SKU       string `json:"sku"`
 	Stocked   int64  `json:"stocked"`   // initial + restocked, from Redis
@@ -41,6 +42,14 @@ type Item struct {
 	StockDrift int64 `json:"stock_drift"`
 	// StockedInDB is initial + restocked as the database has applied it.
 	StockedInDB int64 `json:"stocked_in_db"`
+	// StockedInFlight is the units of restock and move events in the
+	// stream not yet in the database (moves out count negative).
+	StockedInFlight int64 `json:"stocked_in_flight"`
+	// StockedDrift is Stocked - StockedInDB - StockedInFlight for limited
+	// items: positive, Redis counts units stocked that the database will
+	// never hear of (a lost restock event, counters raised by hand);
+	// negative, Redis lost stock the database has.
+	StockedDrift int64 `json:"stocked_drift"`
 	// Held is the units Redis's per-user counts hold (what the per-user
 	// limit is checked against); HeldDrift is Held - Sold: positive, buyers
 	// are counted for units no live order holds; negative, some buyers'
@@ -50,7 +59,9 @@ type Item struct {
 }
 
 // Report is one reconciliation pass over a sale. Consistent is the
-// contract's: every item's Drift and StockDrift are 0.
+// contract's: every item's Drift and StockDrift are 0; and its StockedDrift,
+// so that counters changed together (remaining and stocked by the same
+// amount) do not pass for consistent.
 type Report struct {
 	Sale       string `json:"sale"`
 	Consistent bool   `json:"consistent"`
@@ -96,7 +107,7 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile %s: %w", saleID, err)
 	}
-	moving := map[string]int64{}
+	moving, stocking := map[string]int64{}, map[string]int64{}
 	for _, ev := range inflight {
 		sign := int64(0)
 		switch ev.Type {
@@ -104,6 +115,8 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 			sign = 1
 		case inventory.EventCancelled:
 			sign = -1
+		case inventory.EventRestocked, inventory.EventMoved: // Qty < 0: moved out
+			stocking[ev.SKU] += ev.Qty
 		}
 		for _, l := range ev.Order.Items {
 			moving[l.SKU] += sign * l.Qty
@@ -118,14 +131,15 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 		item := Item{
 			SKU: it.SKU, Stocked: it.Stocked, Remaining: it.Remaining, Sold: sold[it.SKU],
 			OrdersInDB: inDB[it.SKU].Sold, InFlight: moving[it.SKU], StockedInDB: inDB[it.SKU].Stocked,
-			Held: held[it.SKU],
+			StockedInFlight: stocking[it.SKU], Held: held[it.SKU],
 		}
 		item.Drift = item.OrdersInDB + item.InFlight - item.Sold
 		item.HeldDrift = item.Held - item.Sold
 		if it.Stocked != inventory.Unlimited {
 			item.StockDrift = item.Remaining + item.Sold - item.Stocked
+			item.StockedDrift = item.Stocked - item.StockedInDB - item.StockedInFlight
 		}
-		if item.Drift != 0 || item.StockDrift != 0 {
+		if item.Drift != 0 || item.StockDrift != 0 || item.StockedDrift != 0 {
 			r.Consistent = false
 		}
 		r.Items = append(r.Items, item)
@@ -142,10 +156,10 @@ func Print(w io.Writer, r Report) {
 		fmt.Fprintln(w, "consistent")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "sku\tstocked\tremaining\tsold\torders_in_db\tin_flight\tdrift\tstock_drift\theld_drift\t")
+	fmt.Fprintln(tw, "sku\tstocked\tremaining\tsold\torders_in_db\tin_flight\tdrift\tstock_drift\tstocked_drift\theld_drift\t")
 	for _, it := range r.Items {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", it.SKU, it.Stocked, it.Remaining, it.Sold,
-			it.OrdersInDB, it.InFlight, it.Drift, it.StockDrift, it.HeldDrift)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", it.SKU, it.Stocked, it.Remaining, it.Sold,
+			it.OrdersInDB, it.InFlight, it.Drift, it.StockDrift, it.StockedDrift, it.HeldDrift)
 	}
 	_ = tw.Flush()
 }

@@ -86,7 +86,7 @@ func describeDrift(r Report) string {
 		for _, v := range []struct {
 			name string
 			n    int64
-		}{{"drift", it.Drift}, {"stock drift", it.StockDrift}, {"held drift", it.HeldDrift}} {
+		}{{"drift", it.Drift}, {"stock drift", it.StockDrift}, {"stocked drift", it.StockedDrift}, {"held drift", it.HeldDrift}} {
 			if v.n != 0 {
 				d = append(d, fmt.Sprintf("%s %d", v.name, v.n))
 			}

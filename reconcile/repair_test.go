@@ -150,24 +150,45 @@ func TestRepair(t *testing.T) {
 		name  string
 		spoil func(r *rig, rcs map[string]inventory.Receipt)
 		// what the pass before the repair must show
-		drift, stockDrift, heldDrift int64
+		drift, stockDrift, heldDrift, stockedDrift int64
 	}{
 		{"counter bumped behind the engine's back", func(r *rig, _ map[string]inventory.Receipt) {
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 3).Err())
-		}, 0, 3, 0},
+		}, 0, 3, 0, 0},
 		{"an order the database has, lost with its deduction", func(r *rig, rcs map[string]inventory.Receipt) {
 			r.must(r.rdb.HDel(r.ctx, r.key("orders"), rcs["u2"].Order.ID).Err())
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 1).Err())
 			r.must(r.rdb.HDel(r.ctx, r.key("bought"), "u2|A").Err())
-		}, 1, 0, 0},
+		}, 1, 0, 0, 0},
 		{"an order Redis sold that will never reach the database", func(r *rig, _ map[string]inventory.Receipt) {
 			r.must(r.rdb.HSet(r.ctx, r.key("orders"), "s1.01JD0000000000000000000000", "p|ghost|1795000000000|A=2|").Err())
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", -2).Err())
 			r.must(r.rdb.HSet(r.ctx, r.key("bought"), "ghost|A", "2").Err())
-		}, -2, 0, 0},
+		}, -2, 0, 0, 0},
 		{"a buyer's count lost", func(r *rig, _ map[string]inventory.Receipt) {
 			r.must(r.rdb.HDel(r.ctx, r.key("bought"), "u1|A").Err())
-		}, 0, 0, -2},
+		}, 0, 0, -2, 0},
+		{"both stock counters raised by hand", func(r *rig, _ map[string]inventory.Receipt) {
+			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 3).Err())
+			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "t:A", 3).Err())
+		}, 0, 0, 0, 3},
+		{"a restock whose event never reaches the database", func(r *rig, _ map[string]inventory.Receipt) {
+			r.stop()
+			_, err := r.eng.Restock(r.ctx, "s1", "A", 5)
+			r.must(err)
+			last, err := r.rdb.XRevRangeN(r.ctx, r.key("events"), "+", "-", 1).Result()
+			r.must(err)
+			r.must(r.rdb.XDel(r.ctx, r.key("events"), last[0].ID).Err()) // lost before the consumer read it
+			// A later event is delivered, so the stream is settled again.
+			_, err = r.eng.Buy(r.ctx, "s1", "u5", []inventory.Line{{SKU: "U", Qty: 1}}, "")
+			r.must(err)
+			r.start()
+			r.settle()
+		}, 0, 0, 0, 5},
+		{"stock lost from both counters", func(r *rig, _ map[string]inventory.Receipt) {
+			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", -2).Err())
+			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "t:A", -2).Err())
+		}, 0, 0, 0, -2},
 		{"Redis back at an older state the database is past", func(r *rig, rcs map[string]inventory.Receipt) {
 			old := r.hashes()
 			rc, err := r.eng.Buy(r.ctx, "s1", "u4", []inventory.Line{{SKU: "A", Qty: 2}}, "k4")
@@ -180,7 +201,7 @@ func TestRepair(t *testing.T) {
 				r.must(r.rdb.Del(r.ctx, r.key(name)).Err())
 				r.must(r.rdb.HSet(r.ctx, r.key(name), h).Err())
 			}
-		}, 1, 0, 0}, // +2 units of u4 the database has, -1 of u2's cancel it has
+		}, 1, 0, 0, 0}, // +2 units of u4 the database has, -1 of u2's cancel it has
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -192,8 +213,10 @@ func TestRepair(t *testing.T) {
 					t.Fatalf("Repair: %v", err)
 				}
 				a := got.Before.Items[0]
-				if !got.Before.Drifted() || a.Drift != c.drift || a.StockDrift != c.stockDrift || a.HeldDrift != c.heldDrift {
-					t.Errorf("pass before the repair: %+v; want drift %d, stock drift %d, held drift %d", got.Before, c.drift, c.stockDrift, c.heldDrift)
+				if !got.Before.Drifted() || a.Drift != c.drift || a.StockDrift != c.stockDrift || a.HeldDrift != c.heldDrift ||
+					a.StockedDrift != c.stockedDrift || got.Before.Consistent != (c.drift == 0 && c.stockDrift == 0 && c.stockedDrift == 0) {
+					t.Errorf("pass before the repair: %+v; want drift %d, stock drift %d, held drift %d, stocked drift %d",
+						got.Before, c.drift, c.stockDrift, c.heldDrift, c.stockedDrift)
 				}
 				if len(got.Changes) == 0 || got.Skipped != "" {
 					t.Fatalf("nothing repaired: %+v", got)
@@ -298,4 +321,38 @@ func equalHashes(a, b map[string]map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestStockInFlightIsNotDrift: restocks and moves whose events wait in the
+// stream are counted in flight, so a pass while the consumer is behind
+// finds the stocked totals consistent; once stored, the database has them.
+func TestStockInFlightIsNotDrift(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		r.sale()
+		s2 := inventory.Sale{ID: "s2", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 1}}}
+		r.must(r.db.CreateSale(r.ctx, store.Sale{Sale: s2}))
+		r.must(r.eng.CreateSale(r.ctx, s2))
+		r.stop()
+		_, err := r.eng.Restock(r.ctx, "s1", "A", 4)
+		r.must(err)
+		if n, err := r.eng.Move(r.ctx, "s1", "s2", "A", 2); err != nil || n != 2 {
+			t.Fatalf("Move = %d, %v", n, err)
+		}
+		for sale, want := range map[string][2]int64{"s1": {10 + 4 - 2, 4 - 2}, "s2": {1 + 2, 2}} {
+			rep, err := reconcile.Sale(r.ctx, r.eng, r.rdb, r.db, sale)
+			r.must(err)
+			a := rep.Items[0]
+			if !rep.Consistent || rep.Drifted() || a.Stocked != want[0] || a.StockedInFlight != want[1] || a.StockedDrift != 0 {
+				t.Errorf("%s with stock in flight: %+v; want stocked %d, %d in flight", sale, rep, want[0], want[1])
+			}
+		}
+
+		r.start()
+		r.settle()
+		rep, err := reconcile.Sale(r.ctx, r.eng, r.rdb, r.db, "s1")
+		r.must(err)
+		if a := rep.Items[0]; !rep.Consistent || a.StockedInDB != 12 || a.StockedInFlight != 0 || a.StockedDrift != 0 {
+			t.Errorf("s1 once stored: %+v", rep)
+		}
+	})
 }

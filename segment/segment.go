@@ -33,6 +33,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/ttlcache"
 	"github.com/seckill/seckill/inventory"
 )
 
@@ -56,6 +57,11 @@ type Options struct {
 	Clock inventory.Clock
 }
 
+// maxSoldOutFlags bounds a Seller's sold-out flags (one per item found
+// empty in every segment); past it, expired flags are dropped first, then
+// arbitrary ones, which only costs a look at Redis.
+const maxSoldOutFlags = 1 << 16
+
 // Seller sells segmented sales through an engine. It is safe for
 // concurrent use; make one per engine.
 type Seller struct {
@@ -63,9 +69,9 @@ type Seller struct {
 	rdb redis.UniversalClient
 	o   Options
 
-	dirs              sync.Map // sale id -> []string, the segment ids
-	fills             sync.Map // "<segment>\x00<sku>" -> *refiller
-	empty             sync.Map // "<sale>\x00<sku>" -> unix ns until which it is sold out
+	dirs              sync.Map                  // sale id -> []string, the segment ids
+	fills             sync.Map                  // "<segment>\x00<sku>" -> *refiller
+	empty             *ttlcache.Cache[struct{}] // "<sale>\x00<sku>" until it may have stock again
 	moves, movedUnits atomic.Int64
 	// moving counts this Seller's moves under way: their units are in no
 	// segment for a moment, so an item read as empty meanwhile is not
@@ -82,7 +88,7 @@ func New(eng *inventory.Engine, rdb redis.UniversalClient, o Options) *Seller {
 	if o.Clock == nil {
 		o.Clock = inventory.ClockFunc(time.Now)
 	}
-	return &Seller{eng: eng, rdb: rdb, o: o}
+	return &Seller{eng: eng, rdb: rdb, o: o, empty: ttlcache.New[struct{}](maxSoldOutFlags)}
 }
 
 // Home returns the segment a user buys from: the same for every buy of the
@@ -310,7 +316,7 @@ func (s *Seller) refuse(sale string, lines []inventory.Line, key string) error {
 	now := s.o.Clock.Now().UnixNano()
 	var skus []string
 	for _, l := range lines {
-		if until, ok := s.empty.Load(sale + "\x00" + l.SKU); ok && until.(int64) > now {
+		if _, ok := s.empty.Get(sale+"\x00"+l.SKU, now); ok {
 			skus = append(skus, l.SKU)
 		}
 	}
@@ -322,17 +328,12 @@ func (s *Seller) refuse(sale string, lines []inventory.Line, key string) error {
 
 func (s *Seller) markEmpty(sale, sku string) {
 	if s.o.SoldOutTTL > 0 && s.moving.Load() == 0 {
-		s.empty.Store(sale+"\x00"+sku, s.o.Clock.Now().Add(s.o.SoldOutTTL).UnixNano())
+		now := s.o.Clock.Now()
+		s.empty.Set(sale+"\x00"+sku, struct{}{}, now.Add(s.o.SoldOutTTL).UnixNano(), now.UnixNano())
 	}
 }
 
 // forget clears the sold-out flags of a sale.
 func (s *Seller) forget(sale string) {
-	prefix := sale + "\x00"
-	s.empty.Range(func(k, _ any) bool {
-		if strings.HasPrefix(k.(string), prefix) {
-			s.empty.Delete(k)
-		}
-		return true
-	})
+	s.empty.DeletePrefix(sale + "\x00")
 }

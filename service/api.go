@@ -233,6 +233,7 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 		if delErr := s.db.DeleteSale(context.WithoutCancel(r.Context()), sale.ID); delErr != nil {
 			s.log.Error("undo sale create", "sale", sale.ID, "err", delErr)
 		}
+		s.saleCache.Delete(sale.ID) // read by a request meanwhile, maybe
 		return err
 	}
 	s.audit(r, "sale created", sale.ID, "", map[string]any{"items": len(sale.Items), "per_user_limit": sale.PerUserLimit})
@@ -529,11 +530,20 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 
 // ---- sale settings the engine does not keep
 
-// settings returns the sale's service-level settings, cached: they never
-// change after the sale is created.
+// The settings cache holds up to maxCachedSales sales, each for
+// cachedSettingsTTL: settings never change after a sale is created, so the
+// TTL only bounds how long a sale that is gone (its creation undone, say)
+// is still served from the cache of another instance.
+const (
+	maxCachedSales    = 1 << 14
+	cachedSettingsTTL = time.Minute
+)
+
+// settings returns the sale's service-level settings, cached.
 func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, error) {
-	if v, ok := s.saleCache.Load(saleID); ok {
-		return v.(saleSettings), nil
+	now := time.Now().UnixNano()
+	if v, ok := s.saleCache.Get(saleID, now); ok {
+		return v, nil
 	}
 	sale, err := s.db.Sale(ctx, saleID)
 	if err != nil {
@@ -543,7 +553,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 		return saleSettings{}, err
 	}
 	settings := s.resolve(sale)
-	s.saleCache.Store(saleID, settings)
+	s.saleCache.Set(saleID, settings, now+int64(cachedSettingsTTL), now)
 	return settings, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/ttlcache"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/ratelimit"
@@ -93,8 +94,8 @@ type Service struct {
 	deg       *degraded
 	http      *http.Server
 	listener  net.Listener
-	saleCache sync.Map // sale id -> saleSettings
-	endpoints []string // "METHOD /path" of every route, as registered
+	saleCache *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
+	endpoints []string                      // "METHOD /path" of every route, as registered
 
 	stop    context.CancelFunc
 	bg      sync.WaitGroup // consumer and reconciliation loop
@@ -105,7 +106,8 @@ type Service struct {
 // migrates, starts the order consumer, the reconciliation loop and the
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
-	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{})}
+	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{}),
+		saleCache: ttlcache.New[saleSettings](maxCachedSales)}
 	s.metrics = newMetrics(s)
 	s.deg = newDegraded(s)
 	if s.log == nil {

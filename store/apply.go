@@ -48,7 +48,10 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 //   - restocked: adds the units to the item's stocked total.
 //   - moved: adds the units (negative: moved out) to the item's stocked
 //     total.
-//   - paused, resumed: sets the sale's paused flag.
+//   - paused, resumed: sets the sale's paused flag, unless a pause or
+//     resume later in the stream set it already (a crashed consumer's
+//     entries are reclaimed after later ones are applied): state changes
+//     take effect in stream order.
 //
 // Runs of consecutive bought events are written with a few multi-row
 // statements, whatever their length.
@@ -284,10 +287,47 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		}
 		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
 	case inventory.EventPaused, inventory.EventResumed:
-		_, err := s.exec(ctx, tx, "UPDATE sales SET paused = ? WHERE id = ?", flag(ev.Type == inventory.EventPaused), saleID)
-		return err
+		return s.applyPause(ctx, tx, saleID, ev.ID, ev.Type == inventory.EventPaused)
 	}
 	return nil
+}
+
+// applyPause sets the sale's paused flag from the pause or resume event
+// eventID, unless the flag was set by a later one. A sale with no row yet
+// gets it from its created event (applyCreated).
+func (s *Store) applyPause(ctx context.Context, tx *sql.Tx, saleID, eventID string, paused bool) error {
+	var last string
+	err := s.queryRow(ctx, tx, "SELECT paused_event FROM sales WHERE id = ?"+s.forUpdate(), saleID).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !streamIDAfter(eventID, last) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = s.exec(ctx, tx, "UPDATE sales SET paused = ?, paused_event = ? WHERE id = ?", flag(paused), eventID, saleID)
+	return err
+}
+
+// streamIDAfter reports whether stream id a comes after b ("" is before
+// every id). Both are "<ms>-<seq>" of digits (validStreamID), compared as
+// numbers of any length.
+func streamIDAfter(a, b string) bool {
+	if b == "" {
+		return true
+	}
+	num := func(x, y string) int { // compares decimal numbers
+		x, y = strings.TrimLeft(x, "0"), strings.TrimLeft(y, "0")
+		if len(x) != len(y) {
+			return len(x) - len(y)
+		}
+		return strings.Compare(x, y)
+	}
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	if c := num(am, bm); c != 0 {
+		return c > 0
+	}
+	return num(as, bs) > 0
 }
 
 // applyCreated inserts a sale from its created event unless the sale has a
@@ -325,7 +365,25 @@ func (s *Store) applyCreated(ctx context.Context, tx *sql.Tx, saleID string, ev 
 			return err
 		}
 	}
-	return nil
+	// Likewise pauses and resumes: the newest of them sets the flag.
+	rows, err = s.query(ctx, tx, "SELECT event_id, type FROM journal WHERE sale_id = ? AND type IN (?, ?)",
+		saleID, string(inventory.EventPaused), string(inventory.EventResumed))
+	if err != nil {
+		return err
+	}
+	var newest, kind string
+	err = scanEach(rows, func() error {
+		var id, typ string
+		err := rows.Scan(&id, &typ)
+		if err == nil && streamIDAfter(id, newest) {
+			newest, kind = id, typ
+		}
+		return err
+	})
+	if err != nil || newest == "" {
+		return err
+	}
+	return s.applyPause(ctx, tx, saleID, newest, kind == string(inventory.EventPaused))
 }
 
 // restock adds qty units (negative: takes them) to a limited item's stocked total.

@@ -237,6 +237,67 @@ func TestCreatedEvent(t *testing.T) {
 	})
 }
 
+// TestPauseAndResumeApplyInStreamOrder: a consumer dies holding a pause;
+// another applies the resume that followed it; the pause, reclaimed later,
+// must not pause the sale again (nor a late resume revive a paused one):
+// a rebuild from the database would bring the sale back in the wrong state.
+func TestPauseAndResumeApplyInStreamOrder(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		paused := func(sale string) bool {
+			t.Helper()
+			snap, err := s.Snapshot(ctx, sale)
+			must(t, err)
+			return snap.Sale.Paused
+		}
+
+		e := newEvents("pr")
+		created := e.created(1, inventory.Item{SKU: "A", Stock: 4})
+		pause, resume := e.paused(), e.resumed()
+		must(t, s.Apply(ctx, "pr", []inventory.Event{created, resume}))
+		must(t, s.Apply(ctx, "pr", []inventory.Event{pause})) // reclaimed
+		check(t, "paused after a late pause", paused("pr"), false)
+
+		e = newEvents("rp")
+		created = e.created(1, inventory.Item{SKU: "A", Stock: 4})
+		pause1, resume2, pause3 := e.paused(), e.resumed(), e.paused()
+		must(t, s.Apply(ctx, "rp", []inventory.Event{created, pause1, pause3}))
+		must(t, s.Apply(ctx, "rp", []inventory.Event{resume2})) // reclaimed
+		check(t, "paused after a late resume", paused("rp"), true)
+
+		// A sale created paused through the library: a pause and resume of
+		// it applied before its created event (out of order) still leave the
+		// newest, the resume.
+		e = newEvents("lib")
+		created = e.created(1, inventory.Item{SKU: "A", Stock: 4})
+		created.Sale.Paused = true
+		pause, resume = e.paused(), e.resumed()
+		must(t, s.Apply(ctx, "lib", []inventory.Event{resume, pause}))
+		must(t, s.Apply(ctx, "lib", []inventory.Event{created}))
+		check(t, "library sale paused after its events", paused("lib"), false)
+	})
+}
+
+// TestStreamIDAfter: stream ids order as numbers, not as text.
+func TestStreamIDAfter(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"1-0", "", true},
+		{"1700000000000-10", "1700000000000-9", true},
+		{"1700000000000-9", "1700000000000-10", false},
+		{"10000000000000-0", "9999999999999-5", true},
+		{"1700000000001-0", "1700000000000-99", true},
+		{"1700000000000-3", "1700000000000-3", false},
+		{"99999999999999999999-0", "18446744073709551615-0", true},
+	} {
+		if got := streamIDAfter(c.a, c.b); got != c.want {
+			t.Errorf("streamIDAfter(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
 func TestApplyRefusesEventsThatCanNeverBeWritten(t *testing.T) {
 	onBoth(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()

@@ -6,11 +6,12 @@
 -- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
 -- KEYS[4] idem hash    KEYS[5] events stream
 -- KEYS[6] the start of the buyers' throttle keys: KEYS[6] .. user holds a
---         buyer's rate-limit state (a GCRA TAT, see gcra_take, prepended)
+--         buyer's rate-limit state (a GCRA TAT, see gcra_take, prepended
+--         with script_now)
 -- KEYS[7] the start of the spent purchase tokens' keys: KEYS[7] .. token
 --         exists once an accepted buy has spent the token
--- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME): the
---         one clock every instance shares; a test may stand in for it
+-- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
+--         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
 -- then, for each buy:
 --   user id, new order id, idempotency key ("" for none),
@@ -62,13 +63,8 @@
 -- a script that fails half way, and refuses a script's writes for lack of
 -- memory only before its first.
 
--- Redis 7 replicates a script's effects, not the script, so reading TIME
--- before writing is safe (Redis 5 and 6 do the same by default).
-local now_us = tonumber(ARGV[1])
-if not now_us then
-  local t = redis.call('TIME')
-  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- The time (script_now, see ratelimit's clock.lua, prepended).
+local now_us = script_now(ARGV[1])
 local now_ms = math.floor(now_us / 1000)
 -- Redis before 7 formats Lua numbers handed to redis.call with 14
 -- significant digits: hand it times as exact strings.

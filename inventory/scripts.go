@@ -39,7 +39,7 @@ var (
 	//go:embed move.lua
 	moveSrc string
 
-	buyScript      = luascript.New("buy", ratelimit.GCRATakeLua+"\n"+buySrc)
+	buyScript      = luascript.New("buy", ratelimit.ClockLua+"\n"+ratelimit.GCRATakeLua+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", cancelSrc)
 	restockScript  = luascript.New("restock", restockSrc)
 	createScript   = luascript.New("create", createSrc)

@@ -55,7 +55,7 @@ func buySource(b *testing.B) string {
 	srcOnce.Do(func() {
 		var raw []byte
 		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
-		src = ratelimit.GCRATakeLua + "\n" + string(raw)
+		src = ratelimit.ClockLua + "\n" + ratelimit.GCRATakeLua + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})
 	if srcErr != nil {

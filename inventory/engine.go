@@ -220,14 +220,20 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 // arrive while calls are in flight go together in the next call, one script
 // run that processes them in order, each still all-or-nothing.
 //
-// With a non-empty idempotencyKey, a repeat by the same user returns the
-// order the first call made (Receipt.Replayed) and changes nothing. Buy is
+// With a non-empty idempotencyKey, a repeat by the same user with the same
+// lines returns the order the first call made (Receipt.Replayed) and changes
+// nothing; the same key with other lines is ErrIdempotencyMismatch. Buy is
 // also safe to retry after a network error: the order id is chosen before
-// the call, and a retried script finds its own order instead of buying again.
+// the call, and a retried script finds its own order instead of buying again
+// (Receipt.Retried). A repeat or a retry is answered before any refusal:
+// whatever the throttle, the token, the sale's window, the limit or the
+// stock say now, the first attempt's outcome stands.
 //
 // Errors match ErrInvalid, ErrNotFound (*NotFoundError: the sale or every
 // unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
-// (*LimitError) or ErrSoldOut (*SoldOutError, naming every short sku).
+// (*LimitError), ErrSoldOut (*SoldOutError, naming every short sku),
+// ErrIdempotencyMismatch, and for BuyWith ErrThrottled (*ThrottledError) or
+// ErrTokenSpent.
 func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, idempotencyKey string) (Receipt, error) {
 	return e.BuyWith(ctx, BuyRequest{SaleID: saleID, UserID: userID, Lines: lines, IdempotencyKey: idempotencyKey})
 }

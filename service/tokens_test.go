@@ -89,6 +89,7 @@ func TestIdempotencyKeyWithOtherItems(t *testing.T) {
 		}
 		first := a.call("POST", "/v1/sales/s1/orders", bob, body("A", 1), "Idempotency-Key", "k1")
 		mustStatus(t, first, http.StatusCreated)
+		a.settle("s1") // the order in the database: the state below is still
 		before := a.state("s1")
 		for _, other := range []map[string]any{body("A", 2), body("B", 1), body("A", 1, "B", 1)} {
 			r := a.call("POST", "/v1/sales/s1/orders", bob, other, "Idempotency-Key", "k1")

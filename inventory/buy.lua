@@ -55,7 +55,7 @@
 -- sale's state, the skus, the limit, the stock.
 --
 -- The script reads everything the batch needs first (one HMGET per hash),
--- checks every value it reads (a corrupt one is code 8 for the buys that
+-- checks every value it reads (counters with int, int.lua, prepended) (a corrupt one is code 8 for the buys that
 -- read it), then runs the buys against those values, appending each bought
 -- order's event as it goes, and writes the counters, records, throttles and
 -- spent tokens once at the end. The first write is the first XADD, and no
@@ -93,12 +93,6 @@ local function hset(key, pairs_)
   for i = 1, #pairs_, chunk do
     redis.call('HSET', key, unpack(pairs_, i, math.min(i + chunk - 1, #pairs_)))
   end
-end
--- int(v): v as a number if it is an integer as the engine writes them
--- (optional '-', digits), else nil; tonumber alone takes "9.0", "1e3", "0x9".
-local function int(v)
-  if v and string.match(v, '^%-?%d+$') then return tonumber(v) end
-  return nil
 end
 
 -- Parse the buys into flat arrays (no table per buy) and collect every

@@ -21,7 +21,8 @@
 --   {2}                       the sale is not in Redis: rebuild it, call again
 --   {4}                       no such order (or not this user's)
 --   {8, field}                a stored value is not what the engine wrote
--- The record returned is the order's record after the call.
+-- The record returned is the order's record after the call. Every counter
+-- it adds to is checked to be an integer (int, int.lua, prepended) first.
 
 local order_id, owner = ARGV[2], ARGV[3]
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
@@ -33,14 +34,6 @@ for line in string.gmatch(lines .. ',', '([^,]*),') do
   if not string.match(line, '^[^=]+=%d+$') then return {8, 'orders:' .. order_id} end
 end
 if owner ~= '' and owner ~= user then return {4} end
-
--- int(v): v as a number if it is an integer as the engine writes them
--- (optional '-', digits), else nil: HINCRBY fails on "9.0", "1e3" or "0x9",
--- which tonumber takes, and it must never fail after the XADD.
-local function int(v)
-  if v and string.match(v, '^%-?%d+$') then return tonumber(v) end
-  return nil
-end
 
 local sku, qty, rem, held = {}, {}, {}, {}
 for s, q in string.gmatch(lines, '([^,=]+)=(%d+)') do

@@ -252,3 +252,35 @@ func TestSaleWindowBefore1970(t *testing.T) {
 		t.Errorf("an end just after 1970: %v", err)
 	}
 }
+
+// TestRestockAndMoveCheckCountersBeforeTheirEvent: an item's remaining or
+// stocked counter holds "9.0", which Lua's tonumber takes and HINCRBY
+// refuses. A restock and a move fail with ErrCorrupt before their first
+// write: no event, the sale hash as it was.
+func TestRestockAndMoveCheckCountersBeforeTheirEvent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, field := range []string{"r:A", "t:A"} {
+			t.Run(field, func(t *testing.T) {
+				r := newRig(t, b, inventory.Options{})
+				r.create(inventory.Sale{ID: "s1", Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+				r.create(inventory.Sale{ID: "s2", Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+				if err := r.rdb.HSet(r.ctx, r.key("s1", "sale"), field, "9.0").Err(); err != nil {
+					t.Fatal(err)
+				}
+				sale0, _ := r.rdb.HGetAll(r.ctx, r.key("s1", "sale")).Result()
+				if _, err := r.eng.Restock(r.ctx, "s1", "A", 1); !errors.Is(err, inventory.ErrCorrupt) {
+					t.Errorf("Restock: %v, want ErrCorrupt", err)
+				}
+				if _, err := r.eng.Move(r.ctx, "s1", "s2", "A", 1); !errors.Is(err, inventory.ErrCorrupt) {
+					t.Errorf("Move: %v, want ErrCorrupt", err)
+				}
+				if sale1, _ := r.rdb.HGetAll(r.ctx, r.key("s1", "sale")).Result(); fmt.Sprint(sale0) != fmt.Sprint(sale1) {
+					t.Errorf("half-written:\n %v\n-> %v", sale0, sale1)
+				}
+				if n, _ := r.rdb.XLen(r.ctx, r.key("s1", "events")).Result(); n != 1 { // "created" only
+					t.Errorf("%d events in s1, want only its creation", n)
+				}
+			})
+		}
+	})
+}

@@ -48,14 +48,18 @@ var (
 	startMS = uint64(time.Now().UnixMilli())
 )
 
-// buySource is the script source the engine loads: the GCRA helper then
-// buy.lua (see inventory/scripts.go). buy.lua is read from the repository,
-// as go:embed cannot reach a parent directory.
+// buySource is the script source the engine loads: the clock and GCRA
+// helpers, int.lua, then buy.lua (see inventory/scripts.go). The inventory's
+// files are read from the repository, as go:embed cannot reach a parent
+// directory.
 func buySource(b *testing.B) string {
 	srcOnce.Do(func() {
-		var raw []byte
+		var ints, raw []byte
+		if ints, srcErr = os.ReadFile("../../inventory/int.lua"); srcErr != nil {
+			return
+		}
 		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
-		src = ratelimit.ClockLua + "\n" + ratelimit.GCRATakeLua + "\n" + string(raw)
+		src = ratelimit.ClockLua + "\n" + ratelimit.GCRATakeLua + "\n" + string(ints) + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})
 	if srcErr != nil {

@@ -6,23 +6,31 @@
 -- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
 -- KEYS[4] idem hash    KEYS[5] events stream
 -- KEYS[6] the start of the buyers' throttle keys: KEYS[6] .. user holds a
---         buyer's rate-limit state (a GCRA TAT, see gcra_take, prepended)
--- ARGV[1] now, unix ms    ARGV[2] now, unix µs    ARGV[3] number of buys
+--         buyer's rate-limit state (a GCRA TAT, see gcra_take, prepended
+--         with script_now)
+-- KEYS[7] the start of the spent purchase tokens' keys: KEYS[7] .. token
+--         exists once an accepted buy has spent the token
+-- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
+--         one clock every instance shares (a test may stand in for it)
+-- ARGV[2] number of buys
 -- then, for each buy:
 --   user id, new order id, idempotency key ("" for none),
 --   the lines as "A=1,B=2", the throttle as rate, period µs, capacity
---   (0, 0, 0 for none), the number of lines n, then n pairs: sku, qty
+--   (0, 0, 0 for none), the purchase token to spend ("" for none) and the
+--   ms to keep it spent, the number of lines n, then n pairs: sku, qty
 --
 -- Reply:
 --   {2}                  the sale is not in Redis: rebuild it, call again;
 --                        nothing ran
 --   {0, b1, b2, ...}     bN is buy N's outcome, an array whose first element
 --                        is its code:
---   {0, r1, r2, ...}          bought; rN is line N's remaining after it (-1 unlimited)
+--   {0, at, r1, r2, ...}      bought at time at (unix ms); rN is line N's
+--                             remaining after it (-1 unlimited)
 --   {1, order_id, record, r1, r2, ...}
 --                             replay: the idempotency key (or the order id, on a
---                             retried call) names an order of this user; rN is the
---                             remaining of that order's line N now; nothing changed
+--                             retried call) names an order of this user with
+--                             these very lines; rN is the remaining of that
+--                             order's line N now; nothing changed
 --   {3, status}               not selling: "upcoming", "paused" or "ended", or
 --                             "fenced": the database sells the sale (degraded
 --                             mode, see fence.lua)
@@ -31,18 +39,37 @@
 --   {6, sku, remaining, ...}  skus with fewer units left than asked for, each
 --                             with what is left of it
 --   {7}                       the order id is another user's order (make a new id)
---   {8, field}                a stored value is not what the engine wrote
---   {9, debt}                 the buyer's throttle refused the buy (checked
---                             first, before even a replay); debt in its units
+--   {8, field}                a stored value is not what the engine wrote;
+--                             this buy changed nothing, the others ran
+--   {9, debt}                 the buyer's throttle refused the buy; debt in
+--                             its units
+--   {14, order_id}            the idempotency key names an order of this user
+--                             with other lines; nothing changed
+--   {15}                      the purchase token was spent by an earlier buy
+--
+-- A repeat (the same idempotency key, or the same order id resent after a
+-- lost reply) is answered first, before any refusal: the throttle, the token,
+-- the sale's window or pause, the limit and the stock all judged the first
+-- attempt, and the caller must learn what it did. Then, in order: the
+-- throttle (every buy it lets through counts against it), the token, the
+-- sale's state, the skus, the limit, the stock.
 --
 -- The script reads everything the batch needs first (one HMGET per hash),
--- then runs the buys against those values, appending each bought order's
--- event as it goes, and writes the counters and records once at the end.
--- The first write is a throttle's SET or the first XADD, and no write after
--- it can fail on a value checked here: Redis does not roll back a script that fails half way,
--- and refuses a script's writes for lack of memory only before its first.
+-- checks every value it reads (counters with int, int.lua, prepended) (a corrupt one is code 8 for the buys that
+-- read it), then runs the buys against those values, appending each bought
+-- order's event as it goes, and writes the counters, records, throttles and
+-- spent tokens once at the end. The first write is the first XADD, and no
+-- write after it can fail on a value checked here: Redis does not roll back
+-- a script that fails half way, and refuses a script's writes for lack of
+-- memory only before its first.
 
-local now, now_us, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- The time (script_now, see ratelimit's clock.lua, prepended).
+local now_us = script_now(ARGV[1])
+local now_ms = math.floor(now_us / 1000)
+-- Redis before 7 formats Lua numbers handed to redis.call with 14
+-- significant digits: hand it times as exact strings.
+local now = string.format('%d', now_ms)
+local count = tonumber(ARGV[2])
 
 -- Redis's Lua refuses to unpack more than a few thousand values at once.
 local chunk = 1000
@@ -50,6 +77,14 @@ local function hmget(key, fields)
   local out = {}
   for i = 1, #fields, chunk do
     local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + chunk - 1, #fields)))
+    for j = 1, #part do out[i + j - 1] = part[j] end
+  end
+  return out
+end
+local function mget(keys)
+  local out = {}
+  for i = 1, #keys, chunk do
+    local part = redis.call('MGET', unpack(keys, i, math.min(i + chunk - 1, #keys)))
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
@@ -64,23 +99,29 @@ end
 -- field the batch reads. Buy b's lines are ARGV[at[b]], ARGV[at[b] + 1], ...
 -- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i].
 local user, id, key, lines, nlines, at, bf = {}, {}, {}, {}, {}, {}, {}
-local rate, period, capacity = {}, {}, {}
+local rate, period, capacity, token, token_ttl = {}, {}, {}, {}, {}
 local skus, sku_seen = {}, {}
 local bought_fields, idem_fields = {}, {}
 local throttled, throttle_keys = {}, {} -- users with a throttle, once each
-local a = 4
+local spent, token_keys = {}, {} -- tokens to spend, once each
+local a = 3
 for b = 1, count do
   user[b], id[b], key[b], lines[b] = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   rate[b], period[b], capacity[b] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  nlines[b] = tonumber(ARGV[a + 7])
-  a = a + 3
+  token[b], token_ttl[b] = ARGV[a + 7], ARGV[a + 8]
+  nlines[b] = tonumber(ARGV[a + 9])
+  a = a + 10
   if rate[b] > 0 and throttled[user[b]] == nil then
     throttled[user[b]] = false
     throttle_keys[#throttle_keys + 1] = KEYS[6] .. user[b]
   end
-  at[b], bf[b] = a + 5, #bought_fields
+  if token[b] ~= '' and spent[token[b]] == nil then
+    spent[token[b]] = false
+    token_keys[#token_keys + 1] = KEYS[7] .. token[b]
+  end
+  at[b], bf[b] = a, #bought_fields
   for i = 0, nlines[b] - 1 do
-    local sku = ARGV[a + 5 + 2 * i]
+    local sku = ARGV[a + 2 * i]
     if not sku_seen[sku] then
       sku_seen[sku] = true
       skus[#skus + 1] = sku
@@ -88,7 +129,7 @@ for b = 1, count do
     bought_fields[#bought_fields + 1] = user[b] .. '|' .. sku
   end
   if key[b] ~= '' then idem_fields[#idem_fields + 1] = user[b] .. '|' .. key[b] end
-  a = a + 5 + 2 * nlines[b]
+  a = a + 2 * nlines[b]
 end
 
 -- The sale: its definition and every asked sku's remaining, in one read.
@@ -97,16 +138,27 @@ for i, sku in ipairs(skus) do fields[5 + i] = 'r:' .. sku end
 local meta = hmget(KEYS[1], fields)
 if not meta[1] then return {2} end
 
--- rem[sku]: remaining (-1 unlimited); false: no such sku; 'bad': corrupt.
+-- rem[sku]: remaining (-1 unlimited); false: no such sku; 'bad': corrupt,
+-- and so is the sold counter of an unlimited sku that is not an integer.
 local rem = {}
 local function load_rem(sku, v)
   if not v then
     rem[sku] = false
   else
-    rem[sku] = tonumber(v) or 'bad'
+    rem[sku] = int(v) or 'bad'
   end
 end
 for i, sku in ipairs(skus) do load_rem(sku, meta[5 + i]) end
+local unlimited = {}
+for _, sku in ipairs(skus) do
+  if rem[sku] == -1 then unlimited[#unlimited + 1] = 's:' .. sku end
+end
+if #unlimited > 0 then
+  local v = hmget(KEYS[1], unlimited)
+  for i, f in ipairs(unlimited) do
+    if v[i] and not int(v[i]) then rem[string.sub(f, 3)] = 'bad' end
+  end
+end
 local function remaining(sku) -- also for skus outside the batch (replays)
   if rem[sku] == nil then load_rem(sku, redis.call('HGET', KEYS[1], 'r:' .. sku)) end
   return rem[sku]
@@ -114,36 +166,56 @@ end
 
 local held, orders, idem = {}, {}, {}
 local v = hmget(KEYS[2], bought_fields)
-for i, f in ipairs(bought_fields) do held[f] = v[i] or '0' end
+-- held[f]: units held, or false when the stored count is corrupt
+for i, f in ipairs(bought_fields) do held[f] = int(v[i] or '0') or false end
 v = hmget(KEYS[3], id)
 for b = 1, count do orders[id[b]] = v[b] or false end
 v = hmget(KEYS[4], idem_fields)
 for i, f in ipairs(idem_fields) do idem[f] = v[i] or false end
 -- throttled[user]: the buyer's stored TAT, false for none
-for i = 1, #throttle_keys, chunk do
-  local part = redis.call('MGET', unpack(throttle_keys, i, math.min(i + chunk - 1, #throttle_keys)))
-  for j = 1, #part do
-    throttled[string.sub(throttle_keys[i + j - 1], #KEYS[6] + 1)] = part[j] or false
-  end
-end
+v = mget(throttle_keys)
+for i, k in ipairs(throttle_keys) do throttled[string.sub(k, #KEYS[6] + 1)] = v[i] or false end
+-- spent[token]: whether an accepted buy spent it
+v = mget(token_keys)
+for i, k in ipairs(token_keys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
 
-local limit, starts, ends = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3])
+local limit, starts, ends = int(meta[1]), int(meta[2]), int(meta[3])
 local not_selling
 if not (limit and starts and ends) then
   not_selling = {8, 'sale'}
 elseif meta[5] then
   not_selling = {3, 'fenced'}
-elseif ends > 0 and tonumber(now) >= ends then
+elseif ends > 0 and now_ms >= ends then
   not_selling = {3, 'ended'}
 elseif meta[4] == '1' then
   not_selling = {3, 'paused'}
-elseif starts > 0 and tonumber(now) < starts then
+elseif starts > 0 and now_ms < starts then
   not_selling = {3, 'upcoming'}
 end
 
-local function replay(id, record)
+-- parse(record): the user and lines of an order record as the engine
+-- writes it ("<p|c>|<user>|<ms>|<lines>|<key>", lines "A=1,B=2"), or nil.
+local function parse(record)
+  local u, l = string.match(record, '^[pc]|([^|]*)|%d+|([^|]*)|')
+  if not u or l == '' then return nil end
+  for line in string.gmatch(l .. ',', '([^,]*),') do
+    if not string.match(line, '^[^=]+=%d+$') then return nil end
+  end
+  return u, l
+end
+
+-- replay answers buy b's repeat with the order id names, after checking
+-- its record: another user's order is code 7 for an order id (the id is
+-- taken) and corrupt for an idempotency key (the key is the user's own);
+-- other lines than the order's are code 14.
+local function replay(id, record, b, by_key)
+  if not record then return {8, 'orders:' .. id} end
+  local u, l = parse(record)
+  if not u or (by_key and u ~= user[b]) then return {8, 'orders:' .. id} end
+  if u ~= user[b] then return {7} end
+  if l ~= lines[b] then return {14, id} end
   local reply = {1, id, record}
-  for sku in string.gmatch(string.match(record, '^[^|]*|[^|]*|[^|]*|([^|]*)'), '([^,=]+)=%d+') do
+  for sku in string.gmatch(l, '([^,=]+)=%d+') do
     local r = remaining(sku)
     if type(r) ~= 'number' then return {8, 'r:' .. sku} end
     reply[#reply + 1] = r
@@ -161,36 +233,33 @@ local function record_of(id)
 end
 
 -- Writes, gathered for the end; dirty lists each changed key once.
-local new_orders, new_idem = {}, {}
+local new_orders, new_idem, new_spent = {}, {}, {}
 local dirty_rem, dirty_held = {}, {}
+local dirty_throttle, throttle_ttl = {}, {}
 local sold = {} -- units of unlimited skus sold by this batch
 
 -- buy_one runs buy b; the lists of unknown, over-limit and short skus are
 -- built only for a refusal.
 local function buy_one(b)
   local u, n, base = user[b], nlines[b], at[b]
+  -- A repeat (same idempotency key, or a retried call with the same order
+  -- id) returns the order it made, whatever the sale's state is now.
+  if key[b] ~= '' then
+    local prev = idem[u .. '|' .. key[b]]
+    if prev then return replay(prev, record_of(prev), b, true) end
+  end
+  local existing = record_of(id[b])
+  if existing then return replay(id[b], existing, b, false) end
+
   if rate[b] > 0 then
     local ok, debt, state, ttl = gcra_take(throttled[u], now_us, rate[b], period[b], capacity[b], 1)
     if ok == nil then return {8, 'throttle:' .. u} end
     if not ok then return {9, debt} end
     throttled[u] = state
-    redis.call('SET', KEYS[6] .. u, state, 'PX', ttl)
+    if not throttle_ttl[u] then dirty_throttle[#dirty_throttle + 1] = u end
+    throttle_ttl[u] = ttl
   end
-  -- A repeat (same idempotency key, or a retried call with the same order
-  -- id) returns the order it made, whatever the sale's state is now.
-  if key[b] ~= '' then
-    local prev = idem[u .. '|' .. key[b]]
-    if prev then
-      local record = record_of(prev)
-      if not record then return {8, 'orders:' .. prev} end
-      return replay(prev, record)
-    end
-  end
-  local existing = record_of(id[b])
-  if existing then
-    if string.match(existing, '^[^|]*|([^|]*)|') ~= u then return {7} end
-    return replay(id[b], existing)
-  end
+  if token[b] ~= '' and spent[token[b]] then return {15} end
   if not_selling then return not_selling end
 
   local unknown, over, short = false, false, false
@@ -212,7 +281,7 @@ local function buy_one(b)
   end
   for i = 0, n - 1 do
     local f, qty = bought_fields[bf[b] + i + 1], tonumber(ARGV[base + 2 * i + 1])
-    local h = tonumber(held[f])
+    local h = held[f]
     if not h then return {8, 'bought:' .. f} end
     if h + qty > limit then over = true end
     local r = rem[ARGV[base + 2 * i]]
@@ -221,7 +290,7 @@ local function buy_one(b)
   if over then
     local out = {5, limit}
     for i = 0, n - 1 do
-      if tonumber(held[bought_fields[bf[b] + i + 1]]) + tonumber(ARGV[base + 2 * i + 1]) > limit then
+      if held[bought_fields[bf[b] + i + 1]] + tonumber(ARGV[base + 2 * i + 1]) > limit then
         out[#out + 1] = ARGV[base + 2 * i]
       end
     end
@@ -243,22 +312,22 @@ local function buy_one(b)
   -- Every check passed: the event, then this buy's part of the writes.
   redis.call('XADD', KEYS[5], '*', 'type', 'bought', 'order', id[b], 'user', u,
     'items', lines[b], 'key', key[b], 'at', now)
-  local reply = {0}
+  local reply = {0, now_ms}
   for i = 0, n - 1 do
     local sku, qty, f = ARGV[base + 2 * i], tonumber(ARGV[base + 2 * i + 1]), bought_fields[bf[b] + i + 1]
     if rem[sku] == -1 then
       sold[sku] = (sold[sku] or 0) + qty
-      reply[i + 2] = -1
+      reply[i + 3] = -1
     else
       rem[sku] = rem[sku] - qty
-      reply[i + 2] = rem[sku]
+      reply[i + 3] = rem[sku]
     end
     dirty_rem[sku] = true
     if not dirty_held[f] then
       dirty_held[f] = true
       dirty_held[#dirty_held + 1] = f
     end
-    held[f] = tonumber(held[f]) + qty
+    held[f] = held[f] + qty
   end
   local record = 'p|' .. u .. '|' .. now .. '|' .. lines[b] .. '|' .. key[b]
   orders[id[b]] = record
@@ -268,6 +337,10 @@ local function buy_one(b)
     idem[u .. '|' .. key[b]] = id[b]
     new_idem[#new_idem + 1] = u .. '|' .. key[b]
     new_idem[#new_idem + 1] = id[b]
+  end
+  if token[b] ~= '' then
+    spent[token[b]] = true
+    new_spent[#new_spent + 1] = b
   end
   return reply
 end
@@ -281,7 +354,7 @@ local sale_writes = {}
 for _, sku in ipairs(skus) do
   if dirty_rem[sku] then
     if rem[sku] == -1 then
-      redis.call('HINCRBY', KEYS[1], 's:' .. sku, sold[sku])
+      redis.call('HINCRBY', KEYS[1], 's:' .. sku, string.format('%d', sold[sku]))
     else
       sale_writes[#sale_writes + 1] = 'r:' .. sku
       sale_writes[#sale_writes + 1] = string.format('%d', rem[sku])
@@ -297,4 +370,12 @@ end
 if #held_writes > 0 then hset(KEYS[2], held_writes) end
 if #new_orders > 0 then hset(KEYS[3], new_orders) end
 if #new_idem > 0 then hset(KEYS[4], new_idem) end
+-- A throttle's state is kept until its TAT has passed; a spent token as
+-- long as it could still be presented.
+for _, u in ipairs(dirty_throttle) do
+  redis.call('SET', KEYS[6] .. u, throttled[u], 'PX', throttle_ttl[u])
+end
+for _, b in ipairs(new_spent) do
+  redis.call('SET', KEYS[7] .. token[b], user[b], 'PX', token_ttl[b])
+end
 return out

@@ -21,21 +21,25 @@
 --   {2}                       the sale is not in Redis: rebuild it, call again
 --   {4}                       no such order (or not this user's)
 --   {8, field}                a stored value is not what the engine wrote
--- The record returned is the order's record after the call.
+-- The record returned is the order's record after the call. Every counter
+-- it adds to is checked to be an integer (int, int.lua, prepended) first.
 
 local order_id, owner = ARGV[2], ARGV[3]
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
 local record = redis.call('HGET', KEYS[3], order_id)
 if not record then return {4} end
-local status, user, created, lines, key = string.match(record, '^(%a)|([^|]*)|(%d+)|([^|]*)|(.*)$')
-if not status then return {8, 'orders:' .. order_id} end
+local status, user, created, lines, key = string.match(record, '^([pc])|([^|]*)|(%d+)|([^|]*)|(.*)$')
+if not status or lines == '' then return {8, 'orders:' .. order_id} end
+for line in string.gmatch(lines .. ',', '([^,]*),') do
+  if not string.match(line, '^[^=]+=%d+$') then return {8, 'orders:' .. order_id} end
+end
 if owner ~= '' and owner ~= user then return {4} end
 
 local sku, qty, rem, held = {}, {}, {}, {}
 for s, q in string.gmatch(lines, '([^,=]+)=(%d+)') do
   local i = #sku + 1
   sku[i], qty[i] = s, tonumber(q)
-  rem[i] = tonumber(redis.call('HGET', KEYS[1], 'r:' .. s))
+  rem[i] = int(redis.call('HGET', KEYS[1], 'r:' .. s))
   if not rem[i] then return {8, 'r:' .. s} end
 end
 
@@ -56,8 +60,11 @@ if status == 'c' then
 end
 
 for i = 1, #sku do
-  held[i] = tonumber(redis.call('HGET', KEYS[2], user .. '|' .. sku[i]) or '0')
+  held[i] = int(redis.call('HGET', KEYS[2], user .. '|' .. sku[i]) or '0')
   if not held[i] then return {8, 'bought:' .. user .. '|' .. sku[i]} end
+  if rem[i] == -1 and not int(redis.call('HGET', KEYS[1], 's:' .. sku[i]) or '0') then
+    return {8, 's:' .. sku[i]}
+  end
 end
 
 -- Every check passed: write.
@@ -69,15 +76,15 @@ record = 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key
 local reply, kept = {0, record}, {}
 for i = 1, #sku do
   if rem[i] == -1 then
-    redis.call('HINCRBY', KEYS[1], 's:' .. sku[i], -qty[i])
+    redis.call('HINCRBY', KEYS[1], 's:' .. sku[i], string.format('%d', -qty[i]))
     reply[i + 2] = -1
   else
-    reply[i + 2] = redis.call('HINCRBY', KEYS[1], 'r:' .. sku[i], qty[i])
+    reply[i + 2] = redis.call('HINCRBY', KEYS[1], 'r:' .. sku[i], string.format('%d', qty[i]))
   end
   -- Redis before 7 formats Lua numbers with 14 significant digits.
   kept[i] = string.format('%d', reply[i + 2])
   if held[i] - qty[i] > 0 then
-    redis.call('HINCRBY', KEYS[2], user .. '|' .. sku[i], -qty[i])
+    redis.call('HINCRBY', KEYS[2], user .. '|' .. sku[i], string.format('%d', -qty[i]))
   else
     redis.call('HDEL', KEYS[2], user .. '|' .. sku[i])
   end

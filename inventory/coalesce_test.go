@@ -261,7 +261,7 @@ func TestQueuedBuyWhoseContextEndsIsNeverSent(t *testing.T) {
 func TestSoldOutFlag(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{SoldOut: inventory.SoldOut{TTL: time.Minute}})
-		other := inventory.New(r.rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock}) // a second instance
+		other := inventory.New(r.rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock}) // a second instance
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 2}, {SKU: "B", Stock: 5}}})
 		calls := countScripts(r.rdb, r.key("s1", "sale"))
 		buy := func(user string, l []inventory.Line, key string) error {

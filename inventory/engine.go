@@ -44,9 +44,18 @@ type Options struct {
 	// lost in a failover, a new node) from the system of record. Without
 	// one, a missing sale is ErrNotFound.
 	Loader Loader
-	// Clock is the time source for sale windows and order times. Default:
-	// the system clock.
+	// Clock is this process's time: the sold-out flags' lifetimes, a sale's
+	// Status in Stock, and the times of the events of creates, cancels,
+	// restocks and pauses. Default: the system clock. It does not decide
+	// whether a buy is in its sale's window, nor a buyer's throttle, nor an
+	// order's time: a buy's script reads those from the clock of the Redis
+	// node that owns the sale, the one clock every instance shares, so
+	// instances whose own clocks drift apart still agree.
 	Clock Clock
+	// ScriptClock, for tests only, stands in for the Redis server's clock in
+	// a buy's script (its sale window, its throttle, its order's time), so
+	// that a test can move time. Leave it nil in production.
+	ScriptClock Clock
 	// InitLockTTL bounds how long one instance keeps others from rebuilding
 	// the same sale. Default 10s.
 	InitLockTTL time.Duration
@@ -67,13 +76,15 @@ type Options struct {
 // changes stock is one Lua script, atomic on the Redis node that owns the
 // sale. An Engine is safe for concurrent use; create one per Redis client.
 type Engine struct {
-	rdb     Client
-	run     *scriptRunner
-	prefix  string
-	loader  Loader
-	clock   Clock
-	lockTTL time.Duration
-	waitFor time.Duration
+	rdb    Client
+	run    *scriptRunner
+	prefix string
+	loader Loader
+	clock  Clock
+	// scriptClock stands in for Redis's clock in buy.lua; nil: Redis's own
+	scriptClock Clock
+	lockTTL     time.Duration
+	waitFor     time.Duration
 
 	coalesce   Coalesce
 	coalescers sync.Map // sale id -> *coalescer
@@ -83,15 +94,16 @@ type Engine struct {
 // New returns an engine that keeps its sales in rdb.
 func New(rdb Client, opts Options) *Engine {
 	e := &Engine{
-		rdb:      rdb,
-		run:      &scriptRunner{rdb: rdb, evalAlways: opts.EvalEveryCall},
-		prefix:   opts.Prefix,
-		loader:   opts.Loader,
-		clock:    opts.Clock,
-		lockTTL:  opts.InitLockTTL,
-		waitFor:  opts.InitTimeout,
-		coalesce: opts.Coalesce.withDefaults(),
-		soldOut:  newSoldOutFlags(opts.SoldOut, opts.Clock),
+		rdb:         rdb,
+		run:         &scriptRunner{rdb: rdb, evalAlways: opts.EvalEveryCall},
+		prefix:      opts.Prefix,
+		loader:      opts.Loader,
+		clock:       opts.Clock,
+		scriptClock: opts.ScriptClock,
+		lockTTL:     opts.InitLockTTL,
+		waitFor:     opts.InitTimeout,
+		coalesce:    opts.Coalesce.withDefaults(),
+		soldOut:     newSoldOutFlags(opts.SoldOut, opts.Clock),
 	}
 	if e.prefix == "" {
 		e.prefix = "seckill"
@@ -119,6 +131,15 @@ func (e *Engine) ScriptReloads() int64 { return e.run.reloads.Load() }
 
 func (e *Engine) nowMs() int64 { return e.clock.Now().UnixMilli() }
 
+// scriptNow is buy.lua's time argument: "" lets the script read the Redis
+// server's clock; a test's ScriptClock stands in for it.
+func (e *Engine) scriptNow() any {
+	if e.scriptClock == nil {
+		return ""
+	}
+	return e.scriptClock.Now().UnixMicro()
+}
+
 // Outcome codes of the scripts; each .lua file lists the ones it replies.
 const (
 	codeOK         = 0
@@ -135,6 +156,8 @@ const (
 	codeLocked     = 11
 	codeInFlight   = 12
 	codeStageGone  = 13
+	codeMismatch   = 14
+	codeSpent      = 15
 	maxIDAttempts  = 3
 	missingRetries = 2
 )
@@ -197,14 +220,20 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 // arrive while calls are in flight go together in the next call, one script
 // run that processes them in order, each still all-or-nothing.
 //
-// With a non-empty idempotencyKey, a repeat by the same user returns the
-// order the first call made (Receipt.Replayed) and changes nothing. Buy is
+// With a non-empty idempotencyKey, a repeat by the same user with the same
+// lines returns the order the first call made (Receipt.Replayed) and changes
+// nothing; the same key with other lines is ErrIdempotencyMismatch. Buy is
 // also safe to retry after a network error: the order id is chosen before
-// the call, and a retried script finds its own order instead of buying again.
+// the call, and a retried script finds its own order instead of buying again
+// (Receipt.Retried). A repeat or a retry is answered before any refusal:
+// whatever the throttle, the token, the sale's window, the limit or the
+// stock say now, the first attempt's outcome stands.
 //
 // Errors match ErrInvalid, ErrNotFound (*NotFoundError: the sale or every
 // unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
-// (*LimitError) or ErrSoldOut (*SoldOutError, naming every short sku).
+// (*LimitError), ErrSoldOut (*SoldOutError, naming every short sku),
+// ErrIdempotencyMismatch, and for BuyWith ErrThrottled (*ThrottledError) or
+// ErrTokenSpent.
 func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, idempotencyKey string) (Receipt, error) {
 	return e.BuyWith(ctx, BuyRequest{SaleID: saleID, UserID: userID, Lines: lines, IdempotencyKey: idempotencyKey})
 }
@@ -232,14 +261,27 @@ type BuyRequest struct {
 	Lines          []Line
 	IdempotencyKey string
 	// Throttle, when set, limits this buyer's buys of this sale: it is
-	// checked first, in the buy's own script (no extra round trip), and a
-	// buy it refuses changes nothing else and fails with a *ThrottledError.
-	// Every buy it lets through, whatever its outcome, counts against it.
+	// checked in the buy's own script (no extra round trip), right after a
+	// repeat is answered (a repeat of an accepted buy returns its order and
+	// is never throttled), and a buy it refuses changes nothing else and
+	// fails with a *ThrottledError. Every buy it lets through, whatever its
+	// outcome, counts against it. Its time is the Redis server's clock.
 	// The state is kept per buyer and sale, under the sale's hash tag
 	// ("{<prefix>:<sale>}:throttle:<user>", expiring once the bucket is full
 	// again), so it works on Redis Cluster alike. A sold-out flag may refuse
 	// a buy before it counts (see SoldOut).
 	Throttle *ratelimit.Bucket
+	// Token, when set, is the id of a single-use purchase token the buy
+	// must spend (1 to 64 characters from A-Z a-z 0-9 _ . : -). The buy is
+	// accepted only if no accepted buy of the sale spent the token before,
+	// and spends it in its own script, atomically with the deduction: a
+	// refused buy leaves it unspent. A spent token is ErrTokenSpent. A
+	// repeat of an accepted buy (same idempotency key, or a resend after a
+	// lost reply) returns that buy's order, whatever the token. The token
+	// is kept spent for TokenTTL, which must then be at least 1ms (as long
+	// as the token can still be presented).
+	Token    string
+	TokenTTL time.Duration
 	// IgnoreSoldOutFlags sends the buy to Redis even if an item of it is
 	// flagged sold out in this engine (see SoldOut): for a caller that
 	// knows units came back that the flag has not heard of.
@@ -286,7 +328,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 		g.bcs, g.at = append(g.bcs, bc), append(g.at, i)
 	}
 	calls := make([]call, len(groups))
-	now := e.nowMs()
+	now := e.scriptNow()
 	for j, g := range groups {
 		calls[j] = e.batchCall(g.bcs, now)
 	}
@@ -326,16 +368,26 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 			return buyCall{}, invalid("throttle", "needs a positive rate, period and capacity (use ratelimit.Limit.Bucket)")
 		}
 	}
+	var tokenTTL int64
+	if r.Token != "" {
+		if err := validateID("token", r.Token); err != nil {
+			return buyCall{}, err
+		}
+		if tokenTTL = r.TokenTTL.Milliseconds(); tokenTTL < 1 {
+			return buyCall{}, invalid("token_ttl", "must be at least 1ms")
+		}
+	}
 	k := e.keys(r.SaleID)
 	orderID := NewOrderID(r.SaleID)
-	args := make([]any, 0, 8+2*len(r.Lines))
-	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity, len(r.Lines))
+	args := make([]any, 0, 10+2*len(r.Lines))
+	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity,
+		r.Token, tokenTTL, len(r.Lines))
 	for _, l := range r.Lines {
 		args = append(args, l.SKU, l.Qty)
 	}
 	return buyCall{
 		throttle: th,
-		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.tag + ":throttle:"},
+		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token},
 		args:     args,
 		placed: Order{ID: orderID, SaleID: r.SaleID, UserID: r.UserID, Status: OrderPending,
 			Items: r.Lines, IdempotencyKey: r.IdempotencyKey},
@@ -344,18 +396,16 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 }
 
 // batchCall is one buy.lua call running bcs, all of one sale, in order, at
-// time now; it stamps each placed order with that time.
-func (e *Engine) batchCall(bcs []buyCall, now int64) call {
-	n := 3
+// time now (see scriptNow).
+func (e *Engine) batchCall(bcs []buyCall, now any) call {
+	n := 2
 	for _, bc := range bcs {
 		n += len(bc.args)
 	}
 	args := make([]any, 0, n)
-	args = append(args, now, now*1000, len(bcs))
-	created := time.UnixMilli(now).UTC()
+	args = append(args, now, len(bcs))
 	for i := range bcs {
 		args = append(args, bcs[i].args...)
-		bcs[i].placed.CreatedAt = created
 	}
 	return call{s: buyScript, keys: bcs[0].keys, args: args}
 }
@@ -388,7 +438,7 @@ func buyReplies(reply []any, err error, n int) ([][]any, error) {
 // of the sale when it is missing from Redis, but with no transport retries
 // (a caller retries each buy alone, with finishBuy).
 func (e *Engine) runBuys(ctx context.Context, bcs []buyCall) ([][]any, error) {
-	c := e.batchCall(bcs, e.nowMs())
+	c := e.batchCall(bcs, e.scriptNow())
 	reply, err := e.runSale(ctx, bcs[0].placed.SaleID, c.s, c.keys, c.args...)
 	return buyReplies(reply, err, len(bcs))
 }
@@ -427,10 +477,12 @@ func (e *Engine) decodeBuy(reply []any, bc buyCall) (Receipt, error) {
 	placed := bc.placed
 	switch code(reply) {
 	case codeOK:
-		rem, err := ints(from(reply, 1))
-		if err != nil || len(rem) != len(placed.Items) {
+		created, ok := at(reply, 1).(int64)
+		rem, err := ints(from(reply, 2))
+		if !ok || err != nil || len(rem) != len(placed.Items) {
 			return Receipt{}, unexpected(buyScript, reply)
 		}
+		placed.CreatedAt = time.UnixMilli(created).UTC() // Redis's clock
 		for i, l := range placed.Items {
 			if rem[i] == 0 {
 				e.soldOut.mark(placed.SaleID, l.SKU, bc.epoch)
@@ -460,6 +512,10 @@ func (e *Engine) decodeBuy(reply []any, bc buyCall) (Receipt, error) {
 		return Receipt{}, &NotActiveError{Status: Status(str(at(reply, 1)))}
 	case codeUnknown:
 		return Receipt{}, &NotFoundError{Kind: "sku", IDs: strs(from(reply, 1))}
+	case codeMismatch:
+		return Receipt{}, fmt.Errorf("%w: key %q names order %s", ErrIdempotencyMismatch, placed.IdempotencyKey, str(at(reply, 1)))
+	case codeSpent:
+		return Receipt{}, ErrTokenSpent
 	case codeLimit:
 		limit, _ := at(reply, 1).(int64)
 		return Receipt{}, &LimitError{Limit: limit, SKUs: strs(from(reply, 2))}

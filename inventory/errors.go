@@ -33,6 +33,13 @@ var (
 	// database sells it (degraded mode); nothing was written. Buy it through
 	// the database, or wait for Redis to be repaired and the fence lifted.
 	ErrFenced = errors.New("seckill: sale fenced off in redis: the database sells it")
+	// ErrIdempotencyMismatch: a buy's idempotency key names an order of the
+	// same user with other lines; nothing was written. A repeat must send
+	// the same lines; a new buy needs a new key.
+	ErrIdempotencyMismatch = errors.New("seckill: idempotency key reused with other lines")
+	// ErrTokenSpent: the buy's purchase token (BuyRequest.Token) was spent
+	// by an earlier accepted buy; nothing was written.
+	ErrTokenSpent = errors.New("seckill: purchase token already spent")
 	// ErrCorrupt: a value in Redis is not what the engine wrote (for example a
 	// counter that is not an integer). Nothing was written by the failing call.
 	ErrCorrupt = errors.New("seckill: corrupt state in redis")

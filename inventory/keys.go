@@ -20,6 +20,9 @@ import (
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order id>" -> order record (see record.go)
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
+//	{p:s}:throttle:<user>  string  a buyer's throttle state (BuyRequest.Throttle)
+//	{p:s}:ptoken:<token>   string  a purchase token an accepted buy spent
+//	                       (BuyRequest.Token), kept while it can be presented
 //	{p:s}:events    stream every stock movement, in order (see events.go)
 //	{p:s}:initlock  string owner token of the instance rebuilding the sale
 //	{p:s}:op:<id>   string marks a restock or cancel call as applied, with the
@@ -28,6 +31,7 @@ import (
 type saleKeys struct {
 	sale, bought, orders, idem, events, initLock string
 	tag                                          string
+	throttle, token                              string // the starts of the keys
 }
 
 func (e *Engine) keys(saleID string) saleKeys {
@@ -40,6 +44,8 @@ func (e *Engine) keys(saleID string) saleKeys {
 		idem:     tag + ":idem",
 		events:   tag + ":events",
 		initLock: tag + ":initlock",
+		throttle: tag + ":throttle:",
+		token:    tag + ":ptoken:",
 	}
 }
 
@@ -55,7 +61,7 @@ func (k saleKeys) stage(token, name string) string {
 // Key returns a key under the sale's hash tag for a caller's own per-sale
 // data ("{<prefix>:<sale>}:<name>"), so it shares the sale's cluster slot.
 // Names the engine uses itself: sale, bought, orders, idem, events,
-// initlock, op:*, stage:*.
+// initlock, op:*, stage:*, throttle:*, ptoken:*.
 func (e *Engine) Key(saleID, name string) string { return e.keys(saleID).tag + ":" + name }
 
 // EventsKey is the Redis Stream holding the sale's stock movements, the

@@ -83,7 +83,7 @@ type linInput struct {
 type linOutput struct {
 	unknown   bool   // failed in transit: may or may not have happened
 	applied   bool   // unknown, but the journal shows its change: it took effect after its call
-	err       string // "" success; "sold_out", "limit" or "not_found"
+	err       string // "" success; "sold_out", "limit", "not_found" or "mismatch"
 	order     string // buy, cancel: the receipt's order
 	qty       int64  // buy, cancel: the order's units
 	cancelled bool   // buy, cancel: the order's status is cancelled
@@ -167,8 +167,9 @@ func (m *saleModel) restocked(qty int64) *saleModel {
 }
 
 // buy: a repeat of an idempotency key returns its order and changes
-// nothing; else the limit is checked first, then the stock (as buy.lua
-// orders its checks), and a buy that passes both takes the units.
+// nothing (the same key with another quantity is a mismatch); else the
+// limit is checked first, then the stock (as buy.lua orders its checks),
+// and a buy that passes both takes the units.
 func (m *saleModel) buy(in linInput, out linOutput) (bool, *saleModel) {
 	if in.key != "" {
 		if id, ok := m.idem[in.user+"|"+in.key]; ok {
@@ -176,6 +177,9 @@ func (m *saleModel) buy(in linInput, out linOutput) (bool, *saleModel) {
 				return !out.applied, m
 			}
 			o := m.orders[id]
+			if in.qty != o.qty {
+				return out.err == "mismatch" && out.order == "", m
+			}
 			if out.err != "" || !out.replayed || out.qty != o.qty || out.cancelled == o.live || out.remaining != m.remaining {
 				return false, m
 			}
@@ -367,6 +371,8 @@ func (r *linRun) callVia(eng *inventory.Engine, client int, in linInput) linOutp
 		out = linOutput{err: "limit"}
 	case errors.Is(err, inventory.ErrNotFound):
 		out = linOutput{err: "not_found"}
+	case errors.Is(err, inventory.ErrIdempotencyMismatch):
+		out = linOutput{err: "mismatch"}
 	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, inventory.ErrCorrupt), errors.Is(err, inventory.ErrUnavailable),
 		errors.Is(err, inventory.ErrSaleNotActive), errors.Is(err, inventory.ErrExists):
 		r.t.Errorf("%v: unexpected error %v", in, err)
@@ -1064,8 +1070,17 @@ func linSanity(t *testing.T) {
 			call{buy(2, "u2", 2, ""), ok("o2", 2, 3)},
 			call{buy(3, "u3", 2, ""), ok("o3", 2, 1)},
 			call{buy(4, "u4", 1, ""), ok("o4", 1, 0)},
-			call{buy(5, "u1", 2, "k"), linOutput{order: "o1", qty: 1, remaining: 0, replayed: true}},
+			call{buy(5, "u1", 1, "k"), linOutput{order: "o1", qty: 1, remaining: 0, replayed: true}},
 			call{stock, read(0, 6)},
+		), porcupine.Ok},
+		{"a repeat with another quantity replayed", sequential(
+			call{buy(1, "u1", 1, "k"), ok("o1", 1, 4)},
+			call{buy(2, "u1", 2, "k"), linOutput{order: "o1", qty: 1, remaining: 4, replayed: true}},
+		), porcupine.Illegal},
+		{"legal: a repeat with another quantity is a mismatch", sequential(
+			call{buy(1, "u1", 1, "k"), ok("o1", 1, 4)},
+			call{buy(2, "u1", 2, "k"), linOutput{err: "mismatch"}},
+			call{stock, read(4, 5)},
 		), porcupine.Ok},
 		{"a restock lost", sequential(
 			call{linInput{kind: linRestock, qty: 2}, linOutput{remaining: 7}},
@@ -1081,7 +1096,7 @@ func linSanity(t *testing.T) {
 		), porcupine.Ok},
 		{"legal: an unknown buy whose order a repeat names", sequential(
 			call{buy(1, "u1", 2, "k"), linOutput{unknown: true}},
-			call{buy(2, "u1", 1, "k"), linOutput{order: "o9", qty: 2, remaining: 3, replayed: true}},
+			call{buy(2, "u1", 2, "k"), linOutput{order: "o9", qty: 2, remaining: 3, replayed: true}},
 			call{linInput{kind: linCancel, order: "o9", user: "u1"}, cancelled("o9", 2, 5, false)},
 		), porcupine.Ok},
 		{"a buy of unknown outcome that happened twice", sequential(

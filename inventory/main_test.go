@@ -111,8 +111,9 @@ func newRig(t testing.TB, b backend, opts inventory.Options) *rig {
 	rdb := b.client(t)
 	r := &rig{t: t, ctx: context.Background(), rdb: rdb, prefix: redistest.Prefix(t, rdb), clock: newTestClock()}
 	opts.Prefix = r.prefix
-	if opts.Clock == nil {
-		opts.Clock = r.clock
+	if opts.Clock == nil && opts.ScriptClock == nil {
+		// The test's clock is this process's and stands in for Redis's.
+		opts.Clock, opts.ScriptClock = r.clock, r.clock
 	}
 	r.eng = inventory.New(rdb, opts)
 	return r

@@ -189,7 +189,7 @@ func TestRepairLostWrites(t *testing.T) {
 		if _, err := r.eng.Buy(r.ctx, "s1", "u1", lines("A", 2), ""); !errors.Is(err, inventory.ErrLimitExceeded) {
 			t.Errorf("u1 over the limit after the repair: %v", err)
 		}
-		if rc, err := r.eng.Buy(r.ctx, "s1", "u1", lines("A", 1), "k1"); err != nil || !rc.Replayed || rc.Order.ID != rcs["u1"].Order.ID {
+		if rc, err := r.eng.Buy(r.ctx, "s1", "u1", lines("A", 2, "U", 1), "k1"); err != nil || !rc.Replayed || rc.Order.ID != rcs["u1"].Order.ID {
 			t.Errorf("repeat of k1 after the repair: %+v, %v", rc, err)
 		}
 
@@ -239,7 +239,7 @@ func TestRepairRestoresAcknowledgedOrders(t *testing.T) {
 		if after := r.liveState("s1"); !reflect.DeepEqual(after, good) {
 			t.Errorf("after the repair Redis holds\n%v\nwant\n%v", after, good)
 		}
-		if rc, err := r.eng.Buy(r.ctx, "s1", "u5", lines("A", 1), "k5"); err != nil || !rc.Replayed || rc.Order.ID != later.Order.ID {
+		if rc, err := r.eng.Buy(r.ctx, "s1", "u5", lines("A", 3, "U", 1), "k5"); err != nil || !rc.Replayed || rc.Order.ID != later.Order.ID {
 			t.Errorf("repeat of k5 after the repair: %+v, %v", rc, err)
 		}
 		if rc, err := r.eng.Cancel(r.ctx, rcs["u2"].Order.ID, "u2"); err != nil || !rc.Replayed {

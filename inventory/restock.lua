@@ -21,7 +21,8 @@ local sku, qty = ARGV[2], tonumber(ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
 local v = redis.call('HMGET', KEYS[1], 'r:' .. sku, 't:' .. sku)
 if not v[1] then return {4, sku} end
-local rem, stocked = tonumber(v[1]), tonumber(v[2])
+-- int (int.lua, prepended): HINCRBY below must not fail on what tonumber takes.
+local rem, stocked = int(v[1]), int(v[2])
 if not rem then return {8, 'r:' .. sku} end
 if not stocked then return {8, 't:' .. sku} end
 local applied = redis.call('GET', KEYS[3])

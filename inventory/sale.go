@@ -154,6 +154,11 @@ func ValidateSale(s Sale) error {
 	if s.PerUserLimit < 0 || s.PerUserLimit > MaxQty {
 		return invalid("per_user_limit", "must be between 1 and %d", MaxQty)
 	}
+	// Redis holds the window as unix ms, 0 meaning unbounded: an end at or
+	// before 1970 would read as no end at all.
+	if !s.EndsAt.IsZero() && s.EndsAt.UnixMilli() <= 0 {
+		return invalid("ends_at", "must be after 1970-01-01T00:00:00Z")
+	}
 	if !s.StartsAt.IsZero() && !s.EndsAt.IsZero() && !s.EndsAt.After(s.StartsAt) {
 		return invalid("ends_at", "must be after starts_at")
 	}

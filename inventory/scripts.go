@@ -38,10 +38,12 @@ var (
 	fenceSrc string
 	//go:embed move.lua
 	moveSrc string
+	//go:embed int.lua
+	intSrc string
 
-	buyScript      = luascript.New("buy", ratelimit.GCRATakeLua+"\n"+buySrc)
-	cancelScript   = luascript.New("cancel", cancelSrc)
-	restockScript  = luascript.New("restock", restockSrc)
+	buyScript      = luascript.New("buy", ratelimit.ClockLua+"\n"+ratelimit.GCRATakeLua+"\n"+intSrc+"\n"+buySrc)
+	cancelScript   = luascript.New("cancel", intSrc+"\n"+cancelSrc)
+	restockScript  = luascript.New("restock", intSrc+"\n"+restockSrc)
 	createScript   = luascript.New("create", createSrc)
 	pauseScript    = luascript.New("pause", pauseSrc)
 	initLockScript = luascript.New("initlock", initLockSrc)
@@ -50,7 +52,7 @@ var (
 	unlockScript   = luascript.New("unlock", unlockSrc)
 	repairScript   = luascript.New("repair", repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
-	moveScript     = luascript.New("move", moveSrc)
+	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
 		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript}

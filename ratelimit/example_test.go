@@ -20,7 +20,9 @@ func ExampleLimiter_Allow() {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	lim := ratelimit.New(rdb, ratelimit.Options{
 		Prefix: prefix,
-		Clock:  ratelimit.ClockFunc(func() time.Time { return now }), // a frozen clock, for the example
+		// A frozen clock, for the example's output; in production the
+		// scripts read the Redis server's clock.
+		ScriptClock: ratelimit.ClockFunc(func() time.Time { return now }),
 	})
 
 	limit := ratelimit.PerSecond(2, 1) // one token every 500ms, two at once

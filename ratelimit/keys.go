@@ -10,7 +10,9 @@ import "strconv"
 //
 //	{p:rl:k}:fw:<rate>:<period µs>:<window>   string  hits in window number <window>
 //	                                                   (floor(now µs / period µs)); expires
-//	                                                   a period after its first hit
+//	                                                   a period after its first hit; the
+//	                                                   script appends <window> (it alone
+//	                                                   reads the time), under the same tag
 //	{p:rl:k}:sw:<rate>:<period µs>            zset    one member per hit counted, scored by
 //	                                                   its time in µs; expires a period after
 //	                                                   the last hit
@@ -18,9 +20,10 @@ import "strconv"
 //	                                                   arrival time; expires when it passes
 func (l *Limiter) tag(key string) string { return "{" + l.prefix + ":rl:" + key + "}" }
 
-func (l *Limiter) fixedKey(key string, p params, window int64) string {
-	return l.tag(key) + ":fw:" + strconv.FormatInt(p.rate, 10) + ":" + strconv.FormatInt(p.periodUS, 10) +
-		":" + strconv.FormatInt(window, 10)
+// fixedKeys is the start of the fixed windows' counters: fixed.lua appends
+// the window's number, which only it knows (it reads the time).
+func (l *Limiter) fixedKeys(key string, p params) string {
+	return l.tag(key) + ":fw:" + strconv.FormatInt(p.rate, 10) + ":" + strconv.FormatInt(p.periodUS, 10) + ":"
 }
 
 func (l *Limiter) slidingKey(key string, p params) string {

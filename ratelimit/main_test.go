@@ -63,8 +63,9 @@ func newRig(t testing.TB, b backend, opts ratelimit.Options) *rig {
 	rdb := b.Client(t)
 	r := &rig{t: t, ctx: context.Background(), rdb: rdb, prefix: redistest.Prefix(t, rdb), clock: &testClock{now: t0}}
 	opts.Prefix = r.prefix
-	if opts.Clock == nil {
-		opts.Clock = r.clock
+	if opts.Clock == nil && opts.ScriptClock == nil {
+		// The test's clock is this process's and stands in for Redis's.
+		opts.Clock, opts.ScriptClock = r.clock, r.clock
 	}
 	r.lim = ratelimit.New(rdb, opts)
 	return r

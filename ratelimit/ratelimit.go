@@ -7,9 +7,11 @@
 //   - FixedWindow: a counter per calendar window of Period.
 //   - SlidingWindow: a log of hit times; Rate hits in any interval of Period.
 //
-// The time is the caller's (Options.Clock), never Redis' TIME: tests control
-// it exactly, and Redis only uses its own clock to expire keys whose state
-// no longer matters. A refused hit changes nothing: it is not counted, not
+// The time is the Redis server's (TIME, read inside each script): every
+// instance sharing a Redis node decides by the one clock, so an instance
+// whose own clock runs fast neither opens windows early nor charges a key
+// for time that has not passed elsewhere. (Options.ScriptClock stands in for
+// it in tests.) A refused hit changes nothing: it is not counted, not
 // logged, takes no tokens. A hit costing n (AllowN) counts as n hits.
 //
 // When Redis cannot be reached, a Limiter with a Fallback answers from an
@@ -21,7 +23,7 @@
 //
 // What it does not do: check several limits on one key atomically (call
 // once per limit; a hit allowed by the first and refused by the second has
-// still counted for the first), read Redis' clock, or promise exactly-once
+// still counted for the first), or promise exactly-once
 // counting when a reply is lost (a retried call may count twice, never
 // zero times).
 package ratelimit
@@ -62,10 +64,13 @@ type Options struct {
 	// Prefix starts the hash tag of every key: "{<Prefix>:rl:<key>}...".
 	// It must not contain '{' or '}'. Default "seckill".
 	Prefix string
-	// Clock is the time source. Every instance sharing a Redis should have
-	// clocks that agree to well within the shortest Period in use. Default:
-	// the system clock.
+	// Clock is this process's time, which the Fallback decides by (Redis
+	// cannot be asked for its own then). Default: the system clock.
 	Clock Clock
+	// ScriptClock, for tests only, stands in for the Redis server's clock
+	// in the scripts, so that a test can move time. Leave it nil in
+	// production.
+	ScriptClock Clock
 	// Fallback, if set, answers when Redis cannot be asked (the connection
 	// is refused or lost, a timeout, LOADING, MASTERDOWN, CLUSTERDOWN,
 	// TRYAGAIN); the Result is then Degraded. Any other error — a reply
@@ -107,6 +112,7 @@ type Limiter struct {
 	run        scriptRunner
 	prefix     string
 	clock      Clock
+	scriptNow  Clock // nil: Redis's own clock
 	fallback   *Local
 	onFallback func(key string, err error)
 	// instance and seq make the sliding-window log members unique across
@@ -121,6 +127,7 @@ func New(rdb Client, opts Options) *Limiter {
 		run:        scriptRunner{rdb: rdb},
 		prefix:     opts.Prefix,
 		clock:      opts.Clock,
+		scriptNow:  opts.ScriptClock,
 		fallback:   opts.Fallback,
 		onFallback: opts.OnFallback,
 		instance:   strconv.FormatUint(rand.Uint64(), 36),
@@ -157,13 +164,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	if err != nil {
 		return Result{}, err
 	}
-	now := l.clock.Now().UnixMicro()
-	res, err := l.allow(ctx, key, p, n, now)
+	res, err := l.allow(ctx, key, p, n)
 	if err != nil && l.fallback != nil && unavailable(ctx, err) {
 		if l.onFallback != nil {
 			l.onFallback(key, err)
 		}
-		res = l.fallback.allowAt(key, p, n, now)
+		res = l.fallback.allowAt(key, p, n, l.clock.Now().UnixMicro())
 		res.Degraded = true
 		return res, nil
 	}
@@ -174,21 +180,25 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // node's cache and sent it again.
 func (l *Limiter) ScriptReloads() int64 { return l.run.reloads.Load() }
 
-// allow runs the limit's script for a hit of cost n at now (µs).
-func (l *Limiter) allow(ctx context.Context, key string, p params, n, now int64) (Result, error) {
+// allow runs the limit's script for a hit of cost n, now.
+func (l *Limiter) allow(ctx context.Context, key string, p params, n int64) (Result, error) {
 	var (
 		s    *luascript.Script
 		k    string
 		args []any
+		now  any = "" // the script reads Redis's clock
 	)
+	if l.scriptNow != nil {
+		now = l.scriptNow.Now().UnixMicro()
+	}
 	switch p.alg {
 	case FixedWindow:
-		s, k = fixedScript, l.fixedKey(key, p, floorDiv(now, p.periodUS))
-		args = []any{p.rate, n, ceilDiv(p.periodUS, 1000)}
+		s, k = fixedScript, l.fixedKeys(key, p)
+		args = []any{p.rate, n, ceilDiv(p.periodUS, 1000), p.periodUS, now}
 	case SlidingWindow:
-		member := strconv.FormatInt(now, 10) + "-" + l.instance + "-" + strconv.FormatUint(l.seq.Add(1), 36)
+		member := l.instance + "-" + strconv.FormatUint(l.seq.Add(1), 36)
 		s, k = slidingScript, l.slidingKey(key, p)
-		args = []any{now, now - p.periodUS, p.rate, n, member, ceilDiv(p.periodUS, 1000)}
+		args = []any{now, p.periodUS, p.rate, n, member, ceilDiv(p.periodUS, 1000)}
 	default:
 		s, k = gcraScript, l.gcraKey(key, p)
 		args = []any{now, p.rate, p.periodUS, p.capacity, n}
@@ -200,7 +210,7 @@ func (l *Limiter) allow(ctx context.Context, key string, p params, n, now int64)
 	if err != nil {
 		return Result{}, fmt.Errorf("ratelimit: %s script: %w", s.Name, err)
 	}
-	return decode(s, p, n, now, reply)
+	return decode(s, p, n, reply)
 }
 
 // Outcome codes of the scripts; each .lua file lists the ones it replies.
@@ -211,9 +221,9 @@ const (
 )
 
 // decode turns a script's reply into a Result: the one place that knows
-// what the replies mean. Times in replies are µs (fixed, sliding) or units
-// of 1/rate µs (GCRA); now is µs.
-func decode(s *luascript.Script, p params, n, now int64, reply []int64) (Result, error) {
+// what the replies mean. Times in replies are µs (fixed, sliding: the last
+// element is the time the script decided at) or units of 1/rate µs (GCRA).
+func decode(s *luascript.Script, p params, n int64, reply []int64) (Result, error) {
 	bad := func() (Result, error) {
 		return Result{}, fmt.Errorf("%w: %s script replied %v", ErrCorrupt, s.Name, reply)
 	}
@@ -227,10 +237,10 @@ func decode(s *luascript.Script, p params, n, now int64, reply []int64) (Result,
 	allowed := code == codeAllowed
 	switch p.alg {
 	case FixedWindow:
-		if len(reply) != 2 {
+		if len(reply) != 3 {
 			return bad()
 		}
-		count := reply[1]
+		count, now := reply[1], reply[2]
 		// The window ends at the next multiple of the period.
 		end := (floorDiv(now, p.periodUS) + 1) * p.periodUS
 		r := Result{Allowed: allowed, Remaining: max(p.rate-count, 0), ResetAfter: usDuration(end - now)}
@@ -241,16 +251,16 @@ func decode(s *luascript.Script, p params, n, now int64, reply []int64) (Result,
 	case SlidingWindow:
 		count := reply[1]
 		if allowed {
-			if len(reply) != 2 {
+			if len(reply) != 3 {
 				return bad()
 			}
 			// The newest hit is this one: the window is empty a period later.
 			return Result{Allowed: true, Remaining: max(p.rate-count, 0), ResetAfter: usDuration(p.periodUS)}, nil
 		}
-		if len(reply) != 4 {
+		if len(reply) != 5 {
 			return bad()
 		}
-		free, last := reply[2], reply[3]
+		free, last, now := reply[2], reply[3], reply[4]
 		return Result{
 			Remaining:  max(p.rate-count, 0),
 			RetryAfter: usDuration(max(free+p.periodUS-now, 1)),

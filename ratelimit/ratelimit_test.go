@@ -95,7 +95,7 @@ func TestSlidingWindowSameInstant(t *testing.T) {
 		r.expect(0, "user:bob", lim, 2, allowed(0, time.Minute))
 		r.expect(0, "user:bob", lim, 1, refused(0, time.Minute, time.Minute))
 		// So do two limiters (two instances) at the same instant.
-		other := ratelimit.New(r.rdb, ratelimit.Options{Prefix: r.prefix, Clock: r.clock})
+		other := ratelimit.New(r.rdb, ratelimit.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock})
 		r.expect(0, "user:carol", lim, 1, allowed(1, time.Minute))
 		if res, err := other.Allow(r.ctx, "user:carol", lim); err != nil || res != allowed(0, time.Minute) {
 			t.Fatalf("second instance: %+v, %v", res, err)
@@ -256,7 +256,7 @@ func TestInvalid(t *testing.T) {
 		{"n over the log's rate", "k", ratelimit.Sliding(5, time.Second), 6, "n"},
 	}
 	r := newRig(t, backends[0], ratelimit.Options{})
-	stub := ratelimit.New(noRedis{t: t}, ratelimit.Options{Clock: r.clock})
+	stub := ratelimit.New(noRedis{t: t}, ratelimit.Options{Clock: r.clock, ScriptClock: r.clock})
 	local := ratelimit.NewLocal(ratelimit.LocalOptions{})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -367,6 +367,36 @@ func TestForeignValues(t *testing.T) {
 			}
 			if v, _ := r.rdb.Get(r.ctx, k).Result(); v != "12:x" {
 				t.Fatalf("%v: the value changed to %q", lim.Algorithm, v)
+			}
+		}
+	})
+}
+
+// TestSkewedLimitersAgree: two instances whose own clocks are an hour fast
+// and an hour slow share one Redis. Every script reads the Redis server's
+// clock, so a hit on the fast one is seen by the slow one as just now: the
+// slow one neither lets a second hit into the same window nor makes the
+// key wait for the hours between the two clocks.
+func TestSkewedLimitersAgree(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		skewed := func(d time.Duration) ratelimit.Clock {
+			return ratelimit.ClockFunc(func() time.Time { return time.Now().Add(d) })
+		}
+		r := newRig(t, b, ratelimit.Options{Clock: skewed(time.Hour)})
+		fast, ctx := r.lim, r.ctx
+		slow := ratelimit.New(r.rdb, ratelimit.Options{Prefix: r.prefix, Clock: skewed(-time.Hour)})
+		for _, lim := range []ratelimit.Limit{
+			ratelimit.PerSecond(1, 0),
+			ratelimit.Sliding(1, time.Second),
+			ratelimit.Fixed(1, time.Hour), // the two clocks are in other windows; Redis's in one
+		} {
+			key := "k-" + lim.Algorithm.String()
+			if res, err := fast.Allow(ctx, key, lim); err != nil || !res.Allowed {
+				t.Fatalf("%v, first hit on the fast instance: %+v, %v", lim.Algorithm, res, err)
+			}
+			res, err := slow.Allow(ctx, key, lim)
+			if err != nil || res.Allowed || lim.Algorithm != ratelimit.FixedWindow && res.RetryAfter > time.Second {
+				t.Errorf("%v, at once on the slow instance: %+v, %v; want refused, retry within the window", lim.Algorithm, res, err)
 			}
 		}
 	})

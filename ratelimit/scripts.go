@@ -21,11 +21,18 @@ var (
 	gcraSrc string
 	//go:embed gcra_take.lua
 	gcraTakeSrc string
+	//go:embed clock.lua
+	clockSrc string
 
-	fixedScript   = luascript.New("fixed", fixedSrc)
-	slidingScript = luascript.New("sliding", slidingSrc)
-	gcraScript    = luascript.New("gcra", GCRATakeLua+"\n"+gcraSrc)
+	fixedScript   = luascript.New("fixed", ClockLua+"\n"+fixedSrc)
+	slidingScript = luascript.New("sliding", ClockLua+"\n"+slidingSrc)
+	gcraScript    = luascript.New("gcra", ClockLua+"\n"+GCRATakeLua+"\n"+gcraSrc)
 )
+
+// ClockLua is the Lua source of script_now (clock.lua): the time a script
+// decides by, the Redis server's clock unless the caller passes one (a
+// test's). Prepend it to a script of the caller's own that reads the time.
+var ClockLua = clockSrc
 
 // GCRATakeLua is the Lua source of gcra_take (gcra_take.lua), the GCRA
 // decision of every GCRA Limit, for a script of the caller's own that checks

@@ -395,16 +395,21 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if err := s.throttle(r, settings, user, "u"); err != nil {
 		return err
 	}
+	var token purchaseToken // spent by the buy itself, only if it is accepted
 	if settings.RequirePurchaseToken {
-		if err := s.usePurchaseToken(r.Context(), saleID, user, r.Header.Get("X-Purchase-Token")); err != nil {
+		if token, err = s.checkPurchaseToken(saleID, user, r.Header.Get("X-Purchase-Token")); err != nil {
 			return err
 		}
 	}
 	if !s.deg.redisSells() {
+		if err := s.spendTokenForDB(r.Context(), saleID, user, token); err != nil {
+			return err
+		}
 		return s.buyOnDB(w, r, saleID, user, lines, key)
 	}
 	began := time.Now()
-	buy := inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key, Throttle: settings.userInBuy}
+	buy := inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key, Throttle: settings.userInBuy,
+		Token: token.nonce, TokenTTL: token.ttl}
 	rc, err := s.eng.BuyWith(r.Context(), buy)
 	if errors.Is(err, inventory.ErrFenced) && s.deg.liftStaleFence(r.Context(), saleID) {
 		rc, err = s.eng.BuyWith(r.Context(), buy)
@@ -416,6 +421,9 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	s.metrics.observeBuy(err, time.Since(began))
 	if errors.Is(err, inventory.ErrFenced) || err != nil && isRedisDown(err) {
 		if _, ok := s.deg.dbSells(); ok { // the mode changed while the buy was on its way
+			if err := s.spendTokenForDB(r.Context(), saleID, user, token); err != nil {
+				return err
+			}
 			return s.buyOnDB(w, r, saleID, user, lines, key)
 		}
 		return errUnavailable

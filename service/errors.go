@@ -39,6 +39,7 @@ var (
 	errInternal        = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 	errUnauthenticated = &apiError{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
 	errForbidden       = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "this token does not grant that"}
+	errTokenDenied     = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "a valid, unused X-Purchase-Token for this sale is required"}
 )
 
 // toAPI is the one table from errors to HTTP answers. Anything it does not
@@ -68,6 +69,11 @@ func toAPI(err error) *apiError {
 	case errors.As(err, &limit):
 		return &apiError{Status: http.StatusConflict, Code: "limit_exceeded",
 			Message: "the per-user limit is " + strconv.FormatInt(limit.Limit, 10), SKUs: limit.SKUs}
+	case errors.Is(err, inventory.ErrTokenSpent):
+		return errTokenDenied
+	case errors.Is(err, inventory.ErrIdempotencyMismatch):
+		return &apiError{Status: http.StatusUnprocessableEntity, Code: "idempotency_mismatch",
+			Message: "this Idempotency-Key was used for a buy of other items; resend the same items, or use a new key"}
 	case errors.As(err, &inactive):
 		return &apiError{Status: http.StatusConflict, Code: "sale_not_active", Message: "the sale is " + string(inactive.Status)}
 	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, errRedisRestarted), isRedisDown(err):

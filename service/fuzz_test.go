@@ -89,8 +89,9 @@ func mustContractError(t *testing.T, r reply, statuses ...int) {
 }
 
 // FuzzBuyRequest: POST /v1/sales/fz/orders with any body and any
-// Idempotency-Key. It answers 201 (a new order), 200 (a repeat of a key),
-// or a 400, 404 or 409 of the contract, never anything else. A 201's
+// Idempotency-Key. It answers 201 (a new order), 200 (a repeat of a key
+// with the same items), or a 400, 404, 409 or 422 (the key with other
+// items) of the contract, never anything else. A 201's
 // order holds exactly the lines the body asked for and took exactly those
 // units; every other answer changed nothing (stock, quotas, orders).
 // Each new order is cancelled again, so the stock lasts.
@@ -142,7 +143,7 @@ func FuzzBuyRequest(f *testing.F) {
 			}
 			return
 		default:
-			mustContractError(t, r, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict)
+			mustContractError(t, r, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity)
 			if after := fuzzState(t, a, "fz"); after != before {
 				t.Fatalf("refused %d (%s) but changed\n%s\nto\n%s", r.status, r.body, before, after)
 			}

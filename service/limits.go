@@ -121,8 +121,8 @@ type saleSettings struct {
 	store.Sale
 	user, ip, sale *ratelimit.Limit
 	// userInBuy is the user limit's bucket when buy.lua checks it itself,
-	// in the buy's own call (a GCRA limit, and no purchase token to spend
-	// first); nil: it is checked apart, before.
+	// in the buy's own call, after answering a repeat (a GCRA limit); nil:
+	// it is checked apart, before.
 	userInBuy *ratelimit.Bucket
 }
 
@@ -136,7 +136,7 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 	}
 	st := saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
 		ip: own(sale.RateLimits.PerIP, s.limits.ip), sale: own(sale.RateLimits.PerSale, s.limits.sale)}
-	if st.user != nil && !sale.RequirePurchaseToken {
+	if st.user != nil {
 		if b, err := st.user.Bucket(); err == nil { // a GCRA limit
 			st.userInBuy = &b
 		}

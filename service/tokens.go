@@ -16,10 +16,14 @@ import (
 )
 
 // Purchase tokens are the "hidden seckill URL": a short-lived token bound to
-// one user and one sale, issued only while the sale is active and accepted
-// by one buy. A token is "<sale>|<user>|<expiry ms>|<nonce>" signed with
-// HMAC-SHA256 under a key derived from the JWT secret; its single use is a
-// SET NX of the nonce under the sale's hash tag.
+// one user and one sale, issued only while the sale is active and spent by
+// one accepted buy. A token is "<sale>|<user>|<expiry ms>|<nonce>" signed
+// with HMAC-SHA256 under a key derived from the JWT secret. Its signature,
+// user, sale and expiry are checked here, before the buy; its single use is
+// the buy's own: buy.lua spends the nonce (a key under the sale's hash tag,
+// "ptoken:<nonce>") only if it accepts the buy, in the same script, so a
+// refused buy (unknown sku, sold out, over the limit) leaves the token
+// usable, and a repeat of an accepted buy returns its order.
 const purchaseTokenTTL = 5 * time.Minute
 
 func (s *Service) tokenKey() []byte {
@@ -71,31 +75,47 @@ func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
-// usePurchaseToken accepts a token once, for the user and sale it names.
-func (s *Service) usePurchaseToken(ctx context.Context, saleID, user, token string) error {
-	denied := &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "a valid, unused X-Purchase-Token for this sale is required"}
+// purchaseToken is a checked token: its nonce and how long it stays valid.
+type purchaseToken struct {
+	nonce string
+	ttl   time.Duration // until it expires, plus a minute of clock skew
+}
+
+// checkPurchaseToken checks a token's signature, user, sale and expiry; its
+// single use is for the buy to check and spend (inventory.BuyRequest.Token).
+func (s *Service) checkPurchaseToken(saleID, user, token string) (purchaseToken, error) {
 	enc, _, ok := strings.Cut(token, ".")
 	if !ok {
-		return denied
+		return purchaseToken{}, errTokenDenied
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(enc)
 	if err != nil || !hmac.Equal([]byte(s.signToken(string(raw))), []byte(token)) {
-		return denied
+		return purchaseToken{}, errTokenDenied
 	}
 	parts := strings.Split(string(raw), "|")
-	if len(parts) != 4 || parts[0] != saleID || parts[1] != user {
-		return denied
+	if len(parts) != 4 || parts[0] != saleID || parts[1] != user || !inventory.ValidID(parts[3]) {
+		return purchaseToken{}, errTokenDenied
 	}
 	exp, err := strconv.ParseInt(parts[2], 10, 64)
 	if err != nil || time.Now().UnixMilli() >= exp {
-		return denied
+		return purchaseToken{}, errTokenDenied
 	}
-	fresh, err := s.rdb.SetNX(ctx, s.eng.Key(saleID, "ptoken:"+parts[3]), user, time.Until(time.UnixMilli(exp))+time.Minute).Result()
+	return purchaseToken{nonce: parts[3], ttl: time.Until(time.UnixMilli(exp)) + time.Minute}, nil
+}
+
+// spendTokenForDB spends a checked token on its own, if there is one, for
+// a buy the database makes (degraded mode), where no buy script runs. The
+// key is the one buy.lua spends, so a token is spent once either way.
+func (s *Service) spendTokenForDB(ctx context.Context, saleID, user string, t purchaseToken) error {
+	if t.nonce == "" {
+		return nil
+	}
+	fresh, err := s.rdb.SetNX(ctx, s.eng.Key(saleID, "ptoken:"+t.nonce), user, t.ttl).Result()
 	if err != nil {
 		return err
 	}
 	if !fresh {
-		return denied
+		return errTokenDenied
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func TestEngineEventsAndRebuild(t *testing.T) {
 			if _, err := eng2.Buy(ctx, "launch", "alice", lines(line("phone", 2)), ""); !errors.Is(err, inventory.ErrLimitExceeded) {
 				t.Fatalf("alice over her limit after the rebuild: %v", err)
 			}
-			again, err := eng2.Buy(ctx, "launch", "alice", lines(line("case", 1)), "k1")
+			again, err := eng2.Buy(ctx, "launch", "alice", lines(line("phone", 2), line("case", 1)), "k1")
 			must(t, err)
 			if !again.Replayed || again.Order.ID != receipts[0].Order.ID {
 				t.Fatalf("idempotency key lost in the rebuild: %+v", again)

@@ -48,14 +48,18 @@ var (
 	startMS = uint64(time.Now().UnixMilli())
 )
 
-// buySource is the script source the engine loads: the GCRA helper then
-// buy.lua (see inventory/scripts.go). buy.lua is read from the repository,
-// as go:embed cannot reach a parent directory.
+// buySource is the script source the engine loads: the clock and GCRA
+// helpers, int.lua, then buy.lua (see inventory/scripts.go). The inventory's
+// files are read from the repository, as go:embed cannot reach a parent
+// directory.
 func buySource(b *testing.B) string {
 	srcOnce.Do(func() {
-		var raw []byte
+		var ints, raw []byte
+		if ints, srcErr = os.ReadFile("../../inventory/int.lua"); srcErr != nil {
+			return
+		}
 		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
-		src = ratelimit.GCRATakeLua + "\n" + string(raw)
+		src = ratelimit.ClockLua + "\n" + ratelimit.GCRATakeLua + "\n" + string(ints) + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})
 	if srcErr != nil {
@@ -78,13 +82,11 @@ func orderID(sale string, n uint64) string {
 // A by a user of its own with an order id of its own, no idempotency key and
 // no throttle.
 func appendBuys(args []string, sale string, n int) []string {
-	now := time.Now()
-	args = append(args, strconv.FormatInt(now.UnixMilli(), 10),
-		strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(n))
+	args = append(args, "", strconv.Itoa(n)) // "": the script reads Redis's clock
 	for range n {
 		c := counter.Add(1)
 		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "", "A=1",
-			"0", "0", "0", "1", "A", "1")
+			"0", "0", "0", "", "0", "1", "A", "1")
 	}
 	return args
 }
@@ -301,7 +303,7 @@ func run(b *testing.B, goroutines, batch int) {
 			tag := fmt.Sprintf("{cbench-%x-%d:s%d}", salt, os.Getpid(), seq)
 			sale := "s" + strconv.FormatUint(seq, 10)
 			keys := []string{tag + ":sale", tag + ":bought", tag + ":orders", tag + ":idem",
-				tag + ":events", tag + ":throttle:"}
+				tag + ":events", tag + ":throttle:", tag + ":ptoken:"}
 			defer admin.Unlink(context.Background(), keys[:5]...)
 			if err := admin.HSet(ctx, keys[0], "limit", 1000000, "start", 0, "end", 0, "paused", 0,
 				"r:A", stock, "t:A", stock, "items", fmt.Sprintf("A=%d", stock)).Err(); err != nil {

@@ -55,6 +55,10 @@ const (
 	linInitial   = 5
 	linLimit     = 2
 	linCheckTime = 5 * time.Second
+	// linRefuteTime bounds the search that refutes a mutated long history:
+	// it must try every order of the calls, seconds under -race on a busy
+	// machine.
+	linRefuteTime = 60 * time.Second
 	// linBudget is the buys a throttled buyer's bucket lets through in a
 	// history: linThrottle holds 3 tokens and refills one an hour.
 	linBudget = 3
@@ -923,7 +927,9 @@ func TestLinearizable(t *testing.T) {
 			v.opts.Prefix = redistest.Prefix(t, rdb)
 			eng := inventory.New(rdb, v.opts)
 			linCreate(t, eng, linSale)
-			r := &linRun{t: t, eng: eng, sale: linSale, timeout: 2 * time.Second}
+			// No pauses: they make the mutated histories below slow to refute
+			// (seconds under -race); TestLinearizableHistories has them.
+			r := &linRun{t: t, eng: eng, sale: linSale, mix: linMix{noPauses: true, resends: true}, timeout: 2 * time.Second}
 			history := r.record(8, 40, uint64(time.Now().UnixNano()))
 			linSummary(t, r, history)
 			history = linSettleLogged(t, rdb, eng, linSale, history)
@@ -1249,7 +1255,7 @@ func linMutations(t *testing.T, history []porcupine.Operation) {
 	mutate := func(name string, f func(h []porcupine.Operation) []porcupine.Operation) {
 		t.Run(name, func(t *testing.T) {
 			h := f(slices.Clone(history))
-			if res := porcupine.CheckOperationsTimeout(linModel, h, linCheckTime); res != porcupine.Illegal {
+			if res := porcupine.CheckOperationsTimeout(linModel, h, linRefuteTime); res != porcupine.Illegal {
 				t.Errorf("checker says %s, want Illegal", res)
 			}
 		})

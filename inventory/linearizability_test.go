@@ -249,8 +249,9 @@ func (m *saleModel) restocked(qty int64) *saleModel {
 // nothing, whatever else would refuse a new buy (the throttle, the pause,
 // the limit, the stock); a throttle may or may not spend a token on it.
 // Else the throttle is checked first, then the pause, the limit and the
-// stock (as buy.lua orders its checks), and a buy that passes them all
-// takes the units. A sold-out flag may refuse a buy without a key whose
+// stock (as buy.lua orders its checks; the model also takes a pause
+// checked before the throttle), and a buy that passes them all takes the
+// units. A sold-out flag may refuse a buy without a key whose
 // units are not there before any of these (see inventory.SoldOut), and
 // spends no token.
 func (m *saleModel) buy(in linInput, out linOutput) (bool, *saleModel) {
@@ -331,6 +332,10 @@ func (m *saleModel) buy(in linInput, out linOutput) (bool, *saleModel) {
 		if out.err == "throttled" {
 			t, ok := spent.refuse()
 			return ok && out.order == "", m.withTokens(in.user, t)
+		}
+		if out.err == "paused" && want == "paused" {
+			// The pause may be checked before the throttle or after it.
+			return out.order == "", m.withTokens(in.user, spent.maybe())
 		}
 		t, ok := spent.take()
 		if !ok {

@@ -260,7 +260,8 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 }
 
 // Rebalance first completes the moves between the sale's segments that a
-// failure left half done (inventory.Engine.FinishMoves), then evens out
+// failure left half done (inventory.Engine.FinishMoves; a segment lost
+// from Redis is rebuilt first, through the engine's Loader), then evens out
 // what is left of every limited item over the segments, so that each
 // segment's buyers find units at home. It returns the units it moved.
 func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
@@ -270,14 +271,21 @@ func (s *Seller) Rebalance(ctx context.Context, saleID string) (int64, error) {
 	}
 	// Units that arrive anywhere may be sold at once.
 	defer s.forget(saleID)
-	for _, id := range segs {
+	var def inventory.SaleState
+	for i, id := range segs {
+		// Reading the segment rebuilds it if it was lost from Redis, with
+		// its records of moves: then its pending moves can be finished,
+		// and its units counted.
+		st, err := s.eng.Stock(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if i == 0 {
+			def = st // every segment has the same items
+		}
 		if err := s.finishMoves(ctx, id); err != nil {
 			return 0, err
 		}
-	}
-	def, err := s.eng.Stock(ctx, segs[0]) // every segment has the same items
-	if err != nil {
-		return 0, err
 	}
 	var moved int64
 	for _, it := range def.Items {

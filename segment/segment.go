@@ -155,7 +155,10 @@ func (s *Seller) Segments(ctx context.Context, saleID string) ([]string, error) 
 // buy is tried again; it fails with ErrSoldOut only when every segment
 // together has too few. The receipt's Remaining is the home segment's, and
 // its order's SaleID is the home segment's id (the id Cancel and the order
-// stream know it by).
+// stream know it by). A throttle (r.Throttle) counts the buy once, however
+// often it is sent: its first attempt goes to Redis even if the engine
+// flagged the home segment sold out, and the attempts after a refill go
+// without the throttle.
 func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Receipt, error) {
 	segs, err := s.Segments(ctx, r.SaleID)
 	if err != nil {
@@ -166,6 +169,12 @@ func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Rec
 		return inventory.Receipt{}, err
 	}
 	r.SaleID = Home(segs, r.UserID)
+	if r.Throttle != nil {
+		// The first attempt goes to the script, past the engine's sold-out
+		// flags, so that the throttle counts this buy there; the attempts
+		// after a refill are the same buy, and go without it.
+		r.IgnoreSoldOutFlags = true
+	}
 	for attempt := 0; ; attempt++ {
 		rc, err := s.eng.BuyWith(ctx, r)
 		var short *inventory.SoldOutError
@@ -184,6 +193,7 @@ func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Rec
 		// Units are at home now, or were a moment ago: ask Redis, even if
 		// the engine flagged the item before they came.
 		r.IgnoreSoldOutFlags = true
+		r.Throttle = nil
 	}
 }
 

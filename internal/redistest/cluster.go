@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/clusterclient"
 )
 
 // clusterWait bounds how long StartCluster waits for the cluster to settle.
@@ -109,23 +111,20 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// Client returns a new cluster client seeded with every node, tuned for
-// tests: short timeouts, one dial attempt per try (a dead node refuses at
-// once), enough retries with backoff (several seconds in total) to ride out a
-// failover, and a slot map refreshed every 500 ms. go-redis does not refresh
-// the slot map when a master dies; it keeps dialling the dead node until the
-// next periodic reload (60 s by default), so the short interval is what lets
-// commands reach a promoted replica. The caller closes the client.
+// Client returns a new cluster client (clusterclient.New, as the service
+// builds it) seeded with every node, tuned for tests: short timeouts, one dial
+// attempt per try (a dead node refuses at once), and more retries (several
+// seconds in all) with a slot map that is never older than 500 ms. It still
+// cannot outlast an election: wait for one with WaitFailover. The caller
+// closes the client.
 func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{
+	return clusterclient.New(&redis.ClusterOptions{
 		Addrs:                      c.Addrs(),
 		DialTimeout:                time.Second,
 		DialerRetries:              1,
 		ReadTimeout:                2 * time.Second,
 		WriteTimeout:               2 * time.Second,
 		MaxRedirects:               16,
-		MinRetryBackoff:            20 * time.Millisecond,
-		MaxRetryBackoff:            500 * time.Millisecond,
 		ClusterStateReloadInterval: 500 * time.Millisecond,
 	})
 }

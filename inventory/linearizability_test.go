@@ -48,11 +48,16 @@ import (
 // the other calls.
 
 const (
-	linSale      = "lin"
-	linSKU       = "A"
-	linInitial   = 5
-	linLimit     = 2
-	linCheckTime = 5 * time.Second
+	linSale    = "lin"
+	linSKU     = "A"
+	linInitial = 5
+	linLimit   = 2
+	// linCheckTime bounds one run of the checker, whose Unknown (out of
+	// time) fails a test as Illegal would. Ok and Illegal come as soon as
+	// they are found, but proving a mutated history Illegal means trying
+	// every order of its calls: 3-5 s on an idle machine, many times that
+	// in a -race run beside other packages on two cores.
+	linCheckTime = 2 * time.Minute
 	// linUnknownReturn is the return time of a call whose outcome is
 	// unknown: it stays concurrent with everything after its call.
 	linUnknownReturn = math.MaxInt64

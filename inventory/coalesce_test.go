@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 )
 
@@ -315,6 +316,10 @@ func TestSoldOutFlag(t *testing.T) {
 		}
 
 		// With WatchStock, another instance's restock clears the flag at once.
+		before = calls.n.Load()
+		if err := buy("v5", lines("A", 1), ""); !errors.Is(err, inventory.ErrSoldOut) || calls.n.Load() != before {
+			t.Fatalf("v2 took the last unit: %v, %d calls; want the flag's refusal", err, calls.n.Load()-before)
+		}
 		ctx, stop := context.WithCancel(r.ctx)
 		watched := make(chan error, 1)
 		go func() { watched <- r.eng.WatchStock(ctx, r.rdb) }()
@@ -324,23 +329,32 @@ func TestSoldOutFlag(t *testing.T) {
 				t.Errorf("WatchStock: %v", err)
 			}
 		}()
-		time.Sleep(100 * time.Millisecond) // subscribed
-		if err := buy("v5", lines("A", 1), ""); !errors.Is(err, inventory.ErrSoldOut) {
-			t.Fatalf("sold out: %v", err)
+		// Subscribed: WatchStock clears every flag once its subscription is
+		// confirmed, so a buy reaches Redis again, which refuses it (nothing
+		// came back yet) and flags the item again.
+		waitfor.Until(t, waitfor.Patience, "WatchStock subscribed", func() error {
+			before := calls.n.Load()
+			if err := buy("v5", lines("A", 1), ""); !errors.Is(err, inventory.ErrSoldOut) {
+				t.Fatalf("sold out: %v", err)
+			}
+			if calls.n.Load() == before {
+				return errors.New("buys are still refused by the flag alone")
+			}
+			return nil
+		})
+		before = calls.n.Load()
+		if err := buy("v5", lines("A", 1), ""); !errors.Is(err, inventory.ErrSoldOut) || calls.n.Load() != before {
+			t.Fatalf("refused by Redis: %v, %d calls; want the flag's refusal again", err, calls.n.Load()-before)
 		}
 		if _, err := other.Restock(r.ctx, "s1", "A", 1); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		waitfor.Until(t, waitfor.Patience, "the restock on another instance is heard", func() error {
 			err := buy("v5", lines("A", 1), "")
-			if err == nil {
-				break
+			if err != nil && !errors.Is(err, inventory.ErrSoldOut) {
+				t.Fatalf("buy after the restock: %v", err)
 			}
-			if !errors.Is(err, inventory.ErrSoldOut) || time.Now().After(deadline) {
-				t.Fatalf("the restock on another instance was not heard: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return err
+		})
 	})
 }

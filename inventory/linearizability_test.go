@@ -50,15 +50,20 @@ import (
 // the other calls.
 
 const (
-	linSale      = "lin"
-	linSKU       = "A"
-	linInitial   = 5
-	linLimit     = 2
-	linCheckTime = 5 * time.Second
+	linSale    = "lin"
+	linSKU     = "A"
+	linInitial = 5
+	linLimit   = 2
+	// linCheckTime bounds one run of the checker, whose Unknown (out of
+	// time) fails a test as Illegal would. Ok and Illegal come as soon as
+	// they are found, but proving a mutated history Illegal means trying
+	// every order of its calls: 3-5 s on an idle machine, many times that
+	// in a -race run beside other packages on two cores.
+	linCheckTime = 2 * time.Minute
 	// linRefuteTime bounds the search that refutes a mutated long history:
 	// it must try every order of the calls, seconds under -race on a busy
 	// machine.
-	linRefuteTime = 60 * time.Second
+	linRefuteTime = 2 * time.Minute
 	// linBudget is the buys a throttled buyer's bucket lets through in a
 	// history: linThrottle holds 3 tokens and refills one an hour.
 	linBudget = 3

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/faultnet"
+	"github.com/seckill/seckill/internal/waitfor"
 )
 
 func quorumLocker(t *testing.T, clients []*redis.Client) *Locker {
@@ -144,12 +145,8 @@ func TestQuorumLossWhileHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for i := 0; clients[0].Ping(ctx).Err() != nil; i++ { // drop the pooled connection the kill broke
-		if i == 100 {
-			t.Fatal("node 0 does not answer after its restart")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Each failed PING drops a pooled connection the kill broke.
+	waitfor.Until(t, patience, "node 0 answers after its restart", func() error { return clients[0].Ping(ctx).Err() })
 	for _, s := range slow {
 		s.delay.Store(int64(50 * time.Millisecond))
 	}
@@ -264,12 +261,8 @@ func TestQuorumRidesOutTransientFailure(t *testing.T) {
 		t.Fatalf("lease ended although no quorum denied it: %v", context.Cause(ls.Context()))
 	}
 	proxy.Restore()
-	for i := 0; viaProxy.Ping(ctx).Err() != nil; i++ { // drop connections the cut broke
-		if i == 100 {
-			t.Fatal("node 2 unreachable after Restore")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Each failed PING drops a pooled connection the cut broke.
+	waitfor.Until(t, patience, "node 2 answers after Restore", func() error { return viaProxy.Ping(ctx).Err() })
 	if err := ls.Extend(ctx); err != nil {
 		t.Fatalf("Extend after the node came back: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/store"
@@ -103,7 +104,7 @@ func (r *rig) consumer(name string, db pipeline.Store, o pipeline.Options) (stop
 // nothing in flight, then checks there is no duplicate.
 func (r *rig) settled(ids []string) {
 	r.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(waitfor.Patience)
 	for {
 		counts, err := r.db.CountOrders(r.ctx, "s1")
 		inflight, err2 := pipeline.InFlight(r.ctx, r.rdb, r.eng, "s1")
@@ -142,16 +143,12 @@ func (r *rig) settled(ids []string) {
 		r.t.Errorf("pending entries after settling: %+v, %v", p, err)
 	}
 	// The consumer trims right after it acknowledges: give it a moment.
-	for trimBy := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n, _ := r.rdb.XLen(r.ctx, r.eng.EventsKey("s1")).Result()
-		if n == 0 {
-			break
+	waitfor.Until(r.t, waitfor.Patience, "acknowledged entries are trimmed from the stream", func() error {
+		if n, err := r.rdb.XLen(r.ctx, r.eng.EventsKey("s1")).Result(); err != nil || n != 0 {
+			return fmt.Errorf("%d entries left (%v)", n, err)
 		}
-		if time.Now().After(trimBy) {
-			r.t.Errorf("%d entries left in the stream: acknowledged entries are trimmed", n)
-			break
-		}
-	}
+		return nil
+	})
 }
 
 // dying is a database connection that dies in the middle of a batch, like
@@ -230,12 +227,14 @@ func TestDatabaseDownForAWhile(t *testing.T) {
 		var retries atomic.Int64
 		r.consumer("c1", f, pipeline.Options{OnRetry: func(string, error) { retries.Add(1) }})
 		ids = append(ids, r.buy(100, 100)...) // the sale goes on while the database is down
-		time.Sleep(300 * time.Millisecond)
+		waitfor.Until(t, waitfor.Patience, "the consumer retries while the database is down", func() error {
+			if n := retries.Load(); n < 2 {
+				return fmt.Errorf("%d retries", n)
+			}
+			return nil
+		})
 		if counts, _ := r.db.CountOrders(r.ctx, "s1"); counts[inventory.OrderConfirmed] != 0 {
 			t.Fatalf("orders stored while the database was down: %v", counts)
-		}
-		if retries.Load() < 2 {
-			t.Errorf("%d retries while down", retries.Load())
 		}
 		f.up.Store(true)
 		r.settled(ids)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/reconcile"
@@ -113,7 +114,7 @@ func (r *rig) sale() map[string]inventory.Receipt {
 // settle waits until the database has every event of the stream.
 func (r *rig) settle() {
 	r.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		lag, err := pipeline.ReadLag(r.ctx, r.rdb, r.eng, "s1")
 		r.must(err)
 		if lag.Entries == 0 && lag.Oldest.IsZero() {

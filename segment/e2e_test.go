@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/reconcile"
@@ -112,7 +113,7 @@ func (x *e2e) held(seg string) map[string]string {
 // no segment's stream has anything in flight.
 func (x *e2e) settle() {
 	x.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(waitfor.Patience)
 	for {
 		var behind []string
 		for _, seg := range x.ids {

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/service"
 )
@@ -101,10 +103,12 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 		t.Fatalf("repair as the seckill user: %+v, %v", res, err)
 	}
 	mustStatus(t, a.call("GET", "/readyz", "", nil), http.StatusOK)
-	time.Sleep(120 * time.Millisecond) // a live sample or two
-	if !strings.Contains(string(a.call("GET", "/metrics", "", nil).body), `seckill_orders_confirmed{sale="s1"} 2`) {
-		t.Error("the live view did not sample the sale")
-	}
+	waitfor.Until(t, waitfor.Patience, "the live view samples the sale", func() error {
+		if !strings.Contains(string(a.call("GET", "/metrics", "", nil).body), `seckill_orders_confirmed{sale="s1"} 2`) {
+			return errors.New(`no seckill_orders_confirmed{sale="s1"} 2 in /metrics`)
+		}
+		return nil
+	})
 
 	denied, err := root.Do(ctx, "ACL", "LOG").Slice()
 	must(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/service"
 )
@@ -282,7 +283,7 @@ func TestOperatorSwitch(t *testing.T) {
 			mustStatus(t, r, http.StatusOK)
 			waitMode("db")
 			var dbOrder string
-			for deadline := time.Now().Add(10 * time.Second); dbOrder == ""; time.Sleep(10 * time.Millisecond) {
+			for deadline := time.Now().Add(waitfor.Patience); dbOrder == ""; time.Sleep(10 * time.Millisecond) {
 				r := buyOne(a, "s1", "d1")
 				switch {
 				case r.status == http.StatusCreated && r.json(t)["status"] == "confirmed":

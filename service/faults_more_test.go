@@ -23,6 +23,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/service"
@@ -192,7 +193,10 @@ func TestClusterMasterKilledMidSale(t *testing.T) {
 						t.Fatal(err)
 					}
 					stopped = false
-					waitPromoted(t, replica, 30*time.Second)
+					if err := cluster.WaitFailover(context.Background(), master); err != nil {
+						t.Fatal(err)
+					}
+					waitPromoted(t, replica, redistest.FailoverTimeout) // the replica is the one promoted
 					promoted = redis.NewClient(&redis.Options{Addr: replica})
 					t.Cleanup(func() { _ = promoted.Close() })
 				},
@@ -214,7 +218,9 @@ func crashMidSale(t *testing.T, a *app, c crash, sellThrough bool) crashNumbers 
 	const stock = 300
 	n := crashNumbers{stock: stock}
 	a.createSale("s1", 1, "A", stock)
-	ctx, stop := context.WithTimeout(context.Background(), 45*time.Second)
+	// Only a bound for a sale that never ends: a cluster's failover alone
+	// may take up to redistest.FailoverTimeout on a loaded machine.
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stop()
 	buyers := newCrowd(a, "s1")
 	buyers.start(ctx, 8)
@@ -712,7 +718,7 @@ func writeDir(t *testing.T, dir string, files map[string][]byte) {
 func ownerOf(t *testing.T, addrs []string, key string) (master, replica string) {
 	t.Helper()
 	ctx := context.Background()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, addr := range addrs {
 			c := redis.NewClient(&redis.Options{Addr: addr})
 			slot, err := c.ClusterKeySlot(ctx, key).Result()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/service"
 )
@@ -193,7 +194,7 @@ func (a *app) state(sale string) state {
 // settle waits until the order pipeline has stored everything of the sale.
 func (a *app) settle(sale string) {
 	a.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(waitfor.Patience)
 	for time.Now().Before(deadline) {
 		r := a.admin("GET", "/v1/admin/sales/"+sale+"/reconcile", nil)
 		if r.status == http.StatusOK && r.json(a.t)["consistent"] == true {

@@ -11,6 +11,7 @@ import (
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/faultnet"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/service"
 	"github.com/seckill/seckill/store"
@@ -101,7 +102,7 @@ func TestRedisDownIs503(t *testing.T) {
 	// whole; purchase-token requests still ask the limiter.)
 	buyOne(a, "s1", "u2")
 	seen := false
-	for deadline := time.Now().Add(10 * time.Second); !seen; {
+	for deadline := time.Now().Add(waitfor.Patience); !seen; {
 		a.call("POST", "/v1/sales/s1/purchase-tokens", a.token("u2"), nil)
 		var live map[string]any
 		for range 5 { // the sampler publishes every 100 ms
@@ -128,7 +129,7 @@ func TestRedisDownIs503(t *testing.T) {
 		}
 	}
 	proxy.Restore()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitfor.Patience)
 	for {
 		r := buyOne(a, "s1", "u3")
 		if r.status == http.StatusCreated {

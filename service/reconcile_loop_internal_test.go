@@ -15,6 +15,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/store"
@@ -81,7 +82,7 @@ func TestReconcileLoopRepairsDriftTwoPassesFind(t *testing.T) {
 			must(err)
 			settle := func() {
 				t.Helper()
-				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 					if lag, err := pipeline.ReadLag(ctx, s.rdb, s.eng, "s1"); err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
 						return
 					}

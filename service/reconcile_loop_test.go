@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seckill/seckill/internal/waitfor"
 )
 
 // TestReconcileLoopRepairs: serve's reconciliation loop, on its own clock,
@@ -37,7 +39,7 @@ func TestReconcileLoopRepairs(t *testing.T) {
 			}
 
 			var repairs int
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				got, err := a.svc.Store().Repairs(a.ctx, "s1")
 				if err != nil {
 					t.Fatal(err)
@@ -58,7 +60,7 @@ func TestReconcileLoopRepairs(t *testing.T) {
 				t.Errorf("u2 past the limit after the repair: %d %s", err.status, err.body)
 			}
 			var metrics string
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				metrics = string(a.call("GET", "/metrics", "", nil).body)
 				if strings.Contains(metrics, `seckill_reconcile_stock_drift{sale="s1",sku="A"} 0`) {
 					break

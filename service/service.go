@@ -21,6 +21,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/clusterclient"
 	"github.com/seckill/seckill/internal/ttlcache"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
@@ -263,9 +264,9 @@ func (s *Service) close() {
 func (s *Service) connectRedis(ctx context.Context) error {
 	switch {
 	case len(s.cfg.RedisClusterAddrs) > 0:
-		// go-redis refreshes its slot map every 60 s by default; after a
-		// failover it would keep dialling the dead master until then.
-		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs, ClusterStateReloadInterval: 2 * time.Second,
+		// clusterclient: after a failover, finds the promoted replica (go-redis
+		// alone keeps dialling the dead master until its next slot map reload).
+		s.rdb = clusterclient.New(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs,
 			DisableIdentity: true, OnConnect: s.deg.onConnect})
 	case s.cfg.RedisURL != "":
 		opts, err := redis.ParseURL(s.cfg.RedisURL)

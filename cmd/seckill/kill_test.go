@@ -36,6 +36,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/service"
@@ -383,7 +384,7 @@ func pendingCount(t *testing.T, rdb *redis.Client, key string) int64 {
 func waitConsumed(t *testing.T, rdb *redis.Client, eng *inventory.Engine, sale string) {
 	t.Helper()
 	ctx := context.Background()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(waitfor.Patience); ; time.Sleep(20 * time.Millisecond) {
 		lag, err := pipeline.ReadLag(ctx, rdb, eng, sale)
 		if err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
 			if g, err := rdb.XInfoGroups(ctx, eng.EventsKey(sale)).Result(); err == nil && len(g) == 1 {

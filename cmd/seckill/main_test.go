@@ -15,6 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/waitfor"
 )
 
 func TestRunDispatch(t *testing.T) {
@@ -142,7 +143,7 @@ func TestServe(t *testing.T) {
 
 	addr := regexp.MustCompile(`"msg":"seckill ready","addr":"(http://[^"]+)"`)
 	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(waitfor.Patience); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if m := addr.FindStringSubmatch(errOut.String()); m != nil {
 			base = m[1]
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/clusterclient"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/store"
@@ -43,7 +44,7 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	}
 	var rdb redis.UniversalClient
 	if len(cfg.RedisClusterAddrs) > 0 {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisClusterAddrs})
+		rdb = clusterclient.New(&redis.ClusterOptions{Addrs: cfg.RedisClusterAddrs})
 	} else {
 		opts, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {

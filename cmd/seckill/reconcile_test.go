@@ -12,6 +12,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/service"
@@ -63,7 +64,7 @@ func TestReconcileRepairCommand(t *testing.T) {
 			func(string) string { return "" }, &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // the consumer stores the orders
+	for deadline := time.Now().Add(waitfor.Patience); ; time.Sleep(10 * time.Millisecond) { // the consumer stores the orders
 		lag, err := pipeline.ReadLag(ctx, svc.Redis(), eng, "s1")
 		must(err)
 		if lag.Entries == 0 && lag.Oldest.IsZero() {

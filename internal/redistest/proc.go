@@ -233,6 +233,13 @@ func (p *proc) killLocked() error {
 	return nil
 }
 
+// alive is running for callers that do not hold p.mu.
+func (p *proc) alive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.running()
+}
+
 func (p *proc) running() bool {
 	if p.cmd == nil {
 		return false

@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,14 @@ func clusterClient(t *testing.T) *redis.ClusterClient {
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// settleCtx bounds a wait for a disturbed cluster to settle as StartCluster
+// bounds the first one.
+func settleCtx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), clusterWait)
 	t.Cleanup(cancel)
 	return c
 }
@@ -321,10 +330,22 @@ func TestClusterKillRestart(t *testing.T) {
 	if nc.Ping(ctx(t)).Err() == nil {
 		t.Fatal("killed node answers PING")
 	}
+	// No replica, so no failover: WaitFailover must not report one, also
+	// once the others have marked the node as failed.
+	wctx, cancel := context.WithTimeout(t.Context(), 3*NodeTimeout)
+	defer cancel()
+	if err := testCluster.WaitFailover(wctx, addr); err == nil {
+		t.Fatal("WaitFailover reported a failover of a master without replicas")
+	} else {
+		t.Log(err)
+	}
+	if err := testCluster.WaitFailover(t.Context(), testCluster.Addrs()[0]); err == nil {
+		t.Fatal("WaitFailover of a running node succeeded")
+	}
 	if err := testCluster.Restart(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := testCluster.waitHealthy(ctx(t)); err != nil {
+	if err := testCluster.waitHealthy(settleCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if err := testCluster.Kill("127.0.0.1:1"); err == nil {
@@ -341,8 +362,10 @@ func TestClusterKillRestart(t *testing.T) {
 }
 
 // TestClusterFailover shows that Cluster.Client rides out a master's death:
-// with one replica per master, a GET issued right after the kill returns once
-// the replica has been promoted, and the restarted node rejoins as a replica.
+// with one replica per master, once the cluster has promoted the replica
+// (WaitFailover, bounded by the node timeout), a GET through the client whose
+// slot map still names the dead master returns the value from the promoted
+// replica, and the restarted node rejoins as a replica.
 func TestClusterFailover(t *testing.T) {
 	c, err := StartCluster(3, 1)
 	if err != nil {
@@ -374,18 +397,64 @@ func TestClusterFailover(t *testing.T) {
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := cc.Get(ctx(t), key).Result(); err != nil || got != "100" {
-		t.Fatalf("GET after killing master %s = %q, %v", victim, got, err)
+	if err := c.WaitFailover(t.Context(), victim); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("failover took %v", time.Since(start).Round(time.Millisecond))
+	owner := slotOwner(t, c, key)
+	if owner == victim {
+		t.Fatalf("the key's slot is still served by the killed master %s", victim)
+	}
+	if got, err := cc.Get(ctx(t), key).Result(); err != nil || got != "100" {
+		t.Fatalf("GET after killing master %s and promoting %s = %q, %v; want 100", victim, owner, got, err)
+	}
 	if err := c.Restart(victim); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.waitHealthy(ctx(t)); err != nil {
+	if err := c.waitHealthy(settleCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	role, err := command(victim, "INFO replication")
 	if err != nil || fields(role)["role"] != "slave" {
 		t.Fatalf("restarted old master: role %q, %v; want slave", fields(role)["role"], err)
 	}
+}
+
+// slotOwner returns the master serving key's slot as the cluster's first
+// running node sees it in CLUSTER NODES.
+func slotOwner(t *testing.T, c *Cluster, key string) string {
+	t.Helper()
+	for _, p := range c.nodes {
+		if !p.alive() {
+			continue
+		}
+		s, err := command(p.addr(), "CLUSTER KEYSLOT "+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := command(p.addr(), "CLUSTER NODES")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range parseNodes(text) {
+			for _, r := range n.slots {
+				lo, hi, ok := strings.Cut(r, "-")
+				if !ok {
+					hi = lo
+				}
+				l, err1 := strconv.Atoi(lo)
+				h, err2 := strconv.Atoi(hi)
+				if err1 == nil && err2 == nil && l <= slot && slot <= h {
+					return n.addr
+				}
+			}
+		}
+		t.Fatalf("%s: no node serves slot %d of %s", p.addr(), slot, key)
+	}
+	t.Fatal("no cluster node is running")
+	return ""
 }

@@ -4,9 +4,9 @@
 package faultnet
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -18,6 +18,8 @@ type Proxy struct {
 	down   bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+
+	dropReplies atomic.Bool
 }
 
 // Start listens on a free loopback port and forwards to target; it is
@@ -55,6 +57,12 @@ func (p *Proxy) Restore() {
 	p.mu.Unlock()
 }
 
+// DropReplies makes the proxy forward what clients send but discard what
+// the target answers, on open connections and new ones, until it is called
+// with false: the requests reach the server and run, their replies are lost
+// (a partition right after the server received them).
+func (p *Proxy) DropReplies(drop bool) { p.dropReplies.Store(drop) }
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
@@ -84,14 +92,27 @@ func (p *Proxy) accept() {
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(client, server)
-		go p.pipe(server, client)
+		go p.pipe(server, client, nil)
+		go p.pipe(client, server, &p.dropReplies)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst until either side closes, or Cut closes both;
+// while drop is set, what it reads is discarded.
+func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src) // ends when either side closes, or Cut closes both
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && (drop == nil || !drop.Load()) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()

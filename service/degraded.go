@@ -67,6 +67,7 @@ type degraded struct {
 	// hand-over waits for them, so that each one's order (or unknown
 	// outcome) is in the acks it hands over.
 	redisBuys atomic.Int64
+	pinging   atomic.Bool // a tick's ping is under way
 
 	// A Redis that restarted or failed over may have lost writes
 	// (onConnect): restarted blocks this instance's Redis buys until a
@@ -263,9 +264,10 @@ func outcomeUnknown(err error) bool {
 }
 
 // waitRedisBuys waits until no buy of this instance is on its way to
-// Redis, for up to a grace period, and reports whether none is.
+// Redis, for up to a tick (the heartbeat waits meanwhile), and reports
+// whether none is.
 func (d *degraded) waitRedisBuys(ctx context.Context) bool {
-	deadline := time.Now().Add(d.grace)
+	deadline := time.Now().Add(d.tick)
 	for d.redisBuys.Load() > 0 {
 		if time.Now().After(deadline) {
 			return false
@@ -308,9 +310,7 @@ func (d *degraded) run(ctx context.Context) {
 // and switch the mode when the rules say so.
 func (d *degraded) step(ctx context.Context) {
 	now := time.Now()
-	pctx, cancel := context.WithTimeout(ctx, max(d.tick/2, 100*time.Millisecond))
-	redisOK := d.s.rdb.Ping(pctx).Err() == nil
-	cancel()
+	redisOK := d.ping(ctx, max(d.tick/2, 100*time.Millisecond))
 	d.mu.Lock()
 	if redisOK {
 		d.redisDown = time.Time{}
@@ -405,6 +405,30 @@ func (d *degraded) step(ctx context.Context) {
 			// step is safe to repeat, the last switch happens once).
 			d.recover(ctx, m)
 		}
+	}
+}
+
+// ping reports whether Redis answers a PING within timeout. The tick does
+// not wait longer, whatever the client does (go-redis enforces its own read
+// timeout, not the context's deadline, unless told to): a tick held up
+// would hold up this instance's heartbeat, and the others would take it for
+// dead. A ping still unanswered from an earlier tick counts as no answer.
+func (d *degraded) ping(ctx context.Context, timeout time.Duration) bool {
+	if !d.pinging.CompareAndSwap(false, true) {
+		return false
+	}
+	done := make(chan bool, 1)
+	go func() {
+		defer d.pinging.Store(false)
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		done <- d.s.rdb.Ping(pctx).Err() == nil
+	}()
+	select {
+	case ok := <-done:
+		return ok
+	case <-time.After(timeout):
+		return false
 	}
 }
 

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -239,4 +240,78 @@ func TestDegradedModeRefusesPurchaseTokenSales(t *testing.T) {
 	a.waitMode("redis")
 	r = a.call("POST", "/v1/sales/t1/orders", a.token("u1"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}, header...)
 	mustStatus(t, r, http.StatusCreated) // the token was not spent by the refusal
+}
+
+// TestHandOverWaitsForBuysOnTheirWay: a buy is on its way to Redis when an
+// operator makes the database sell: it runs in Redis at once, its reply
+// comes late (the proxy holds it) and acknowledges it. The database must
+// not sell before that buy's order is handed over — neither on the instance
+// that sent it, whose hand-over waits for it, nor on another instance,
+// which waits for every live instance's hand-over — or it sells the units
+// that order holds: one instance's buy is held, the other sells.
+func TestHandOverWaitsForBuysOnTheirWay(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	proxy := faultnet.Start(t, rdb.Options().Addr)
+	prefix, dbURL := redistest.Prefix(t, rdb), dbtest.PostgresURL(t)
+	config := func(readTimeout string) service.Config {
+		return service.Config{RedisURL: "redis://" + proxy.Addr() + "/0?max_retries=0&read_timeout=" + readTimeout, KeyPrefix: prefix,
+			DatabaseURL: dbURL, RateLimitUser: "off", DegradedTick: 50 * time.Millisecond, DegradedGrace: 200 * time.Millisecond}
+	}
+	// Both through the proxy: no consumer brings the held buy's order to
+	// the database through the stream meanwhile (a partition would not).
+	seller, slow := startApp(t, config("300ms")), startApp(t, config("20s"))
+	const stock = 3
+	seller.createSale("s1", 1, "A", stock)
+
+	proxy.HoldReplies(true)
+	held := make(chan reply, 1)
+	go func() { // not buyOne: it may not fail the test from here
+		req, _ := http.NewRequest("POST", slow.svc.URL()+"/v1/sales/s1/orders", strings.NewReader(`{"items":[{"sku":"A","qty":1}]}`))
+		req.Header.Set("Authorization", "Bearer "+slow.token("u1"))
+		r := reply{}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			r.status, r.header = resp.StatusCode, resp.Header
+			r.body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		held <- r
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for n, _ := rdb.HLen(context.Background(), seller.svc.Engine().Key("s1", "orders")).Result(); n != 1; n, _ = rdb.HLen(context.Background(), seller.svc.Engine().Key("s1", "orders")).Result() {
+		if time.Now().After(deadline) {
+			t.Fatal("the held buy never ran in redis")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	seller.forceDegraded()
+	for !strings.Contains(string(seller.call("GET", "/metrics", "", nil).body), "seckill_degraded_mode 1") {
+		time.Sleep(10 * time.Millisecond) // the seller has heard of it: no buy of its goes to redis
+	}
+	// Well past the grace period: while the buy's reply is held, the
+	// database does not sell.
+	for until := time.Now().Add(1500 * time.Millisecond); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+		if r := buyOne(seller, "s1", "early"); r.status != http.StatusServiceUnavailable {
+			t.Fatalf("the database sold while a buy was on its way to redis: %d %s", r.status, r.body)
+		}
+	}
+	proxy.HoldReplies(false)
+	r := <-held
+	mustStatus(t, r, http.StatusCreated)
+	first := r.json(t)["order_id"].(string)
+	for _, user := range []string{"u2", "u3"} {
+		mustStatus(t, seller.buyUntil("s1", user), http.StatusCreated)
+	}
+	if r := seller.buyUntil("s1", "u4"); r.code(t) != "sold_out" {
+		t.Fatalf("the database sold past the stock: %d %s", r.status, r.body)
+	}
+	mustStatus(t, seller.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
+	seller.waitMode("redis")
+	seller.settle("s1")
+	counts, err := seller.svc.Store().CountOrders(context.Background(), "s1")
+	if err != nil || counts[inventory.OrderConfirmed] != stock {
+		t.Errorf("orders after the round trip: %v, %v", counts, err)
+	}
+	if o, err := seller.svc.Store().Order(context.Background(), first); err != nil || o.Status != inventory.OrderConfirmed {
+		t.Errorf("the acknowledged order whose reply came late: %+v, %v", o, err)
+	}
 }

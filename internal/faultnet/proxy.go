@@ -20,6 +20,7 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	dropReplies atomic.Bool
+	held        chan struct{} // closed when HoldReplies(false) releases the replies held; nil: none held
 }
 
 // Start listens on a free loopback port and forwards to target; it is
@@ -63,8 +64,24 @@ func (p *Proxy) Restore() {
 // (a partition right after the server received them).
 func (p *Proxy) DropReplies(drop bool) { p.dropReplies.Store(drop) }
 
+// HoldReplies makes the proxy forward what clients send but keep what the
+// target answers until it is called with false, when the replies go on
+// their way: requests run at once, their replies arrive late.
+func (p *Proxy) HoldReplies(hold bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case hold && p.held == nil:
+		p.held = make(chan struct{})
+	case !hold && p.held != nil:
+		close(p.held)
+		p.held = nil
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
+	p.HoldReplies(false)
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
@@ -92,19 +109,27 @@ func (p *Proxy) accept() {
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(server, client, nil)
-		go p.pipe(client, server, &p.dropReplies)
+		go p.pipe(server, client, false)
+		go p.pipe(client, server, true)
 	}
 }
 
 // pipe copies src to dst until either side closes, or Cut closes both;
-// while drop is set, what it reads is discarded.
-func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool) {
+// replies (what the target answers) are dropped or held as asked.
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && (drop == nil || !drop.Load()) {
+		if replies {
+			p.mu.Lock()
+			held := p.held
+			p.mu.Unlock()
+			if held != nil {
+				<-held
+			}
+		}
+		if n > 0 && (!replies || !p.dropReplies.Load()) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}

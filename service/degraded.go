@@ -31,6 +31,11 @@ import (
 //     tick, and hands the database the orders it acknowledged from Redis
 //     lately (its ring of acks), so that orders still on their way through
 //     the stream are counted before the database sells what is left.
+//   - The hand-over comes after this instance has stopped sending buys to
+//     Redis and those on their way have ended, and the database sells only
+//     once every live instance has handed over. A buy whose outcome is
+//     unknown (its replies lost) is handed over as unsure: not counted, and
+//     voided should its order come out of the stream (store.MarkUnsure).
 //   - Every database buy checks, in its own transaction, that the mode and
 //     epoch are still the ones it was routed by; a switch waits for the
 //     buys under way.

@@ -73,7 +73,8 @@ func TestUnknownOutcomeBuyIsNotSoldTwice(t *testing.T) {
 	a.createSale("s1", 1, "A", stock)
 
 	proxy.DropReplies(true)
-	if r := buyOne(a, "s1", "u1"); r.status == http.StatusCreated {
+	key := []string{"Idempotency-Key", "k1"}
+	if r := a.call("POST", "/v1/sales/s1/orders", a.token("u1"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}, key...); r.status == http.StatusCreated {
 		t.Fatalf("a buy whose replies are all lost was acknowledged: %s", r.body)
 	}
 	// The request did reach Redis: the lost order is there.
@@ -81,7 +82,7 @@ func TestUnknownOutcomeBuyIsNotSoldTwice(t *testing.T) {
 		t.Fatalf("orders in redis after the lost reply: %d, %v", n, err)
 	}
 	a.waitMode("db")
-	r := a.buyUntil("s1", "u1", "Idempotency-Key", "k1")
+	r := a.buyUntil("s1", "u1", key...)
 	mustStatus(t, r, http.StatusCreated)
 	retried := r.json(t)["order_id"].(string)
 	for _, user := range []string{"u2", "u3"} {
@@ -92,23 +93,23 @@ func TestUnknownOutcomeBuyIsNotSoldTwice(t *testing.T) {
 	}
 
 	proxy.DropReplies(false)
-	a.waitMode("redis")
-	a.settle("s1")
+	a.waitMode("redis") // the recovery has drained the stream into the database
 	snap, err := a.svc.Store().Snapshot(context.Background(), "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, byUser, voided := 0, map[string]int{}, 0
+	live, byUser, byKey, voided := 0, map[string]int{}, map[string]int{}, 0
 	for _, o := range snap.Orders {
 		if o.Status == inventory.OrderConfirmed {
 			live++
 			byUser[o.UserID]++
+			byKey[o.IdempotencyKey]++
 		} else if o.UserID == "u1" {
 			voided++
 		}
 	}
-	if live != stock || byUser["u1"] != 1 {
-		t.Errorf("%d live orders of %d units, %d of them u1's (limit 1): %+v", live, stock, byUser["u1"], snap.Orders)
+	if live != stock || byUser["u1"] != 1 || byKey["k1"] != 1 {
+		t.Errorf("%d live orders of %d units, %d of them u1's (limit 1), %d under key k1: %+v", live, stock, byUser["u1"], byKey["k1"], snap.Orders)
 	}
 	if voided != 1 {
 		t.Errorf("the lost buy's order did not arrive voided: %+v", snap.Orders)
@@ -122,6 +123,12 @@ func TestUnknownOutcomeBuyIsNotSoldTwice(t *testing.T) {
 	}
 	if r := buyOne(a, "s1", "u5"); r.code(t) != "sold_out" {
 		t.Errorf("redis sold past the stock after the recovery: %d %s", r.status, r.body)
+	}
+	a.settle("s1") // and the books are consistent
+	// The key names the order the buyer has, in Redis too.
+	r = a.call("POST", "/v1/sales/s1/orders", a.token("u1"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}, key...)
+	if r.status != http.StatusOK || r.json(t)["order_id"] != retried {
+		t.Errorf("u1's key after the recovery: %d %s, want order %s", r.status, r.body, retried)
 	}
 }
 

@@ -132,6 +132,14 @@ func newDegraded(s *Service) *degraded {
 // by every buy: one atomic load.
 func (d *degraded) redisSells() bool { return d.fromRedis.Load() }
 
+// redisUnreachable reports whether this instance's last ping of Redis went
+// unanswered.
+func (d *degraded) redisUnreachable() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.redisDown.IsZero()
+}
+
 // sells is the mode as of the last tick and whether Redis sells.
 func (d *degraded) sells() (store.SellMode, bool) {
 	d.mu.Lock()

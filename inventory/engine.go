@@ -282,6 +282,12 @@ type BuyRequest struct {
 	// as the token can still be presented).
 	Token    string
 	TokenTTL time.Duration
+	// OrderID, when set, is the id of the order the buy makes (from
+	// NewOrderID of the sale), instead of a new one: a caller that must know
+	// which order a buy whose outcome is unknown (a transport error after
+	// the script may have run) may have made sets it. Should it be another
+	// user's order already, the buy takes a new id, as it always does then.
+	OrderID string
 	// IgnoreSoldOutFlags sends the buy to Redis even if an item of it is
 	// flagged sold out in this engine (see SoldOut): for a caller that
 	// knows units came back that the flag has not heard of.
@@ -378,7 +384,12 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 		}
 	}
 	k := e.keys(r.SaleID)
-	orderID := NewOrderID(r.SaleID)
+	orderID := r.OrderID
+	if orderID == "" {
+		orderID = NewOrderID(r.SaleID)
+	} else if sale, err := SaleOfOrder(orderID); err != nil || sale != r.SaleID {
+		return buyCall{}, invalid("order_id", "must be an order id of sale %s", r.SaleID)
+	}
 	args := make([]any, 0, 10+2*len(r.Lines))
 	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity,
 		r.Token, tokenTTL, len(r.Lines))

@@ -300,11 +300,7 @@ func (s *Service) setPaused(paused bool) handler {
 			return err
 		}
 		id := r.PathValue("sale")
-		op := s.eng.Resume
-		if paused {
-			op = s.eng.Pause
-		}
-		if err := op(r.Context(), id); err != nil {
+		if err := s.pauseSale(r.Context(), id, paused); err != nil {
 			return err
 		}
 		s.audit(r, map[bool]string{true: "paused", false: "resumed"}[paused], id, "", nil)
@@ -315,6 +311,30 @@ func (s *Service) setPaused(paused bool) handler {
 		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
+}
+
+// pauseSale pauses or resumes the sale where it sells: in Redis (the
+// database follows through the stream), or, in degraded mode, in the
+// database, whose buys read the flag under the sale's lock (Redis gets it
+// with the repair that ends degraded mode). While nobody sells (the grace
+// period after a switch, a recovery) it answers 503: a recovery may have
+// repaired the sale in Redis already.
+func (s *Service) pauseSale(ctx context.Context, id string, paused bool) error {
+	if s.deg.redisSells() {
+		if paused {
+			return s.eng.Pause(ctx, id)
+		}
+		return s.eng.Resume(ctx, id)
+	}
+	m, _ := s.deg.sells()
+	if m.Mode != store.ModeDB {
+		return errUnavailable
+	}
+	err := s.db.SetPaused(ctx, m.Epoch, id, paused, time.Now())
+	if errors.Is(err, store.ErrModeChanged) {
+		return errUnavailable
+	}
+	return err
 }
 
 func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
@@ -395,44 +415,27 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if err := s.throttle(r, settings, user, "u"); err != nil {
 		return err
 	}
-	var token purchaseToken // spent by the buy itself, only if it is accepted
-	if settings.RequirePurchaseToken {
-		if token, err = s.checkPurchaseToken(saleID, user, r.Header.Get("X-Purchase-Token")); err != nil {
-			return err
-		}
-	}
-	if !s.deg.redisSells() {
-		if err := s.spendTokenForDB(r.Context(), saleID, user, token); err != nil {
-			return err
-		}
-		return s.buyOnDB(w, r, saleID, user, lines, key)
+	if !s.deg.beginRedisBuy() {
+		return s.buyOnDB(w, r, settings, user, lines, key)
 	}
 	began := time.Now()
-	buy := inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key, Throttle: settings.userInBuy,
-		Token: token.nonce, TokenTTL: token.ttl}
-	rc, err := s.eng.BuyWith(r.Context(), buy)
-	if errors.Is(err, inventory.ErrFenced) && s.deg.liftStaleFence(r.Context(), saleID) {
-		rc, err = s.eng.BuyWith(r.Context(), buy)
-	}
+	rc, err := s.buyOnRedis(r, settings, user, lines, key)
 	var throttled *inventory.ThrottledError
 	if errors.As(err, &throttled) {
 		return s.limited("user", settings.user, throttled.RetryAfter)
 	}
-	s.metrics.observeBuy(err, time.Since(began))
+	var api *apiError
+	if !errors.As(err, &api) {
+		s.metrics.observeBuy(err, time.Since(began))
+	}
 	if errors.Is(err, inventory.ErrFenced) || err != nil && isRedisDown(err) {
 		if _, ok := s.deg.dbSells(); ok { // the mode changed while the buy was on its way
-			if err := s.spendTokenForDB(r.Context(), saleID, user, token); err != nil {
-				return err
-			}
-			return s.buyOnDB(w, r, saleID, user, lines, key)
+			return s.buyOnDB(w, r, settings, user, lines, key)
 		}
 		return errUnavailable
 	}
 	if err != nil {
 		return err
-	}
-	if !rc.Replayed {
-		s.deg.acks.add(rc.Order)
 	}
 	status := http.StatusCreated
 	if rc.Replayed {
@@ -445,15 +448,53 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// buyOnRedis checks the purchase token, if the sale requires one (buy.lua
+// spends it, only if the buy is accepted), and buys from Redis, for a buy counted on its way by beginRedisBuy; it records how
+// the buy ended (endRedisBuy). The order id is chosen here, so that a buy
+// whose outcome stays unknown is kept under it (degraded.go: unsure buys).
+func (s *Service) buyOnRedis(r *http.Request, settings saleSettings, user string, lines []inventory.Line, key string) (rc inventory.Receipt, err error) {
+	var buy inventory.BuyRequest // sent once it has an order id
+	defer func() { s.deg.endRedisBuy(buy, rc, err) }()
+	var token purchaseToken // spent by the buy itself, only if it is accepted
+	if settings.RequirePurchaseToken {
+		if token, err = s.checkPurchaseToken(settings.ID, user, r.Header.Get("X-Purchase-Token")); err != nil {
+			return rc, err
+		}
+	}
+	buy = inventory.BuyRequest{SaleID: settings.ID, UserID: user, Lines: lines, IdempotencyKey: key, Throttle: settings.userInBuy,
+		OrderID: inventory.NewOrderID(settings.ID), Token: token.nonce, TokenTTL: token.ttl}
+	rc, err = s.eng.BuyWith(r.Context(), buy)
+	if errors.Is(err, inventory.ErrFenced) && s.deg.liftStaleFence(r.Context(), settings.ID) {
+		rc, err = s.eng.BuyWith(r.Context(), buy)
+	}
+	return rc, err
+}
+
+// errTokensNeedRedis refuses a buy of a sale that requires purchase tokens
+// while the database sells: a token's single use is kept in Redis.
+var errTokensNeedRedis = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 1,
+	Message: "this sale requires purchase tokens, which are checked in redis; it does not sell while the database sells (degraded mode): retry when redis is back"}
+
 // buyOnDB buys on the database in degraded mode, or answers 503 while
-// nobody sells (the grace period after the switch, a recovery).
-func (s *Service) buyOnDB(w http.ResponseWriter, r *http.Request, saleID, user string, lines []inventory.Line, key string) error {
+// nobody sells (the grace period after the switch, a recovery). It keeps
+// the defences of a buy from Redis: the buyer's rate limit, which buy.lua
+// checks itself for Redis buys (the other limits were checked before);
+// the pause, read under the sale's lock; purchase tokens, by refusing.
+func (s *Service) buyOnDB(w http.ResponseWriter, r *http.Request, settings saleSettings, user string, lines []inventory.Line, key string) error {
 	m, ok := s.deg.dbSells()
 	if !ok {
 		return errUnavailable
 	}
+	if settings.RequirePurchaseToken {
+		return errTokensNeedRedis
+	}
+	if settings.userInBuy != nil {
+		if err := s.allow(r, "user", "u:"+user, settings.user); err != nil {
+			return err
+		}
+	}
 	began := time.Now()
-	rc, err := s.db.Buy(r.Context(), store.DegradedBuy{Epoch: m.Epoch, SaleID: saleID, UserID: user, Lines: lines,
+	rc, err := s.db.Buy(r.Context(), store.DegradedBuy{Epoch: m.Epoch, SaleID: settings.ID, UserID: user, Lines: lines,
 		IdempotencyKey: key, Now: time.Now()})
 	if errors.Is(err, store.ErrModeChanged) {
 		err = errUnavailable

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,11 @@ import (
 //     tick, and hands the database the orders it acknowledged from Redis
 //     lately (its ring of acks), so that orders still on their way through
 //     the stream are counted before the database sells what is left.
+//   - The hand-over comes after this instance has stopped sending buys to
+//     Redis and those on their way have ended, and the database sells only
+//     once every live instance has handed over. A buy whose outcome is
+//     unknown (its replies lost) is handed over as unsure: not counted, and
+//     voided should its order come out of the stream (store.MarkUnsure).
 //   - Every database buy checks, in its own transaction, that the mode and
 //     epoch are still the ones it was routed by; a switch waits for the
 //     buys under way.
@@ -59,7 +65,14 @@ type degraded struct {
 	redisDown   time.Time // since when the ping fails; zero while it answers
 	redisUp     time.Time // since when it answers; zero while it fails
 	flushed     int64     // the degraded epoch this instance handed its acks over for
+	fleetEpoch  int64     // the degraded epoch every live instance has handed its acks over for
 	fencedEpoch int64     // the degraded epoch this instance fenced Redis for
+
+	// redisBuys counts this instance's buys on their way to Redis: a
+	// hand-over waits for them, so that each one's order (or unknown
+	// outcome) is in the acks it hands over.
+	redisBuys atomic.Int64
+	pinging   atomic.Bool // a tick's ping is under way
 
 	// A Redis that restarted or failed over may have lost writes
 	// (onConnect): restarted blocks this instance's Redis buys until a
@@ -118,6 +131,14 @@ func newDegraded(s *Service) *degraded {
 // never answered), and Redis is not held back after a restart. It is read
 // by every buy: one atomic load.
 func (d *degraded) redisSells() bool { return d.fromRedis.Load() }
+
+// redisUnreachable reports whether this instance's last ping of Redis went
+// unanswered.
+func (d *degraded) redisUnreachable() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.redisDown.IsZero()
+}
 
 // sells is the mode as of the last tick and whether Redis sells.
 func (d *degraded) sells() (store.SellMode, bool) {
@@ -202,13 +223,76 @@ func infoField(info, name string) string {
 }
 
 // dbSells returns the mode if this instance is to buy on the database now:
-// the mode is db, its grace period is over, and this instance has handed
-// over its acks for it.
+// the mode is db, its grace period is over, and this instance and every
+// other one seen within the grace period have handed over their acks for
+// it (an instance that stopped ticking is passed over once it has not been
+// seen for a grace period).
 func (d *degraded) dbSells() (store.SellMode, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	m := d.mode
-	return m, m.Mode == store.ModeDB && d.flushed >= m.Epoch && !time.Now().Before(m.SellsFrom)
+	return m, m.Mode == store.ModeDB && d.flushed >= m.Epoch && d.fleetEpoch >= m.Epoch && !time.Now().Before(m.SellsFrom)
+}
+
+// beginRedisBuy reports whether a buy goes to Redis, and if so counts it
+// on its way until endRedisBuy. Once a tick has stopped the buys to Redis
+// (set), no new one begins, and a hand-over waits for those under way.
+func (d *degraded) beginRedisBuy() bool {
+	d.redisBuys.Add(1)
+	if d.redisSells() {
+		return true
+	}
+	d.redisBuys.Add(-1)
+	return false
+}
+
+// endRedisBuy records how a buy sent to Redis ended: an order its buyer is
+// told of (bought, or a replay) is an ack; a buy whose outcome is unknown
+// (the request may have run in Redis, its reply lost) is kept as unsure,
+// under the order id it was sent with. buy without an order id was never
+// sent.
+func (d *degraded) endRedisBuy(buy inventory.BuyRequest, rc inventory.Receipt, err error) {
+	defer d.redisBuys.Add(-1)
+	switch {
+	case err == nil:
+		d.acks.add(rc.Order)
+	case buy.OrderID != "" && outcomeUnknown(err):
+		d.acks.addUnsure(inventory.Order{ID: buy.OrderID, SaleID: buy.SaleID, UserID: buy.UserID, Status: inventory.OrderPending,
+			Items: buy.Lines, IdempotencyKey: buy.IdempotencyKey, CreatedAt: time.Now().UTC()})
+	}
+}
+
+// outcomeUnknown reports whether a buy that failed with err may have run in
+// Redis all the same: any error but the engine's answers, which it gives
+// only for a buy that made no order. Taking a buy for unsure when it is not
+// costs nothing (its order never arrives); the reverse would sell twice.
+func outcomeUnknown(err error) bool {
+	for _, answer := range []error{inventory.ErrInvalid, inventory.ErrNotFound, inventory.ErrSoldOut, inventory.ErrLimitExceeded,
+		inventory.ErrThrottled, inventory.ErrSaleNotActive, inventory.ErrFenced, inventory.ErrCorrupt, inventory.ErrIdempotencyMismatch,
+		inventory.ErrTokenSpent} {
+		if errors.Is(err, answer) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitRedisBuys waits until no buy of this instance is on its way to
+// Redis, for up to a tick (the heartbeat waits meanwhile), and reports
+// whether none is.
+func (d *degraded) waitRedisBuys(ctx context.Context) bool {
+	deadline := time.Now().Add(d.tick)
+	for d.redisBuys.Load() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(max(d.tick/20, time.Millisecond)):
+		}
+	}
+	return true
 }
 
 func (d *degraded) set(m store.SellMode) {
@@ -240,9 +324,7 @@ func (d *degraded) run(ctx context.Context) {
 // and switch the mode when the rules say so.
 func (d *degraded) step(ctx context.Context) {
 	now := time.Now()
-	pctx, cancel := context.WithTimeout(ctx, max(d.tick/2, 100*time.Millisecond))
-	redisOK := d.s.rdb.Ping(pctx).Err() == nil
-	cancel()
+	redisOK := d.ping(ctx, max(d.tick/2, 100*time.Millisecond))
 	d.mu.Lock()
 	if redisOK {
 		d.redisDown = time.Time{}
@@ -265,8 +347,14 @@ func (d *degraded) step(ctx context.Context) {
 		}
 		return // keep the last mode known
 	}
-	if m.Mode != store.ModeRedis && d.flushedEpoch() < m.Epoch {
+	d.set(m) // first: buys stop going to Redis before the hand-over
+	switch flushed := d.flushedEpoch(); {
+	case m.Mode != store.ModeRedis && flushed < m.Epoch:
 		d.flush(ctx, m.Epoch)
+	case m.Mode == store.ModeRedis && flushed > 0 && m.Epoch > flushed:
+		// A recovery has ended since the last hand-over: the stream held
+		// nothing more of the unsure buys handed over.
+		d.acks.settle()
 	}
 	beat := store.Instance{Name: d.name, SeenAt: now, FlushedEpoch: d.flushedEpoch(), Consumer: d.consumer}
 	if redisOK {
@@ -275,7 +363,11 @@ func (d *degraded) step(ctx context.Context) {
 	if err := d.s.db.Heartbeat(ctx, beat); err != nil && ctx.Err() == nil {
 		d.s.log.Warn("degraded mode: heartbeat", "err", err)
 	}
-	d.set(m)
+	if m.Mode == store.ModeDB && d.fleetFlushed(ctx, m.Epoch, now) {
+		d.mu.Lock()
+		d.fleetEpoch = max(d.fleetEpoch, m.Epoch)
+		d.mu.Unlock()
+	}
 
 	d.mu.Lock()
 	restarted := d.restarted
@@ -330,6 +422,30 @@ func (d *degraded) step(ctx context.Context) {
 	}
 }
 
+// ping reports whether Redis answers a PING within timeout. The tick does
+// not wait longer, whatever the client does (go-redis enforces its own read
+// timeout, not the context's deadline, unless told to): a tick held up
+// would hold up this instance's heartbeat, and the others would take it for
+// dead. A ping still unanswered from an earlier tick counts as no answer.
+func (d *degraded) ping(ctx context.Context, timeout time.Duration) bool {
+	if !d.pinging.CompareAndSwap(false, true) {
+		return false
+	}
+	done := make(chan bool, 1)
+	go func() {
+		defer d.pinging.Store(false)
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		done <- d.s.rdb.Ping(pctx).Err() == nil
+	}()
+	select {
+	case ok := <-done:
+		return ok
+	case <-time.After(timeout):
+		return false
+	}
+}
+
 func since(now, t time.Time) time.Duration {
 	if t.IsZero() {
 		return 0
@@ -378,20 +494,49 @@ func (d *degraded) switchTo(ctx context.Context, m store.SellMode, to string, no
 	return next, true
 }
 
+// fleetFlushed reports whether every instance seen within the grace period
+// has handed over its acks for epoch.
+func (d *degraded) fleetFlushed(ctx context.Context, epoch int64, now time.Time) bool {
+	ins, err := d.s.db.Instances(ctx, now.Add(-d.grace))
+	if err != nil {
+		return false
+	}
+	for _, in := range ins {
+		if in.FlushedEpoch < epoch {
+			return false
+		}
+	}
+	return true
+}
+
 // flush hands the database the orders this instance acknowledged from
-// Redis lately; the database sells only after every instance has.
+// Redis lately, and the buys whose outcome it never learned (unsure); the
+// database sells only after every instance has. It first waits for the
+// buys still on their way to Redis (none begins once the mode is not
+// redis): each one's order or unknown outcome is then in the hand-over.
 func (d *degraded) flush(ctx context.Context, epoch int64) {
-	orders := d.acks.snapshot()
+	if !d.waitRedisBuys(ctx) {
+		d.s.log.Warn("degraded mode: buys still on their way to redis; handing over at the next tick", "buys", d.redisBuys.Load())
+		return
+	}
+	orders, unsure := d.acks.snapshot()
 	if err := d.s.db.AdoptOrders(ctx, orders); err != nil {
 		if ctx.Err() == nil {
 			d.s.log.Warn("degraded mode: hand over acknowledged orders", "orders", len(orders), "err", err)
 		}
 		return
 	}
+	if err := d.s.db.MarkUnsure(ctx, unsure); err != nil {
+		if ctx.Err() == nil {
+			d.s.log.Warn("degraded mode: hand over buys of unknown outcome", "buys", len(unsure), "err", err)
+		}
+		return
+	}
+	d.acks.handedOver(len(unsure))
 	d.mu.Lock()
 	d.flushed = max(d.flushed, epoch)
 	d.mu.Unlock()
-	d.s.log.Info("degraded mode: acknowledged orders handed to the database", "orders", len(orders), "epoch", epoch)
+	d.s.log.Info("degraded mode: acknowledged orders handed to the database", "orders", len(orders), "unsure", len(unsure), "epoch", epoch)
 }
 
 // fenceAll fences every sale off in Redis for the degraded epoch.
@@ -450,6 +595,12 @@ func (d *degraded) recover(ctx context.Context, m store.SellMode) {
 				return
 			}
 			time.Sleep(d.tick / 10)
+		}
+		// The stream holds nothing more of the sale: an unsure buy that did
+		// not arrive (voided) was not made, or was lost with Redis.
+		if err := d.s.db.SettleUnsure(ctx, id); err != nil {
+			d.s.log.Warn("degraded mode: recover: settle buys of unknown outcome", "sale", id, "err", err)
+			return
 		}
 		rep, err := d.s.eng.Repair(ctx, id, snapshot)
 		if err != nil && !errors.Is(err, inventory.ErrNotFound) {
@@ -526,12 +677,43 @@ func (d *degraded) everyoneFlushed(ctx context.Context, epoch int64) bool {
 
 // ackRing keeps the last orders this instance acknowledged from Redis
 // (bought or cancelled): the ones that may still be on their way to the
-// database through the stream when Redis goes away.
+// database through the stream when Redis goes away. Beside them, up to as
+// many buys whose outcome this instance never learned (unsure), oldest
+// first, until a recovery has settled them.
 type ackRing struct {
 	mu   sync.Mutex
 	size int
 	buf  []inventory.Order
 	next int
+
+	unsure []inventory.Order
+	handed int // how many of unsure the last hand-over took
+}
+
+func (r *ackRing) addUnsure(o inventory.Order) {
+	r.mu.Lock()
+	if len(r.unsure) >= r.size {
+		r.unsure = slices.Delete(r.unsure, 0, 1)
+		r.handed = max(r.handed-1, 0)
+	}
+	r.unsure = append(r.unsure, o)
+	r.mu.Unlock()
+}
+
+// handedOver records that a hand-over took the first n unsure buys.
+func (r *ackRing) handedOver(n int) {
+	r.mu.Lock()
+	r.handed = max(r.handed, min(n, len(r.unsure)))
+	r.mu.Unlock()
+}
+
+// settle forgets the unsure buys the last hand-over took: a recovery has
+// drained the stream since (one that arrived was voided).
+func (r *ackRing) settle() {
+	r.mu.Lock()
+	r.unsure = slices.Delete(r.unsure, 0, r.handed)
+	r.handed = 0
+	r.mu.Unlock()
 }
 
 func (r *ackRing) add(o inventory.Order) {
@@ -545,10 +727,12 @@ func (r *ackRing) add(o inventory.Order) {
 	r.mu.Unlock()
 }
 
-// snapshot returns the orders held, once each, in their last state.
-func (r *ackRing) snapshot() []inventory.Order {
+// snapshot returns the orders held, once each, in their last state, and
+// the unsure buys.
+func (r *ackRing) snapshot() (acked, unsure []inventory.Order) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	unsure = slices.Clone(r.unsure)
 	at := make(map[string]int, len(r.buf))
 	out := make([]inventory.Order, 0, len(r.buf))
 	for i := range r.buf {
@@ -560,7 +744,7 @@ func (r *ackRing) snapshot() []inventory.Order {
 		at[o.ID] = len(out)
 		out = append(out, o)
 	}
-	return out
+	return out, unsure
 }
 
 // ---- the operators' switch: GET and PUT /v1/admin/degraded

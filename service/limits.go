@@ -168,9 +168,19 @@ func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string
 	return nil
 }
 
-// allow counts one hit of key under limit, or answers 429.
+// allow counts one hit of key under limit, or answers 429. While Redis
+// did not answer this instance's last ping, the in-process fallback
+// answers at once: buys from the database (degraded mode) must not wait
+// for Redis's timeouts.
 func (s *Service) allow(r *http.Request, scope, key string, limit *ratelimit.Limit) error {
-	res, err := s.limiter.Allow(r.Context(), key, *limit)
+	var res ratelimit.Result
+	var err error
+	if s.deg.redisUnreachable() {
+		res, err = s.local.Allow(r.Context(), key, *limit)
+		s.live.lastFallback.Store(time.Now().UnixNano())
+	} else {
+		res, err = s.limiter.Allow(r.Context(), key, *limit)
+	}
 	if err != nil {
 		return err
 	}

@@ -90,6 +90,7 @@ type Service struct {
 	auth      *auth
 	limits    limits
 	limiter   *ratelimit.Limiter
+	local     *ratelimit.Local // the limiter's in-process fallback
 	metrics   *metrics
 	live      *live
 	deg       *degraded
@@ -152,9 +153,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.eng.Preload(ctx); err != nil {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}
+	s.local = ratelimit.NewLocal(ratelimit.LocalOptions{Instances: s.cfg.Instances})
 	s.limiter = ratelimit.New(s.rdb, ratelimit.Options{
 		Prefix:     s.cfg.KeyPrefix,
-		Fallback:   ratelimit.NewLocal(ratelimit.LocalOptions{Instances: s.cfg.Instances}),
+		Fallback:   s.local,
 		OnFallback: func(string, error) { s.live.lastFallback.Store(time.Now().UnixNano()) },
 	})
 

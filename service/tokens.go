@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -101,21 +100,4 @@ func (s *Service) checkPurchaseToken(saleID, user, token string) (purchaseToken,
 		return purchaseToken{}, errTokenDenied
 	}
 	return purchaseToken{nonce: parts[3], ttl: time.Until(time.UnixMilli(exp)) + time.Minute}, nil
-}
-
-// spendTokenForDB spends a checked token on its own, if there is one, for
-// a buy the database makes (degraded mode), where no buy script runs. The
-// key is the one buy.lua spends, so a token is spent once either way.
-func (s *Service) spendTokenForDB(ctx context.Context, saleID, user string, t purchaseToken) error {
-	if t.nonce == "" {
-		return nil
-	}
-	fresh, err := s.rdb.SetNX(ctx, s.eng.Key(saleID, "ptoken:"+t.nonce), user, t.ttl).Result()
-	if err != nil {
-		return err
-	}
-	if !fresh {
-		return errTokenDenied
-	}
-	return nil
 }

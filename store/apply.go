@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/seckill/seckill/inventory"
 )
@@ -43,6 +44,8 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 //     restocks of it applied before.
 //   - bought: inserts the order as confirmed, with its items; an order that
 //     is already there (cancelled by an event applied earlier) stays as is.
+//     An order handed over as of unknown outcome (MarkUnsure) goes in
+//     cancelled: voided, the database sold its units meanwhile.
 //   - cancelled: marks the order cancelled, or inserts it cancelled if its
 //     bought event has not been applied yet.
 //   - restocked: adds the units to the item's stocked total.
@@ -93,7 +96,9 @@ func (s *Store) Apply(ctx context.Context, saleID string, events []inventory.Eve
 			}
 			rest = rest[n:]
 		}
-		return nil
+		// Orders an instance handed over as of unknown outcome arrive
+		// voided: the database sold their units meanwhile.
+		return s.voidArrivedUnsure(ctx, tx, saleID, time.Now())
 	})
 	if err != nil {
 		return fmt.Errorf("store: apply %d events of sale %s: %w", len(events), saleID, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/seckill/seckill/inventory"
@@ -215,12 +216,151 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 		if err != nil {
 			return err
 		}
-		return s.insertOrderItems(ctx, tx, items)
+		if err := s.insertOrderItems(ctx, tx, items); err != nil {
+			return err
+		}
+		// An order acknowledged (a replay told its buyer of it) is no
+		// longer unsure, whoever handed it over as unsure.
+		for _, id := range slices.Sorted(maps.Keys(sales)) {
+			if err := s.dropArrivedUnsure(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("store: adopt %d orders: %w", len(orders), err)
 	}
 	return nil
+}
+
+// MarkUnsure records buys an instance sent to Redis whose outcome it never
+// learned (a transport error after the request may have reached Redis),
+// handed over with its acknowledged orders (AdoptOrders) before the
+// database sells. No buyer was told of them, so the database does not
+// count them: it sells their units. Should one of them reach the database
+// from the stream after all (Redis ran it, and the order consumer or the
+// recovery's drain applies it), Apply writes it cancelled — voided — so
+// that no unit and no buyer's quota is sold twice, and no idempotency key
+// has two live orders. An order the database has already (the consumer
+// applied it before the hand-over) stays as it is. SettleUnsure forgets a
+// sale's records once the stream holds nothing more of it.
+func (s *Store) MarkUnsure(ctx context.Context, orders []inventory.Order) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	bySale := map[string][]any{}
+	for _, o := range orders {
+		bySale[o.SaleID] = append(bySale[o.SaleID], o.ID, o.SaleID, o.UserID, ms(o.CreatedAt))
+	}
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		for _, id := range slices.Sorted(maps.Keys(bySale)) { // in order: two hand-overs never deadlock
+			// The sale's lock orders this with Apply, which voids what
+			// arrives after the record.
+			if err := s.lockSale(ctx, tx, id); err != nil {
+				return err
+			}
+			if err := s.insertRows(ctx, tx, "INSERT INTO unsure_orders (order_id, sale_id, user_id, created_at)", 4, bySale[id],
+				"ON CONFLICT (order_id) DO NOTHING", nil); err != nil {
+				return err
+			}
+			if err := s.dropArrivedUnsure(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: record %d buys of unknown outcome: %w", len(orders), err)
+	}
+	return nil
+}
+
+// SettleUnsure forgets the sale's records of buys of unknown outcome: the
+// stream holds nothing more of the sale (the recovery drained it), so an
+// order that did not arrive was not made, or was lost with Redis.
+func (s *Store) SettleUnsure(ctx context.Context, saleID string) error {
+	if _, err := s.exec(ctx, s.db, "DELETE FROM unsure_orders WHERE sale_id = ?", saleID); err != nil {
+		return fmt.Errorf("store: settle buys of unknown outcome of sale %s: %w", saleID, err)
+	}
+	return nil
+}
+
+// dropArrivedUnsure forgets the sale's unsure records whose order the
+// database has: it had it before the record, or it was acknowledged.
+func (s *Store) dropArrivedUnsure(ctx context.Context, tx *sql.Tx, saleID string) error {
+	_, err := s.exec(ctx, tx, `DELETE FROM unsure_orders WHERE sale_id = ?
+		AND EXISTS (SELECT 1 FROM orders o WHERE o.id = unsure_orders.order_id)`, saleID)
+	return err
+}
+
+// voidArrivedUnsure writes cancelled, with a journal row that gives their
+// units back, the orders of the sale that arrived (through Apply) after
+// they were handed over as unsure, and forgets their records. The caller
+// holds the sale's lock.
+func (s *Store) voidArrivedUnsure(ctx context.Context, tx *sql.Tx, saleID string, now time.Time) error {
+	rows, err := s.query(ctx, tx, `DELETE FROM unsure_orders WHERE sale_id = ?
+		AND EXISTS (SELECT 1 FROM orders o WHERE o.id = unsure_orders.order_id) RETURNING order_id`, saleID)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	if err := scanEach(rows, func() error {
+		var id string
+		err := rows.Scan(&id)
+		ids = append(ids, id)
+		return err
+	}); err != nil || len(ids) == 0 {
+		return err
+	}
+	for _, id := range ids {
+		orders, err := s.readOrders(ctx, tx, "o.id = ?", id)
+		if err != nil {
+			return err
+		}
+		if len(orders) == 0 || orders[0].Status != inventory.OrderConfirmed {
+			continue
+		}
+		o := orders[0]
+		if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = ? WHERE id = ?",
+			string(inventory.OrderCancelled), ms(now), id); err != nil {
+			return err
+		}
+		ev := inventory.Event{ID: "void:" + id, Type: inventory.EventCancelled, At: now, Order: o}
+		if err := s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, saleID, ev), "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetPaused pauses or resumes a sale on the database in degraded mode
+// (same epoch rule as Buy): the database's buys read the flag under the
+// sale's lock, so the next one obeys it on every instance; Redis gets it
+// with the repair that ends degraded mode. Unknown sale: ErrNotFound.
+func (s *Store) SetPaused(ctx context.Context, epoch int64, saleID string, paused bool, now time.Time) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if err := s.stillDegraded(ctx, tx, epoch, now); err != nil {
+			return err
+		}
+		res, err := s.exec(ctx, tx, "UPDATE sales SET paused = ? WHERE id = ?", flag(paused), saleID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return cmp(err, saleNotFound(saleID))
+		}
+		typ := inventory.EventResumed
+		if paused {
+			typ = inventory.EventPaused
+		}
+		ev := inventory.Event{ID: "db:" + string(typ) + ":" + strconv.FormatInt(now.UnixNano(), 10), Type: typ, At: now}
+		return s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, saleID, ev), "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil)
+	})
+	if err != nil && !isOutcome(err) {
+		err = fmt.Errorf("store: degraded pause of sale %s: %w", saleID, err)
+	}
+	return err
 }
 
 // DegradedBuy is a buy made on the database in degraded mode.
@@ -266,8 +406,11 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 				return err
 			}
 			if len(prev) > 0 {
-				rc = inventory.Receipt{Order: prev[0], Replayed: true}
-				rc.Remaining, err = s.degradedRemaining(ctx, tx, b.SaleID, b.Epoch, prev[0].Items)
+				// A live order first: the key may also name one voided
+				// (an unsure buy that arrived, see MarkUnsure).
+				i := max(slices.IndexFunc(prev, func(o inventory.Order) bool { return o.Status == inventory.OrderConfirmed }), 0)
+				rc = inventory.Receipt{Order: prev[i], Replayed: true}
+				rc.Remaining, err = s.degradedRemaining(ctx, tx, b.SaleID, b.Epoch, prev[i].Items)
 				return err
 			}
 		}

@@ -218,3 +218,111 @@ func TestDegradedStockSeesOtherWriters(t *testing.T) {
 		}
 	})
 }
+
+// TestUnsureBuysArriveVoided: buys handed over as of unknown outcome are not
+// counted; one that arrives from the stream afterwards is written voided
+// (cancelled, its units journaled back), whatever the database sold
+// meanwhile; one the database had before the hand-over, or one handed
+// over as acknowledged too, stays confirmed. A replay of the idempotency
+// key names the live order, not the voided one.
+func TestUnsureBuysArriveVoided(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		epoch := degradedSale(t, s, now)
+		e := newEvents("s1")
+		before := e.bought("u0", line("A", 1)) // consumed before the hand-over
+		must(t, s.Apply(ctx, "s1", []inventory.Event{before}))
+		lost := e.bought("u1", line("A", 2)) // ran in Redis, its reply lost
+		acked := e.bought("u2", line("A", 1))
+		never := inventory.Order{ID: e.orderID(), SaleID: "s1", UserID: "u3", Items: []inventory.Line{line("A", 1)}, CreatedAt: now}
+		must(t, s.MarkUnsure(ctx, []inventory.Order{before.Order, lost.Order, acked.Order, never}))
+
+		// Not counted: the database sells the units the unsure buys may hold.
+		rc, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 2)},
+			IdempotencyKey: lost.Order.IdempotencyKey, Now: now})
+		must(t, err)
+		check(t, "remaining after the database sold u1 two", rc.Remaining, []int64{2})
+
+		// The lost buy arrives: voided. Nothing else is.
+		must(t, s.Apply(ctx, "s1", []inventory.Event{lost}))
+		must(t, s.AdoptOrders(ctx, []inventory.Order{acked.Order})) // another instance told its buyer of it (a replay)
+		must(t, s.Apply(ctx, "s1", []inventory.Event{acked}))
+		for id, want := range map[string]inventory.OrderStatus{before.Order.ID: inventory.OrderConfirmed, lost.Order.ID: inventory.OrderCancelled,
+			acked.Order.ID: inventory.OrderConfirmed, rc.Order.ID: inventory.OrderConfirmed} {
+			o, err := s.Order(ctx, id)
+			must(t, err)
+			check(t, "the status of "+id, o.Status, want)
+		}
+		totals, err := s.Totals(ctx, "s1")
+		must(t, err)
+		check(t, "units sold of 5", totals[0].Sold, int64(4))
+		journal, err := s.Journal(ctx, "s1")
+		must(t, err)
+		var moved int64
+		for _, j := range journal {
+			if j.SKU == "A" {
+				switch j.Type {
+				case inventory.EventBought:
+					moved += j.Qty
+				case inventory.EventCancelled:
+					moved -= j.Qty
+				}
+			}
+		}
+		check(t, "units the journal says are sold", moved, int64(4))
+		again, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 2)},
+			IdempotencyKey: lost.Order.IdempotencyKey, Now: now})
+		must(t, err)
+		check(t, "the key's replay", [2]any{again.Order.ID, again.Replayed}, [2]any{rc.Order.ID, true})
+
+		// Settled once the stream is drained: an order that turns up later
+		// is not voided.
+		must(t, s.SettleUnsure(ctx, "s1"))
+		late := e.bought("u3", line("A", 1))
+		late.Order.ID = never.ID
+		must(t, s.Apply(ctx, "s1", []inventory.Event{late}))
+		o, err := s.Order(ctx, never.ID)
+		must(t, err)
+		check(t, "an order that arrived after the settling", o.Status, inventory.OrderConfirmed)
+	})
+}
+
+// TestDegradedPause: a pause written on the database in degraded mode is
+// obeyed by the next database buy, and journaled; a resume lets buys in
+// again; an unknown sale, or a mode that has ended, writes nothing.
+func TestDegradedPause(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		epoch := degradedSale(t, s, now)
+		buy := func(user string) error {
+			_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: user, Lines: []inventory.Line{line("A", 1)}, Now: now})
+			return err
+		}
+		must(t, s.SetPaused(ctx, epoch, "s1", true, now))
+		if err := buy("u1"); !errors.Is(err, inventory.ErrSaleNotActive) {
+			t.Fatalf("a buy of a paused sale: %v", err)
+		}
+		sale, err := s.Sale(ctx, "s1")
+		must(t, err)
+		check(t, "paused", sale.Paused, true)
+		must(t, s.SetPaused(ctx, epoch, "s1", false, now.Add(time.Millisecond)))
+		must(t, buy("u1"))
+		if err := s.SetPaused(ctx, epoch, "nope", true, now); !errors.Is(err, inventory.ErrNotFound) {
+			t.Fatalf("pausing an unknown sale: %v", err)
+		}
+		if err := s.SetPaused(ctx, epoch+1, "s1", true, now); !errors.Is(err, ErrModeChanged) {
+			t.Fatalf("a pause routed by another mode: %v", err)
+		}
+		journal, err := s.Journal(ctx, "s1")
+		must(t, err)
+		var kinds []inventory.EventType
+		for _, j := range journal {
+			if j.Type == inventory.EventPaused || j.Type == inventory.EventResumed {
+				kinds = append(kinds, j.Type)
+			}
+		}
+		check(t, "journaled", kinds, []inventory.EventType{inventory.EventPaused, inventory.EventResumed})
+	})
+}

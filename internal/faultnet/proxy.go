@@ -4,9 +4,9 @@
 package faultnet
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -18,6 +18,9 @@ type Proxy struct {
 	down   bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+
+	dropReplies atomic.Bool
+	held        chan struct{} // closed when HoldReplies(false) releases the replies held; nil: none held
 }
 
 // Start listens on a free loopback port and forwards to target; it is
@@ -55,8 +58,30 @@ func (p *Proxy) Restore() {
 	p.mu.Unlock()
 }
 
+// DropReplies makes the proxy forward what clients send but discard what
+// the target answers, on open connections and new ones, until it is called
+// with false: the requests reach the server and run, their replies are lost
+// (a partition right after the server received them).
+func (p *Proxy) DropReplies(drop bool) { p.dropReplies.Store(drop) }
+
+// HoldReplies makes the proxy forward what clients send but keep what the
+// target answers until it is called with false, when the replies go on
+// their way: requests run at once, their replies arrive late.
+func (p *Proxy) HoldReplies(hold bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case hold && p.held == nil:
+		p.held = make(chan struct{})
+	case !hold && p.held != nil:
+		close(p.held)
+		p.held = nil
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
+	p.HoldReplies(false)
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
@@ -84,14 +109,35 @@ func (p *Proxy) accept() {
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(client, server)
-		go p.pipe(server, client)
+		go p.pipe(server, client, false)
+		go p.pipe(client, server, true)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst until either side closes, or Cut closes both;
+// replies (what the target answers) are dropped or held as asked.
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src) // ends when either side closes, or Cut closes both
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if replies {
+			p.mu.Lock()
+			held := p.held
+			p.mu.Unlock()
+			if held != nil {
+				<-held
+			}
+		}
+		if n > 0 && (!replies || !p.dropReplies.Load()) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()

@@ -240,7 +240,7 @@ func TestRepair(t *testing.T) {
 				if _, err := r.eng.Buy(r.ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, ""); !errors.Is(err, inventory.ErrLimitExceeded) {
 					t.Errorf("u1 past the limit after the repair: %v", err)
 				}
-				if rc, err := r.eng.Buy(r.ctx, "s1", "u1", []inventory.Line{{SKU: "U", Qty: 1}}, "k1"); err != nil || rc.Order.ID != rcs["u1"].Order.ID {
+				if rc, err := r.eng.Buy(r.ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 2}, {SKU: "U", Qty: 1}}, "k1"); err != nil || rc.Order.ID != rcs["u1"].Order.ID {
 					t.Errorf("repeat of k1: %+v, %v", rc, err)
 				}
 

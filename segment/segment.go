@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,11 +73,8 @@ type Seller struct {
 	dirs              sync.Map                  // sale id -> []string, the segment ids
 	fills             sync.Map                  // "<segment>\x00<sku>" -> *refiller
 	empty             *ttlcache.Cache[struct{}] // "<sale>\x00<sku>" until it may have stock again
+	flows             sync.Map                  // sale id -> *flow, its moves under way
 	moves, movedUnits atomic.Int64
-	// moving counts this Seller's moves under way: their units are in no
-	// segment for a moment, so an item read as empty meanwhile is not
-	// flagged sold out.
-	moving atomic.Int64
 }
 
 // New returns a seller of segmented sales kept by eng in rdb (the client
@@ -153,7 +151,8 @@ func (s *Seller) Segments(ctx context.Context, saleID string) ([]string, error) 
 // r.SaleID (the sale, not a segment). When the home segment has too few
 // units of a line, units are moved to it from the other segments and the
 // buy is tried again; it fails with ErrSoldOut only when every segment
-// together has too few. The receipt's Remaining is the home segment's, and
+// together has too few, units this Seller is moving between segments
+// counted (it waits for them to land). The receipt's Remaining is the home segment's, and
 // its order's SaleID is the home segment's id (the id Cancel and the order
 // stream know it by). A throttle (r.Throttle) counts the buy once, however
 // often it is sent: its first attempt goes to Redis even if the engine
@@ -237,63 +236,147 @@ func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, s
 	if s.refuse(sale, []inventory.Line{{SKU: sku, Qty: need}}, "") != nil {
 		return false, nil // found empty everywhere while this buy waited
 	}
-
-	rem, err := s.eng.Remaining(ctx, sku, segs...)
-	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
-		return false, err
-	}
-	// A segment missing from Redis counts as empty here; its next buy
-	// rebuilds it from the system of record.
-	var total, atHome int64
-	for i, id := range segs {
-		if rem[i] < 0 {
-			return true, nil // unlimited: the buy was short of something else
-		}
-		total += rem[i]
-		if id == home {
-			atHome = rem[i]
-		}
-	}
-	if total == 0 {
-		s.markEmpty(sale, sku)
-	}
-	if atHome >= need {
-		return true, nil // another buy refilled it meanwhile
-	}
-	if total < need {
-		return false, nil
-	}
-	for atHome < need {
-		// Take from the segment with the most left: half of what it has
-		// (so its own buyers keep the rest), and at least what is missing.
-		from, most := -1, int64(0)
-		for i, id := range segs {
-			if id != home && rem[i] > most {
-				from, most = i, rem[i]
-			}
-		}
-		if from < 0 {
-			return false, nil
-		}
-		want := max(need-atHome, (most+1)/2)
-		n, err := s.move(ctx, segs[from], home, sku, want)
+	for {
+		rem, total, err := s.remaining(ctx, sale, segs, sku, need)
 		if err != nil {
 			return false, err
 		}
-		if n > 0 {
-			rf.gen.Add(1)
+		if total < 0 {
+			return true, nil // unlimited: the buy was short of something else
 		}
-		rem[from] = 0 // whatever it had, it has less now: look elsewhere next
-		atHome += n
+		atHome := rem[slices.Index(segs, home)]
+		if atHome >= need {
+			return true, nil // another buy refilled it meanwhile
+		}
+		if total < need {
+			return false, nil
+		}
+		for atHome < need {
+			// Take from the segment with the most left: half of what it has
+			// (so its own buyers keep the rest), and at least what is missing.
+			from, most := -1, int64(0)
+			for i, id := range segs {
+				if id != home && rem[i] > most {
+					from, most = i, rem[i]
+				}
+			}
+			if from < 0 {
+				break
+			}
+			want := max(need-atHome, (most+1)/2)
+			n, err := s.move(ctx, segs[from], home, sku, want)
+			if err != nil {
+				return false, err
+			}
+			if n > 0 {
+				rf.gen.Add(1)
+			}
+			rem[from] = 0 // whatever it had, it has less now: look elsewhere next
+			atHome += n
+		}
+		if atHome >= need {
+			return true, nil
+		}
+		// The units read elsewhere were sold or moved meanwhile (perhaps to
+		// another home): they are not gone until a read says so.
 	}
-	return true, nil
 }
 
-// move is Engine.Move, counted in s.moving while it runs and in Moved
-// once it moved something.
+// remaining reads what is left of a limited sku in each segment and in all
+// of them together (total -1: the sku is unlimited). A segment missing
+// from Redis counts as empty here; its next buy rebuilds it from the system
+// of record. A total short of need is read again until no move of the
+// sale's units by this Seller ran during the read: a move's units are in
+// no segment while it runs, and a read of several segments is not one
+// instant, so units moving meanwhile may be missed. Only such a settled
+// read says the item has too few, and only an empty one is flagged sold out.
+func (s *Seller) remaining(ctx context.Context, sale string, segs []string, sku string, need int64) ([]int64, int64, error) {
+	f := s.flow(sale)
+	for {
+		started, running := f.mark()
+		rem, err := s.eng.Remaining(ctx, sku, segs...)
+		if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+			return nil, 0, err
+		}
+		var total int64
+		for _, r := range rem {
+			if r < 0 {
+				return rem, -1, nil
+			}
+			total += r
+		}
+		if total >= need {
+			return rem, total, nil
+		}
+		now, idle := f.mark()
+		if running == nil && now == started {
+			if total == 0 {
+				s.markEmpty(sale, sku)
+			}
+			return rem, total, nil
+		}
+		if idle != nil {
+			select {
+			case <-idle:
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+		}
+	}
+}
+
+// flow counts a sale's moves under way in this Seller.
+type flow struct {
+	mu      sync.Mutex
+	started uint64        // moves begun, ever
+	running int           // moves begun and not ended
+	idle    chan struct{} // closed when running drops to 0
+}
+
+func (f *flow) begin() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.running++
+	f.started++
+}
+
+func (f *flow) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running--; f.running == 0 {
+		close(f.idle)
+	}
+}
+
+// mark returns the moves begun so far and, while some run, a channel
+// closed once none does (nil: none runs).
+func (f *flow) mark() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running == 0 {
+		return f.started, nil
+	}
+	return f.started, f.idle
+}
+
+// flow returns the moves of a sale's units under way in this Seller.
+func (s *Seller) flow(sale string) *flow {
+	if v, ok := s.flows.Load(sale); ok {
+		return v.(*flow)
+	}
+	v, _ := s.flows.LoadOrStore(sale, &flow{})
+	return v.(*flow)
+}
+
+// move is Engine.Move, counted in the sale's flow while it runs and in
+// Moved once it moved something.
 func (s *Seller) move(ctx context.Context, from, to, sku string, qty int64) (int64, error) {
-	s.moving.Add(1)
-	defer s.moving.Add(-1)
+	f := s.flow(ParentOf(from))
+	f.begin()
+	defer f.end()
 	n, err := s.eng.Move(ctx, from, to, sku, qty)
 	if n > 0 {
 		s.moves.Add(1)
@@ -302,10 +385,12 @@ func (s *Seller) move(ctx context.Context, from, to, sku string, qty int64) (int
 	return n, err
 }
 
-// finishMoves is Engine.FinishMoves, counted in s.moving while it runs.
+// finishMoves is Engine.FinishMoves, counted in the sale's flow while it
+// runs.
 func (s *Seller) finishMoves(ctx context.Context, segment string) error {
-	s.moving.Add(1)
-	defer s.moving.Add(-1)
+	f := s.flow(ParentOf(segment))
+	f.begin()
+	defer f.end()
 	_, err := s.eng.FinishMoves(ctx, segment)
 	return err
 }
@@ -336,8 +421,10 @@ func (s *Seller) refuse(sale string, lines []inventory.Line, key string) error {
 	return nil
 }
 
+// markEmpty flags an item a settled read found empty in every segment
+// (see remaining).
 func (s *Seller) markEmpty(sale, sku string) {
-	if s.o.SoldOutTTL > 0 && s.moving.Load() == 0 {
+	if s.o.SoldOutTTL > 0 {
 		now := s.o.Clock.Now()
 		s.empty.Set(sale+"\x00"+sku, struct{}{}, now.Add(s.o.SoldOutTTL).UnixNano(), now.UnixNano())
 	}

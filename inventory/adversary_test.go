@@ -1,6 +1,13 @@
 package inventory_test
 
 import (
+	"context"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
 	"errors"
 	"fmt"
 	"testing"
@@ -81,5 +88,87 @@ func TestRestockAndCancelCheckCountersPastExactIntegers(t *testing.T) {
 	}
 	if n := len(r.events("s1")); n != events0 {
 		t.Errorf("%d events after the failed calls, want %d", n, events0)
+	}
+}
+
+// lostPipeline runs a pipeline of scripts, then loses every reply of it (once).
+type lostPipeline struct{ armed atomic.Bool }
+
+func (h *lostPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *lostPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *lostPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) == 0 || cmds[0].Name() != "evalsha" || !h.armed.CompareAndSwap(true, false) {
+			return err
+		}
+		for _, c := range cmds {
+			c.SetErr(io.ErrUnexpectedEOF)
+		}
+		return io.ErrUnexpectedEOF
+	}
+}
+
+// TestTokenAndRepeatsInALostBatch: one BuyMany batch mixes a repeat of an
+// earlier order, a refused buy with a token, an accepted buy with the same
+// token, a third buy with that token and a plain buy; the batch runs and
+// its reply is lost, so every buy is sent again alone. The repeat replays,
+// the accepted buys find their own orders (Retried, not bought twice), the
+// token is spent once, by the accepted buy, and the other buys with it are
+// refused. One bought event per order, the stock down by exactly the
+// accepted units.
+func TestTokenAndRepeatsInALostBatch(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }}, inventory.Options{})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 20, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+	first, err := r.eng.Buy(r.ctx, "s1", "u0", lines("A", 1), "k0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.eng.Preload(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := &lostPipeline{}
+	h.armed.Store(true)
+	rdb.AddHook(h)
+	tok := func(b inventory.BuyRequest) inventory.BuyRequest {
+		b.Token, b.TokenTTL = "T", time.Minute
+		return b
+	}
+	res := r.eng.BuyMany(r.ctx, []inventory.BuyRequest{
+		tok(inventory.BuyRequest{SaleID: "s1", UserID: "u0", Lines: lines("A", 1), IdempotencyKey: "k0"}),
+		tok(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 10)}),
+		tok(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)}),
+		tok(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), IdempotencyKey: "k3"}),
+		{SaleID: "s1", UserID: "u3", Lines: lines("A", 1)},
+	})
+	if h.armed.Load() {
+		t.Fatal("the batch was not sent as a pipeline")
+	}
+	if rc := res[0]; rc.Err != nil || !rc.Receipt.Replayed || rc.Receipt.Order.ID != first.Order.ID {
+		t.Errorf("the repeat: %+v, %v; want order %s replayed", rc.Receipt, rc.Err, first.Order.ID)
+	}
+	if rc := res[1]; !errors.Is(rc.Err, inventory.ErrSoldOut) && !errors.Is(rc.Err, inventory.ErrTokenSpent) {
+		t.Errorf("the buy of 10: %v, want a refusal", rc.Err)
+	}
+	for _, i := range []int{2, 4} {
+		if rc := res[i]; rc.Err != nil || !rc.Receipt.Retried || rc.Receipt.Replayed {
+			t.Errorf("buy %d: %+v, %v; want its own order, Retried", i, rc.Receipt, rc.Err)
+		}
+	}
+	if !errors.Is(res[3].Err, inventory.ErrTokenSpent) {
+		t.Errorf("the second buy with the token: %+v, %v; want ErrTokenSpent", res[3].Receipt, res[3].Err)
+	}
+	ev := r.boughtEvents("s1")
+	want := map[string]int{first.Order.ID: 1, res[2].Receipt.Order.ID: 1, res[4].Receipt.Order.ID: 1}
+	if fmt.Sprint(ev) != fmt.Sprint(want) {
+		t.Errorf("bought events %v, want %v", ev, want)
+	}
+	if rem := r.remaining("s1")["A"]; rem != 2 {
+		t.Errorf("remaining %d, want 2", rem)
+	}
+	if who, err := r.rdb.Get(r.ctx, r.key("s1", "ptoken:T")).Result(); err != nil || who != "u1" {
+		t.Errorf("token T spent by %q, %v; want u1", who, err)
 	}
 }

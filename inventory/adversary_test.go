@@ -172,3 +172,38 @@ func TestTokenAndRepeatsInALostBatch(t *testing.T) {
 		t.Errorf("token T spent by %q, %v; want u1", who, err)
 	}
 }
+
+// TestWindowEdgesOnTheScriptClock: the script's clock at a sale's edges,
+// to the µs. A sale sells from its start exactly, not a µs before (the ms
+// is floored, never rounded up into the window); at its end exactly it has
+// ended. Stock's status, on the process clock, agrees at each instant.
+func TestWindowEdgesOnTheScriptClock(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{})
+	start := r.clock.Now().Add(time.Hour)
+	end := start.Add(time.Hour)
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, StartsAt: start, EndsAt: end,
+		Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	for i, c := range []struct {
+		at   time.Time
+		want inventory.Status
+	}{
+		{start.Add(-time.Microsecond), inventory.StatusUpcoming},
+		{start, inventory.StatusActive},
+		{end.Add(-time.Microsecond), inventory.StatusActive},
+		{end, inventory.StatusEnded},
+	} {
+		r.clock.Set(c.at)
+		_, err := r.eng.Buy(r.ctx, "s1", fmt.Sprintf("u%d", i), lines("A", 1), "")
+		var na *inventory.NotActiveError
+		switch {
+		case c.want == inventory.StatusActive && err != nil:
+			t.Errorf("at %v: %v, want a sale", c.at, err)
+		case c.want != inventory.StatusActive && (!errors.As(err, &na) || na.Status != c.want):
+			t.Errorf("at %v: %v, want %s", c.at, err, c.want)
+		}
+		st, err := r.eng.Stock(r.ctx, "s1")
+		if err != nil || st.Status != c.want {
+			t.Errorf("Stock at %v: %s, %v; want %s", c.at, st.Status, err, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -205,5 +206,56 @@ func TestWindowEdgesOnTheScriptClock(t *testing.T) {
 		if err != nil || st.Status != c.want {
 			t.Errorf("Stock at %v: %s, %v; want %s", c.at, st.Status, err, c.want)
 		}
+	}
+}
+
+// TestOneTokenManyConcurrentBuys: twenty buys race with one purchase token
+// (coalesced into batches as they come): exactly one is accepted and the
+// others are ErrTokenSpent; the stock is down by one unit. Then three buys
+// with one token in one batch: the first is accepted, the others see the
+// token it spent earlier in the same script.
+func TestOneTokenManyConcurrentBuys(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	const n = 20
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1),
+				IdempotencyKey: fmt.Sprintf("k%d", i), Token: "T", TokenTTL: time.Minute})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, inventory.ErrTokenSpent):
+			t.Errorf("a buy: %v, want ErrTokenSpent", err)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d buys accepted with one token, want 1", ok)
+	}
+	if rem := r.remaining("s1")["A"]; rem != 99 {
+		t.Errorf("remaining %d, want 99", rem)
+	}
+
+	// In one batch for certain: one BuyMany call of the sale.
+	var reqs []inventory.BuyRequest
+	for i := range 3 {
+		reqs = append(reqs, inventory.BuyRequest{SaleID: "s1", UserID: "u2", Lines: lines("A", 1),
+			IdempotencyKey: fmt.Sprintf("k%d", i), Token: "T2", TokenTTL: time.Minute})
+	}
+	res := r.eng.BuyMany(r.ctx, reqs)
+	if res[0].Err != nil || !errors.Is(res[1].Err, inventory.ErrTokenSpent) || !errors.Is(res[2].Err, inventory.ErrTokenSpent) {
+		t.Errorf("one batch with one token: %v, %v, %v; want the first accepted, the others ErrTokenSpent", res[0].Err, res[1].Err, res[2].Err)
 	}
 }

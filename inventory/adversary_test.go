@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/ratelimit"
 )
 
 // TestCounterPastExactIntegersIsCorrupt: a stored counter holds digits only,
@@ -257,5 +258,54 @@ func TestOneTokenManyConcurrentBuys(t *testing.T) {
 	res := r.eng.BuyMany(r.ctx, reqs)
 	if res[0].Err != nil || !errors.Is(res[1].Err, inventory.ErrTokenSpent) || !errors.Is(res[2].Err, inventory.ErrTokenSpent) {
 		t.Errorf("one batch with one token: %v, %v, %v; want the first accepted, the others ErrTokenSpent", res[0].Err, res[1].Err, res[2].Err)
+	}
+}
+
+// TestCorruptThrottleAndSaleFields: a buyer's throttle state and the
+// sale's own fields hold values the engine did not write. A buy reading
+// the bad throttle fails with ErrCorrupt and leaves that state as it was,
+// while the other buys of its batch run; with the sale's limit garbled,
+// every new buy fails with ErrCorrupt before any write, but a repeat of an
+// earlier order is still answered with that order (repeats come first).
+func TestCorruptThrottleAndSaleFields(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+	bucket, err := ratelimit.PerSecond(10, 10).Bucket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.Set(r.ctx, r.key("s1", "throttle:u2"), "12:x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := r.eng.BuyMany(r.ctx, []inventory.BuyRequest{
+		{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), IdempotencyKey: "k1", Throttle: &bucket},
+		{SaleID: "s1", UserID: "u2", Lines: lines("A", 1), Throttle: &bucket},
+		{SaleID: "s1", UserID: "u3", Lines: lines("A", 1), Throttle: &bucket},
+	})
+	if res[0].Err != nil || res[2].Err != nil || !errors.Is(res[1].Err, inventory.ErrCorrupt) {
+		t.Errorf("batch with a bad throttle state: %v, %v, %v; want ok, ErrCorrupt, ok", res[0].Err, res[1].Err, res[2].Err)
+	}
+	if v, _ := r.rdb.Get(r.ctx, r.key("s1", "throttle:u2")).Result(); v != "12:x" {
+		t.Errorf("u2's throttle state %q, want it untouched", v)
+	}
+	if ev := r.boughtEvents("s1"); len(ev) != 2 {
+		t.Errorf("bought events %v, want 2", ev)
+	}
+
+	if err := r.rdb.HSet(r.ctx, r.key("s1", "sale"), "limit", "5.0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res = r.eng.BuyMany(r.ctx, []inventory.BuyRequest{
+		{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), IdempotencyKey: "k1"},
+		{SaleID: "s1", UserID: "u4", Lines: lines("A", 1)},
+	})
+	if res[0].Err != nil || !res[0].Receipt.Replayed || !errors.Is(res[1].Err, inventory.ErrCorrupt) {
+		t.Errorf("garbled limit: %+v, %v; %v; want the repeat replayed and the new buy ErrCorrupt", res[0].Receipt, res[0].Err, res[1].Err)
+	}
+	if ev := r.boughtEvents("s1"); len(ev) != 2 {
+		t.Errorf("bought events %v, want still 2", ev)
+	}
+	if rem, _ := r.rdb.HGet(r.ctx, r.key("s1", "sale"), "r:A").Result(); rem != "3" {
+		t.Errorf("remaining %q, want 3", rem)
 	}
 }

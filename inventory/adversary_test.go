@@ -26,38 +26,40 @@ import (
 // count, failed after the first buy's XADD: an event with no order, no
 // deduction, and a retry that bought again.
 func TestCounterPastExactIntegersIsCorrupt(t *testing.T) {
-	for _, v := range []string{"9223372036854775807", "99999999999999999999", "-9223372036854775808", "9007199254740993"} {
-		t.Run(v, func(t *testing.T) {
-			r := newRig(t, backends[0], inventory.Options{})
-			r.create(inventory.Sale{ID: "s1", PerUserLimit: 5,
-				Items: []inventory.Item{{SKU: "A", Stock: 5}, {SKU: "U", Stock: inventory.Unlimited}}})
-			if err := r.rdb.HSet(r.ctx, r.key("s1", "sale"), "s:U", v).Err(); err != nil {
-				t.Fatal(err)
-			}
-			res := r.eng.BuyMany(r.ctx, []inventory.BuyRequest{
-				{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)},
-				{SaleID: "s1", UserID: "u2", Lines: lines("U", 1)},
-				{SaleID: "s1", UserID: "u3", Lines: lines("A", 1)},
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, v := range []string{"9223372036854775807", "99999999999999999999", "-9223372036854775808", "9007199254740993"} {
+			t.Run(v, func(t *testing.T) {
+				r := newRig(t, b, inventory.Options{})
+				r.create(inventory.Sale{ID: "s1", PerUserLimit: 5,
+					Items: []inventory.Item{{SKU: "A", Stock: 5}, {SKU: "U", Stock: inventory.Unlimited}}})
+				if err := r.rdb.HSet(r.ctx, r.key("s1", "sale"), "s:U", v).Err(); err != nil {
+					t.Fatal(err)
+				}
+				res := r.eng.BuyMany(r.ctx, []inventory.BuyRequest{
+					{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)},
+					{SaleID: "s1", UserID: "u2", Lines: lines("U", 1)},
+					{SaleID: "s1", UserID: "u3", Lines: lines("A", 1)},
+				})
+				if res[0].Err != nil || res[2].Err != nil {
+					t.Errorf("the sound buys: %v, %v", res[0].Err, res[2].Err)
+				}
+				if !errors.Is(res[1].Err, inventory.ErrCorrupt) {
+					t.Errorf("the buy of U: %+v, %v; want ErrCorrupt", res[1].Receipt, res[1].Err)
+				}
+				ev := r.boughtEvents("s1")
+				want := map[string]int{res[0].Receipt.Order.ID: 1, res[2].Receipt.Order.ID: 1}
+				if fmt.Sprint(ev) != fmt.Sprint(want) {
+					t.Errorf("bought events %v, want one each for %v", ev, want)
+				}
+				if rem, err := r.rdb.HGet(r.ctx, r.key("s1", "sale"), "r:A").Result(); err != nil || rem != "3" {
+					t.Errorf("remaining A %q, %v; want 3", rem, err)
+				}
+				if n, _ := r.rdb.HLen(r.ctx, r.key("s1", "orders")).Result(); n != 2 {
+					t.Errorf("%d order records, want 2", n)
+				}
 			})
-			if res[0].Err != nil || res[2].Err != nil {
-				t.Errorf("the sound buys: %v, %v", res[0].Err, res[2].Err)
-			}
-			if !errors.Is(res[1].Err, inventory.ErrCorrupt) {
-				t.Errorf("the buy of U: %+v, %v; want ErrCorrupt", res[1].Receipt, res[1].Err)
-			}
-			ev := r.boughtEvents("s1")
-			want := map[string]int{res[0].Receipt.Order.ID: 1, res[2].Receipt.Order.ID: 1}
-			if fmt.Sprint(ev) != fmt.Sprint(want) {
-				t.Errorf("bought events %v, want one each for %v", ev, want)
-			}
-			if rem, err := r.rdb.HGet(r.ctx, r.key("s1", "sale"), "r:A").Result(); err != nil || rem != "3" {
-				t.Errorf("remaining A %q, %v; want 3", rem, err)
-			}
-			if n, _ := r.rdb.HLen(r.ctx, r.key("s1", "orders")).Result(); n != 2 {
-				t.Errorf("%d order records, want 2", n)
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestRestockAndCancelCheckCountersPastExactIntegers: restock.lua and

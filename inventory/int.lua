@@ -6,11 +6,12 @@
 -- (|v| < 2^53, which every counter the engine keeps is: see maxStocked),
 -- else nil. tonumber alone takes "9.0", "1e3", " 9" or "0x9", on which
 -- HINCRBY then fails; digits past 2^53 are inexact in Lua and past int64
--- make HINCRBY fail too: a script must find such a value before its first
--- write, not half way through.
+-- make HINCRBY fail too (and miniredis's tonumber gives nil for them): a
+-- script must find such a value before its first write, not half way
+-- through.
 local function int(v)
   if not (v and string.match(v, '^%-?%d+$')) then return nil end
   local n = tonumber(v)
-  if n >= 9007199254740992 or n <= -9007199254740992 then return nil end
+  if not n or n >= 9007199254740992 or n <= -9007199254740992 then return nil end
   return n
 end

@@ -2,10 +2,16 @@
 -- (buy, cancel, restock, move).
 --
 -- int(v) returns v as a number if it is an integer as the engine writes
--- them (an optional '-', then digits), else nil. tonumber alone takes
--- "9.0", "1e3", " 9" or "0x9", on which HINCRBY then fails: a script must
--- find such a value before its first write, not half way through.
+-- them (an optional '-', then digits) and Lua's doubles hold it exactly
+-- (|v| < 2^53, which every counter the engine keeps is: see maxStocked),
+-- else nil. tonumber alone takes "9.0", "1e3", " 9" or "0x9", on which
+-- HINCRBY then fails; digits past 2^53 are inexact in Lua and past int64
+-- make HINCRBY fail too (and miniredis's tonumber gives nil for them): a
+-- script must find such a value before its first write, not half way
+-- through.
 local function int(v)
-  if v and string.match(v, '^%-?%d+$') then return tonumber(v) end
-  return nil
+  if not (v and string.match(v, '^%-?%d+$')) then return nil end
+  local n = tonumber(v)
+  if not n or n >= 9007199254740992 or n <= -9007199254740992 then return nil end
+  return n
 end

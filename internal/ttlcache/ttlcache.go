@@ -54,6 +54,12 @@ func (c *Cache[V]) Get(key string, now int64) (V, bool) {
 func (c *Cache[V]) Set(key string, v V, until, now int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// An entry that expires before the last sweep's next expiry brings the
+	// next sweep forward: else, full, the cache would drop live entries
+	// while this one, expired, stays.
+	if until < c.quietUntil {
+		c.quietUntil = until
+	}
 	if _, loaded := c.m.Swap(key, entry[V]{v: v, until: until}); loaded {
 		return
 	}

@@ -241,7 +241,7 @@ func (d *degraded) run(ctx context.Context) {
 func (d *degraded) step(ctx context.Context) {
 	now := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, max(d.tick/2, 100*time.Millisecond))
-	redisOK := d.s.rdb.Ping(pctx).Err() == nil
+	redisOK := d.s.probe.Ping(pctx).Err() == nil // its own connection: a busy API pool is not an unreachable Redis
 	cancel()
 	d.mu.Lock()
 	if redisOK {

@@ -208,6 +208,28 @@ func (s *Store) SaleIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// SaleEnds returns every sale's end (ends_at; zero for a sale without
+// one), by id: what the order consumer needs to know which sales can still
+// take orders.
+func (s *Store) SaleEnds(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at FROM sales")
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales: %w", err)
+	}
+	ends := map[string]time.Time{}
+	err = scanEach(rows, func() error {
+		var id string
+		var end int64
+		err := rows.Scan(&id, &end)
+		ends[id] = fromMs(end)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales: %w", err)
+	}
+	return ends, nil
+}
+
 // Snapshot returns the sale as the engine needs it to rebuild it: the
 // definition (each item's Stock is every unit ever stocked) and every order
 // of the sale with its items and idempotency key, confirmed ones with

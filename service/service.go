@@ -74,6 +74,11 @@ type Config struct {
 	// use the setting).
 	DegradedTick, DegradedGrace time.Duration
 	AckRing                     int
+
+	// LiveStreamsPerClient and LiveStreams cap the live view's event
+	// streams (GET /v1/live) per client address and in all; defaults
+	// DefaultLiveStreamsPerClient and DefaultLiveStreams (streams.go).
+	LiveStreamsPerClient, LiveStreams int
 }
 
 // Service is a running seckill service.
@@ -93,6 +98,7 @@ type Service struct {
 	limiter   *ratelimit.Limiter
 	metrics   *metrics
 	live      *live
+	streams   *streamSlots
 	deg       *degraded
 	http      *http.Server
 	listener  net.Listener
@@ -109,6 +115,7 @@ type Service struct {
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{})}
+	s.streams = newStreamSlots(cfg.LiveStreamsPerClient, cfg.LiveStreams)
 	s.metrics = newMetrics(s)
 	s.deg = newDegraded(s)
 	if s.log == nil {

@@ -28,22 +28,53 @@ type backlog struct {
 }
 
 func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (backlog, error) {
-	var (
+	bs, err := readBacklogs(ctx, rdb, []string{key})
+	if err != nil {
+		return backlog{}, err
+	}
+	return bs[0], nil
+}
+
+// readBacklogs reads where the group stands in each of several streams,
+// each stream's parts read atomically: in one transaction on a single node,
+// one per stream on a Cluster (a transaction cannot span slots there).
+func readBacklogs(ctx context.Context, rdb redis.UniversalClient, keys []string) ([]backlog, error) {
+	if _, ok := rdb.(*redis.Client); !ok && len(keys) > 1 {
+		out := make([]backlog, 0, len(keys))
+		for _, key := range keys {
+			b, err := readBacklogs(ctx, rdb, []string{key})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b[0])
+		}
+		return out, nil
+	}
+	type parts struct {
 		last    *redis.XMessageSliceCmd
 		groups  *redis.XInfoGroupsCmd
 		pending *redis.XPendingCmd
-	)
+	}
+	cmds := make([]parts, len(keys))
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		last = p.XRevRangeN(ctx, key, "+", "-", 1)
-		groups = p.XInfoGroups(ctx, key)
-		pending = p.XPending(ctx, key, Group)
+		for i, key := range keys {
+			cmds[i] = parts{p.XRevRangeN(ctx, key, "+", "-", 1), p.XInfoGroups(ctx, key), p.XPending(ctx, key, Group)}
+		}
 		return nil
 	})
-	var b backlog
 	var reply redis.Error // a reply error (no such key, no group) is read per command below
 	if err != nil && !errors.As(err, &reply) && !errors.Is(err, redis.Nil) {
-		return b, err
+		return nil, err
 	}
+	out := make([]backlog, len(keys))
+	for i, c := range cmds {
+		out[i] = backlogOf(c.last, c.groups, c.pending)
+	}
+	return out, nil
+}
+
+func backlogOf(last *redis.XMessageSliceCmd, groups *redis.XInfoGroupsCmd, pending *redis.XPendingCmd) backlog {
+	var b backlog
 	if msgs, err := last.Result(); err == nil && len(msgs) > 0 {
 		b.lastID = msgs[0].ID
 	}
@@ -66,7 +97,7 @@ func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (ba
 	case b.lastDelivered != "":
 		b.minNeeded = nextID(b.lastDelivered)
 	}
-	return b, nil
+	return b
 }
 
 // inFlight reports whether some entry of the stream is not yet applied.
@@ -146,10 +177,37 @@ type Lag struct {
 
 // ReadLag reads how far the database is behind the sale's stream.
 func ReadLag(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (Lag, error) {
-	key := eng.EventsKey(saleID)
-	b, err := readBacklog(ctx, rdb, key)
-	if err != nil || !b.inFlight() {
+	lags, err := ReadLags(ctx, rdb, eng, []string{saleID})
+	if err != nil {
 		return Lag{}, err
+	}
+	return lags[0], nil
+}
+
+// ReadLags reads how far the database is behind each of the sales'
+// streams: one transaction per node, and one more read for each sale whose
+// undelivered entries alone are behind.
+func ReadLags(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleIDs []string) ([]Lag, error) {
+	keys := make([]string, len(saleIDs))
+	for i, id := range saleIDs {
+		keys[i] = eng.EventsKey(id)
+	}
+	bs, err := readBacklogs(ctx, rdb, keys)
+	if err != nil {
+		return nil, err
+	}
+	lags := make([]Lag, len(saleIDs))
+	for i, id := range saleIDs {
+		if lags[i], err = lagOf(ctx, rdb, keys[i], id, bs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return lags, nil
+}
+
+func lagOf(ctx context.Context, rdb redis.UniversalClient, key, saleID string, b backlog) (Lag, error) {
+	if !b.inFlight() {
+		return Lag{}, nil
 	}
 	lag := Lag{Entries: b.pending + b.undelivered}
 	oldest := b.lowestPending

@@ -589,16 +589,34 @@ func (c *Consumer) apply(ctx, stop context.Context, b batch) bool {
 }
 
 // trimAll trims the streams with acknowledged entries, each at most once a
-// second: the trim reads where the group stands (a MULTI) and drops what
-// every consumer has acknowledged.
+// second: it reads where the group stands in each (atomically) and drops
+// what every consumer has acknowledged: everything older than the oldest
+// pending entry, or than the next undelivered one.
 func (c *Consumer) trimAll(ctx context.Context, sales []*sale) {
 	now := time.Now()
+	var due []*sale
+	var keys []string
 	for _, sl := range sales {
-		if sl.trimDue && now.Sub(sl.lastTrim) >= trimEvery && ctx.Err() == nil {
+		if sl.trimDue && now.Sub(sl.lastTrim) >= trimEvery {
 			sl.trimDue, sl.lastTrim = false, now
-			c.trim(ctx, sl.key)
+			due, keys = append(due, sl), append(keys, sl.key)
 		}
 	}
+	if len(due) == 0 || ctx.Err() != nil {
+		return
+	}
+	bs, err := readBacklogs(ctx, c.rdb, keys)
+	if err != nil {
+		return
+	}
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range bs {
+			if b.minNeeded != "" {
+				p.XTrimMinID(ctx, keys[i], b.minNeeded)
+			}
+		}
+		return nil
+	})
 }
 
 const trimEvery = time.Second
@@ -788,16 +806,6 @@ func (c *Consumer) deadLetter(ctx context.Context, saleID string, m redis.XMessa
 	if c.o.OnDeadLetter != nil {
 		c.o.OnDeadLetter(saleID, reason)
 	}
-}
-
-// trim drops the entries every consumer has acknowledged: everything
-// older than the oldest pending entry, or than the next undelivered one.
-func (c *Consumer) trim(ctx context.Context, key string) {
-	b, err := readBacklog(ctx, c.rdb, key)
-	if err != nil || b.minNeeded == "" {
-		return
-	}
-	_ = c.rdb.XTrimMinID(ctx, key, b.minNeeded).Err()
 }
 
 type backoff struct {

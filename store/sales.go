@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/seckill/seckill/inventory"
@@ -400,6 +401,40 @@ func (s *Store) CountOrders(ctx context.Context, saleID string) (map[inventory.O
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: count orders of sale %s: %w", saleID, err)
+	}
+	return counts, nil
+}
+
+// CountOrdersOf is CountOrders of several sales in one query (per 500
+// sales): counts[id] is sale id's, by status.
+func (s *Store) CountOrdersOf(ctx context.Context, saleIDs []string) (map[string]map[inventory.OrderStatus]int, error) {
+	counts := make(map[string]map[inventory.OrderStatus]int, len(saleIDs))
+	for _, id := range saleIDs {
+		counts[id] = map[inventory.OrderStatus]int{inventory.OrderConfirmed: 0, inventory.OrderCancelled: 0}
+	}
+	for chunk := range slices.Chunk(saleIDs, 500) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.query(ctx, s.db, "SELECT sale_id, status, COUNT(*) FROM orders WHERE sale_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+") GROUP BY sale_id, status", args...)
+		if err != nil {
+			return nil, fmt.Errorf("store: count orders: %w", err)
+		}
+		err = scanEach(rows, func() error {
+			var id string
+			var status inventory.OrderStatus
+			var n int
+			err := rows.Scan(&id, &status, &n)
+			if c := counts[id]; c != nil {
+				c[status] = n
+			}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: count orders: %w", err)
+		}
 	}
 	return counts, nil
 }

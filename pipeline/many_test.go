@@ -173,3 +173,30 @@ func TestEndedDrainedSalesCostNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestWakeReadsAnEndedSaleAgain: a sale that ended and was drained leaves
+// Live, and a cancel after its end reaches the database as soon as Wake
+// names the sale (not at the next sweep, a minute later).
+func TestWakeReadsAnEndedSaleAgain(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		end := time.Now().Add(2 * time.Second)
+		orders := r.manySales(3, end)
+		c := r.run(r.rdb, pipeline.Options{})
+		r.stored(orders, inventory.OrderConfirmed)
+		deadline := time.Now().Add(20 * time.Second)
+		for len(c.Live()) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("ended, drained sales still live: %v", c.Live())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := r.eng.Cancel(r.ctx, orders[0], ""); err != nil {
+			t.Fatal(err)
+		}
+		c.Wake("m000")
+		if live := c.Live(); len(live) != 1 || live[0] != "m000" {
+			t.Errorf("live after Wake(m000): %v", live)
+		}
+		r.stored(orders[:1], inventory.OrderCancelled)
+	})
+}

@@ -543,7 +543,7 @@ func (c *Consumer) processAll(ctx, stop context.Context, got []batch) {
 			if c.o.OnBatch != nil {
 				c.o.OnBatch(sl.id, len(b.msgs), time.Since(began))
 			}
-			c.o.Logger.Debug("order pipeline: batch stored", "sale", sl.id, "entries", len(b.msgs), "took", time.Since(began))
+			c.o.Logger.Info("order pipeline: batch stored", "sale", sl.id, "entries", len(b.msgs), "took", time.Since(began))
 		}
 	}
 }

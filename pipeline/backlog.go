@@ -185,8 +185,8 @@ func ReadLag(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engi
 }
 
 // ReadLags reads how far the database is behind each of the sales'
-// streams: one transaction per node, and one more read for each sale whose
-// undelivered entries alone are behind.
+// streams: one transaction per node (per sale, on a Cluster), then one
+// pipeline for the sales whose undelivered entries alone are behind.
 func ReadLags(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleIDs []string) ([]Lag, error) {
 	keys := make([]string, len(saleIDs))
 	for i, id := range saleIDs {
@@ -197,40 +197,53 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Eng
 		return nil, err
 	}
 	lags := make([]Lag, len(saleIDs))
-	for i, id := range saleIDs {
-		if lags[i], err = lagOf(ctx, rdb, keys[i], id, bs[i]); err != nil {
-			return nil, err
+	oldest := make([]*redis.XMessageSliceCmd, len(saleIDs))
+	lengths := make([]*redis.IntCmd, len(saleIDs))
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range bs {
+			if !b.inFlight() {
+				continue
+			}
+			lags[i] = Lag{Entries: b.pending + b.undelivered}
+			if b.pending > 0 {
+				ms, _ := splitID(b.lowestPending)
+				lags[i].Oldest = time.UnixMilli(int64(ms))
+				continue
+			}
+			from := "-"
+			if b.lastDelivered != "" {
+				from = "(" + b.lastDelivered
+			}
+			oldest[i] = p.XRangeN(ctx, keys[i], from, "+", 1)
+			if !b.groupExists {
+				lengths[i] = p.XLen(ctx, keys[i])
+			}
+		}
+		return nil
+	})
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		return nil, fmt.Errorf("read streams: %w", err)
+	}
+	for i, cmd := range oldest {
+		if cmd == nil {
+			continue
+		}
+		msgs, err := cmd.Result()
+		if err != nil {
+			return nil, fmt.Errorf("read stream of sale %s: %w", saleIDs[i], err)
+		}
+		if len(msgs) == 0 {
+			lags[i] = Lag{}
+			continue
+		}
+		ms, _ := splitID(msgs[0].ID)
+		lags[i].Oldest = time.UnixMilli(int64(ms))
+		if lengths[i] != nil {
+			lags[i].Entries, _ = lengths[i].Result()
 		}
 	}
 	return lags, nil
-}
-
-func lagOf(ctx context.Context, rdb redis.UniversalClient, key, saleID string, b backlog) (Lag, error) {
-	if !b.inFlight() {
-		return Lag{}, nil
-	}
-	lag := Lag{Entries: b.pending + b.undelivered}
-	oldest := b.lowestPending
-	if b.pending == 0 {
-		from := "-"
-		if b.lastDelivered != "" {
-			from = "(" + b.lastDelivered
-		}
-		msgs, err := rdb.XRangeN(ctx, key, from, "+", 1).Result()
-		if err != nil {
-			return Lag{}, fmt.Errorf("read stream of sale %s: %w", saleID, err)
-		}
-		if len(msgs) == 0 {
-			return Lag{}, nil
-		}
-		oldest = msgs[0].ID
-		if !b.groupExists {
-			lag.Entries, _ = rdb.XLen(ctx, key).Result()
-		}
-	}
-	ms, _ := splitID(oldest)
-	lag.Oldest = time.UnixMilli(int64(ms))
-	return lag, nil
 }
 
 // compareIDs orders stream ids "<ms>-<seq>"; "" is before everything.

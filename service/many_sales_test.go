@@ -53,7 +53,7 @@ func TestManyLiveSales(t *testing.T) {
 	ctx := context.Background()
 	svc, err := service.Start(ctx, service.Config{Addr: "127.0.0.1:0", RedisURL: "redis://" + srv.Addr() + "/0",
 		DatabaseURL: dbtest.PostgresURL(t), AdminToken: "admin-secret-token", JWTSecret: "jwt-secret-for-tests",
-		RateLimitUser: "off", ReconcileEvery: 5 * time.Second})
+		RateLimitUser: "off", ReconcileEvery: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,8 @@ func newReconciler(s *Service) *reconciler {
 // ones that were live at the previous pass, so that each has a last pass
 // after its stream drained, and the ones that drifted), and repairs the
 // ones that drifted in this pass and the one before. A sale that has ended
-// and is drained changes no more: it costs the loop nothing.
+// and is drained changes no more: it costs the loop nothing. The sales are
+// visited evenly over half the period.
 func (rc *reconciler) pass(ctx context.Context) {
 	ids, err := rc.s.liveSaleIDs(ctx)
 	if err != nil {
@@ -66,7 +67,19 @@ func (rc *reconciler) pass(ctx context.Context) {
 		visit[id] = visit[id] || d
 	}
 	drifted := make(map[string]bool, len(visit))
-	for _, id := range slices.Sorted(maps.Keys(visit)) {
+	// Paced over half the period: a thousand live sales are a steady
+	// trickle of reads, not a burst every period that buys queue behind.
+	var gap time.Duration
+	if every := rc.s.cfg.ReconcileEvery; every > 0 && len(visit) > 0 {
+		gap = every / 2 / time.Duration(len(visit))
+	}
+	for i, id := range slices.Sorted(maps.Keys(visit)) {
+		if i > 0 && gap > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(gap):
+			}
+		}
 		if ctx.Err() != nil {
 			return
 		}

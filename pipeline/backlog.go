@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,17 +37,24 @@ func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (ba
 }
 
 // readBacklogs reads where the group stands in each of several streams,
-// each stream's parts read atomically: in one transaction on a single node,
-// one per stream on a Cluster (a transaction cannot span slots there).
+// each stream's parts read atomically: in transactions of up to
+// backlogsPerTx streams on a single node, one per stream on a Cluster (a
+// transaction cannot span slots there).
 func readBacklogs(ctx context.Context, rdb redis.UniversalClient, keys []string) ([]backlog, error) {
-	if _, ok := rdb.(*redis.Client); !ok && len(keys) > 1 {
+	// A transaction runs without interruption: keep each short, so that
+	// buys do not queue behind one over a thousand streams.
+	per := backlogsPerTx
+	if _, ok := rdb.(*redis.Client); !ok {
+		per = 1
+	}
+	if len(keys) > per {
 		out := make([]backlog, 0, len(keys))
-		for _, key := range keys {
-			b, err := readBacklogs(ctx, rdb, []string{key})
+		for chunk := range slices.Chunk(keys, per) {
+			b, err := readBacklogs(ctx, rdb, chunk)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, b[0])
+			out = append(out, b...)
 		}
 		return out, nil
 	}
@@ -72,6 +80,8 @@ func readBacklogs(ctx context.Context, rdb redis.UniversalClient, keys []string)
 	}
 	return out, nil
 }
+
+const backlogsPerTx = 64
 
 func backlogOf(last *redis.XMessageSliceCmd, groups *redis.XInfoGroupsCmd, pending *redis.XPendingCmd) backlog {
 	var b backlog

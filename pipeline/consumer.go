@@ -56,8 +56,10 @@ type Options struct {
 	// at a time; default 2. A client of the consumer's own needs no more
 	// connections than this (per node, on a Cluster).
 	Readers int
-	// Appliers is how many batches of a round are written to the database
-	// at once; default 4.
+	// Appliers is how many batches of one reader's round are written to
+	// the database at once; default 1 (each reader writes its batches in
+	// turn: with thousands of sales, parallel writes took CPU the buys
+	// needed on a small machine).
 	Appliers int
 	// IdleSweep is how often sales that have ended and were drained are
 	// read again, in case an entry reached them that no Wake announced (a
@@ -134,7 +136,7 @@ func New(rdb redis.UniversalClient, eng *inventory.Engine, db Store, o Options) 
 		o.Readers = 2
 	}
 	if o.Appliers <= 0 {
-		o.Appliers = 4
+		o.Appliers = 1
 	}
 	if o.IdleSweep <= 0 {
 		o.IdleSweep = time.Minute

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/store"
@@ -92,8 +94,13 @@ func (r *rig) manySales(n int, end time.Time) []string {
 
 // ownClient is a client of the rig's Redis of the consumer's own, with h
 // watching what it does.
-func (r *rig) ownClient(h *inFlight) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
+func (r *rig) ownClient(h *inFlight) redis.UniversalClient {
+	var c redis.UniversalClient
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cc.Options().Addrs})
+	} else {
+		c = redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
+	}
 	c.AddHook(h)
 	r.t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -137,7 +144,7 @@ func (r *rig) stored(orders []string, status inventory.OrderStatus) {
 // (its two readers): a fixed number of connections, whatever the number of
 // sales, instead of one blocked read per sale.
 func TestConsumerReadsManySalesOnFewConnections(t *testing.T) {
-	forEachStack(t, func(t *testing.T, r *rig) {
+	check := func(t *testing.T, r *rig) {
 		orders := r.manySales(200, time.Time{})
 		h := &inFlight{}
 		r.run(r.ownClient(h), pipeline.Options{})
@@ -145,6 +152,17 @@ func TestConsumerReadsManySalesOnFewConnections(t *testing.T) {
 		if h.most.Load() > 2 {
 			t.Errorf("%d commands under way at once, want at most 2 (the readers)", h.most.Load())
 		}
+	}
+	forEachStack(t, check)
+	t.Run("cluster+postgres", func(t *testing.T) {
+		rdb := redistest.SharedCluster(t)
+		db, err := store.Open(context.Background(), dbtest.PostgresURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		check(t, &rig{t: t, ctx: context.Background(), rdb: rdb, db: db,
+			eng: inventory.New(rdb, inventory.Options{Prefix: redistest.Prefix(t, rdb)})})
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,24 +30,63 @@ type backlog struct {
 }
 
 func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (backlog, error) {
-	var (
+	bs, err := readBacklogs(ctx, rdb, []string{key})
+	if err != nil {
+		return backlog{}, err
+	}
+	return bs[0], nil
+}
+
+// readBacklogs reads where the group stands in each of several streams,
+// each stream's parts read atomically: in transactions of up to
+// backlogsPerTx streams on a single node, one per stream on a Cluster (a
+// transaction cannot span slots there).
+func readBacklogs(ctx context.Context, rdb redis.UniversalClient, keys []string) ([]backlog, error) {
+	// A transaction runs without interruption: keep each short, so that
+	// buys do not queue behind one over a thousand streams.
+	per := backlogsPerTx
+	if _, ok := rdb.(*redis.Client); !ok {
+		per = 1
+	}
+	if len(keys) > per {
+		out := make([]backlog, 0, len(keys))
+		for chunk := range slices.Chunk(keys, per) {
+			b, err := readBacklogs(ctx, rdb, chunk)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b...)
+		}
+		return out, nil
+	}
+	type parts struct {
 		last    *redis.XMessageSliceCmd
 		info    *redis.XInfoStreamCmd
 		groups  *redis.XInfoGroupsCmd
 		pending *redis.XPendingCmd
-	)
+	}
+	cmds := make([]parts, len(keys))
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		last = p.XRevRangeN(ctx, key, "+", "-", 1)
-		info = p.XInfoStream(ctx, key)
-		groups = p.XInfoGroups(ctx, key)
-		pending = p.XPending(ctx, key, Group)
+		for i, key := range keys {
+			cmds[i] = parts{p.XRevRangeN(ctx, key, "+", "-", 1), p.XInfoStream(ctx, key), p.XInfoGroups(ctx, key), p.XPending(ctx, key, Group)}
+		}
 		return nil
 	})
-	var b backlog
 	var reply redis.Error // a reply error (no such key, no group) is read per command below
 	if err != nil && !errors.As(err, &reply) && !errors.Is(err, redis.Nil) {
-		return b, err
+		return nil, err
 	}
+	out := make([]backlog, len(keys))
+	for i, c := range cmds {
+		out[i] = backlogOf(c.last, c.info, c.groups, c.pending)
+	}
+	return out, nil
+}
+
+const backlogsPerTx = 64
+
+func backlogOf(last *redis.XMessageSliceCmd, info *redis.XInfoStreamCmd, groups *redis.XInfoGroupsCmd, pending *redis.XPendingCmd) backlog {
+	var b backlog
 	if msgs, err := last.Result(); err == nil && len(msgs) > 0 {
 		b.lastID = msgs[0].ID
 	}
@@ -72,7 +112,7 @@ func readBacklog(ctx context.Context, rdb redis.UniversalClient, key string) (ba
 	case b.lastDelivered != "":
 		b.minNeeded = nextID(b.lastDelivered)
 	}
-	return b, nil
+	return b
 }
 
 // inFlight reports whether some entry of the stream is not yet applied.
@@ -153,33 +193,73 @@ type Lag struct {
 
 // ReadLag reads how far the database is behind the sale's stream.
 func ReadLag(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (Lag, error) {
-	key := eng.EventsKey(saleID)
-	b, err := readBacklog(ctx, rdb, key)
-	if err != nil || !b.inFlight() {
+	lags, err := ReadLags(ctx, rdb, eng, []string{saleID})
+	if err != nil {
 		return Lag{}, err
 	}
-	lag := Lag{Entries: b.pending + b.undelivered}
-	oldest := b.lowestPending
-	if b.pending == 0 {
-		from := "-"
-		if b.lastDelivered != "" {
-			from = "(" + b.lastDelivered
+	return lags[0], nil
+}
+
+// ReadLags reads how far the database is behind each of the sales'
+// streams: one transaction per node (per sale, on a Cluster), then one
+// pipeline for the sales whose undelivered entries alone are behind.
+func ReadLags(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleIDs []string) ([]Lag, error) {
+	keys := make([]string, len(saleIDs))
+	for i, id := range saleIDs {
+		keys[i] = eng.EventsKey(id)
+	}
+	bs, err := readBacklogs(ctx, rdb, keys)
+	if err != nil {
+		return nil, err
+	}
+	lags := make([]Lag, len(saleIDs))
+	oldest := make([]*redis.XMessageSliceCmd, len(saleIDs))
+	lengths := make([]*redis.IntCmd, len(saleIDs))
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range bs {
+			if !b.inFlight() {
+				continue
+			}
+			lags[i] = Lag{Entries: b.pending + b.undelivered}
+			if b.pending > 0 {
+				ms, _ := splitID(b.lowestPending)
+				lags[i].Oldest = time.UnixMilli(int64(ms))
+				continue
+			}
+			from := "-"
+			if b.lastDelivered != "" {
+				from = "(" + b.lastDelivered
+			}
+			oldest[i] = p.XRangeN(ctx, keys[i], from, "+", 1)
+			if !b.groupExists {
+				lengths[i] = p.XLen(ctx, keys[i])
+			}
 		}
-		msgs, err := rdb.XRangeN(ctx, key, from, "+", 1).Result()
+		return nil
+	})
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		return nil, fmt.Errorf("read streams: %w", err)
+	}
+	for i, cmd := range oldest {
+		if cmd == nil {
+			continue
+		}
+		msgs, err := cmd.Result()
 		if err != nil {
-			return Lag{}, fmt.Errorf("read stream of sale %s: %w", saleID, err)
+			return nil, fmt.Errorf("read stream of sale %s: %w", saleIDs[i], err)
 		}
 		if len(msgs) == 0 {
-			return Lag{}, nil
+			lags[i] = Lag{}
+			continue
 		}
-		oldest = msgs[0].ID
-		if !b.groupExists {
-			lag.Entries, _ = rdb.XLen(ctx, key).Result()
+		ms, _ := splitID(msgs[0].ID)
+		lags[i].Oldest = time.UnixMilli(int64(ms))
+		if lengths[i] != nil {
+			lags[i].Entries, _ = lengths[i].Result()
 		}
 	}
-	ms, _ := splitID(oldest)
-	lag.Oldest = time.UnixMilli(int64(ms))
-	return lag, nil
+	return lags, nil
 }
 
 // compareIDs orders stream ids "<ms>-<seq>"; "" is before everything.

@@ -2,14 +2,25 @@
 // database: a consumer group per sale stream, batches applied in one
 // transaction each, XACK only after the commit, entries of dead consumers
 // reclaimed, entries that can never be written dead-lettered.
+//
+// A consumer reads any number of sales over a fixed number of connections:
+// Options.Readers readers, each reading its share of the sales with one
+// command per round (a multi-stream XREADGROUP that blocks, on a single
+// node) or one pipeline of non-blocking reads (a Cluster, whose commands
+// cannot span slots), so give it a client of its own with that many
+// connections (Options.Readers per node). Sales that have ended and whose streams are
+// drained are not read at all until Wake names them, or the sweep every
+// Options.IdleSweep looks at them again.
 package pipeline
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +37,8 @@ const Group = "orders"
 
 // Store is the part of the database the consumer writes to.
 type Store interface {
-	SaleIDs(ctx context.Context) ([]string, error)
+	// SaleEnds returns every sale's end by id (zero: no end).
+	SaleEnds(ctx context.Context) (map[string]time.Time, error)
 	Apply(ctx context.Context, saleID string, events []inventory.Event) error
 	DeadLetter(ctx context.Context, saleID, eventID, reason string, fields map[string]any) error
 }
@@ -34,12 +46,25 @@ type Store interface {
 // Options tune a Consumer; zero values take the defaults.
 type Options struct {
 	Name        string        // consumer name in the group; default host-pid-random
-	BatchSize   int64         // entries per read and per transaction; default 500
+	BatchSize   int64         // entries per read of a sale and per transaction; default 500
 	Block       time.Duration // how long a read waits for new entries; default 500ms
 	ClaimIdle   time.Duration // reclaim entries pending this long in other consumers; default 30s
 	ClaimEvery  time.Duration // how often to look for them; default 5s
 	DiscoverAll time.Duration // how often to look for new sales; default 1s
 	MaxBackoff  time.Duration // the longest wait between retries of a failing database; default 5s
+	// Readers is how many readers share the sales, each on one connection
+	// at a time; default 2. A client of the consumer's own needs no more
+	// connections than this (per node, on a Cluster).
+	Readers int
+	// Appliers is how many batches of one reader's round are written to
+	// the database at once; default 1 (each reader writes its batches in
+	// turn: with thousands of sales, parallel writes took CPU the buys
+	// needed on a small machine).
+	Appliers int
+	// IdleSweep is how often sales that have ended and were drained are
+	// read again, in case an entry reached them that no Wake announced (a
+	// cancel on an instance that stopped before reading it); default 1m.
+	IdleSweep time.Duration
 	// Alive, if set, says whether another consumer's process still runs;
 	// the entries pending in one it says is not are taken over at the next
 	// claim tick, without waiting for ClaimIdle. A wrong "not alive" only
@@ -52,15 +77,35 @@ type Options struct {
 	OnRetry      func(saleID string, err error)
 }
 
-// Consumer runs one reader per sale. Several instances (processes) may
-// run at once; the group splits the entries between them.
+// Consumer reads the streams of every sale. Several instances (processes)
+// may run at once; the group splits the entries between them.
 type Consumer struct {
-	rdb    redis.UniversalClient
-	eng    *inventory.Engine
-	db     Store
-	o      Options
-	mu     sync.Mutex
-	active map[string]bool
+	rdb   redis.UniversalClient
+	multi bool // one command may read many streams (not a Cluster)
+	eng   *inventory.Engine
+	db    Store
+	o     Options
+	mu    sync.Mutex
+	sales map[string]*sale
+	wake  []chan struct{} // one per reader
+}
+
+// sale is what the consumer keeps of one sale; its fields past the first
+// three belong to the sale's reader.
+type sale struct {
+	id, key string
+	reader  int
+
+	endsAt    time.Time // guarded by Consumer.mu
+	idle      bool      // guarded by Consumer.mu: ended and drained, not read
+	wakes     uint64    // guarded by Consumer.mu: Wake calls and sweeps
+	ready     bool      // the consumer group exists
+	own       bool      // read this consumer's own pending list first
+	retryAt   time.Time // after a failed write: not read before
+	backoff   *backoff
+	trimDue   bool // acknowledged entries not trimmed yet
+	lastTrim  time.Time
+	checkIdle time.Time // when to look again whether it is drained
 }
 
 // New returns a consumer of the streams of eng's sales in rdb, writing to db.
@@ -87,37 +132,40 @@ func New(rdb redis.UniversalClient, eng *inventory.Engine, db Store, o Options) 
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
 	}
+	if o.Readers <= 0 {
+		o.Readers = 2
+	}
+	if o.Appliers <= 0 {
+		o.Appliers = 1
+	}
+	if o.IdleSweep <= 0 {
+		o.IdleSweep = time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{rdb: rdb, eng: eng, db: db, o: o, active: map[string]bool{}}
+	c := &Consumer{rdb: rdb, eng: eng, db: db, o: o, sales: map[string]*sale{}, wake: make([]chan struct{}, o.Readers)}
+	_, cluster := rdb.(*redis.ClusterClient)
+	_, ring := rdb.(*redis.Ring)
+	c.multi = !cluster && !ring
+	for i := range c.wake {
+		c.wake[i] = make(chan struct{}, 1)
+	}
+	return c
 }
 
-// Run reads every sale's stream until ctx is done, then finishes the batch
-// each reader is applying and returns.
+// Run reads every sale's stream until ctx is done, then finishes the batches
+// being applied and returns.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	for r := range c.o.Readers {
+		wg.Go(func() { c.read(ctx, r) })
+	}
 	tick := time.NewTicker(c.o.DiscoverAll)
 	defer tick.Stop()
 	for {
-		ids, err := c.db.SaleIDs(ctx)
-		if err != nil && ctx.Err() == nil {
-			c.o.Logger.Warn("order pipeline: list sales", "err", err)
-		}
-		for _, id := range ids {
-			c.mu.Lock()
-			started := c.active[id]
-			c.active[id] = true
-			c.mu.Unlock()
-			if !started {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c.runSale(ctx, id)
-				}()
-			}
-		}
+		c.discover(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -126,77 +174,551 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// runSale is the reader of one sale's stream.
-func (c *Consumer) runSale(ctx context.Context, saleID string) {
-	key := c.eng.EventsKey(saleID)
-	log := c.o.Logger.With("sale", saleID)
-	backoff := c.backoff()
-	for ctx.Err() == nil {
-		err := c.rdb.XGroupCreateMkStream(ctx, key, Group, "0").Err()
-		if err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			break
-		}
-		log.Warn("order pipeline: create consumer group", "err", err)
-		backoff.wait(ctx)
+// Wake tells the consumer that an entry was appended to the sale's stream
+// (a cancel or a restock after the sale ended): a sale that was drained is
+// read again.
+func (c *Consumer) Wake(saleID string) {
+	c.mu.Lock()
+	sl := c.sales[saleID]
+	if sl != nil {
+		sl.idle = false
+		sl.wakes++
 	}
-	own := true // first drain what this consumer already holds (a restart)
-	nextClaim := time.Now()
-	for ctx.Err() == nil {
-		if time.Now().After(nextClaim) {
-			nextClaim = time.Now().Add(c.o.ClaimEvery)
-			if n := c.claim(ctx, key, saleID); n > 0 {
-				log.Info("order pipeline: reclaimed entries of a dead consumer", "entries", n)
+	c.mu.Unlock()
+	if sl != nil {
+		c.signal(sl.reader)
+	}
+}
+
+// Live returns the sales the consumer reads, sorted: every sale except the
+// ones that have ended and whose streams are drained. Nothing about those
+// changes until an entry reaches their stream.
+func (c *Consumer) Live() []string {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.sales))
+	for id, sl := range c.sales {
+		if !sl.idle {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(ids)
+	return ids
+}
+
+func (c *Consumer) signal(reader int) {
+	select {
+	case c.wake[reader] <- struct{}{}:
+	default:
+	}
+}
+
+// discover follows the database's list of sales.
+func (c *Consumer) discover(ctx context.Context) {
+	ends, err := c.db.SaleEnds(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.o.Logger.Warn("order pipeline: list sales", "err", err)
+		}
+		return
+	}
+	woken := map[int]bool{}
+	c.mu.Lock()
+	for id, end := range ends {
+		sl := c.sales[id]
+		if sl == nil {
+			h := fnv.New32a()
+			_, _ = h.Write([]byte(id))
+			sl = &sale{id: id, key: c.eng.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff()}
+			c.sales[id] = sl
+			woken[sl.reader] = true
+		}
+		if !end.Equal(sl.endsAt) {
+			sl.endsAt = end
+			if sl.idle {
+				sl.idle = false
+				sl.wakes++
+				woken[sl.reader] = true
 			}
-			// Also re-read this consumer's own pending list: the client
-			// retries a read whose reply a dropped connection lost, and the
-			// entries that first read delivered wait there unseen.
-			own = true
 		}
-		start, block := ">", c.o.Block
-		if own {
-			start, block = "0", -1
+	}
+	for id := range c.sales {
+		if _, ok := ends[id]; !ok {
+			delete(c.sales, id) // deleted: a create rolled back, it has no orders
 		}
-		streams, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: Group, Consumer: c.o.Name, Streams: []string{key, start},
-			Count: c.o.BatchSize, Block: block,
-		}).Result()
-		if errors.Is(err, redis.Nil) {
+	}
+	c.mu.Unlock()
+	for r := range woken {
+		c.signal(r)
+	}
+}
+
+// shard returns reader r's sales to read now; with sweep, the idle ones too.
+func (c *Consumer) shard(r int, sweep bool) []*sale {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*sale
+	for _, sl := range c.sales {
+		if sl.reader != r {
 			continue
 		}
+		if sl.idle && sweep {
+			sl.idle = false
+			sl.wakes++
+		}
+		if !sl.idle {
+			out = append(out, sl)
+		}
+	}
+	return out
+}
+
+// read is reader r: rounds of one read over its sales, the batches applied,
+// acknowledged and trimmed, until ctx ends.
+func (c *Consumer) read(ctx context.Context, r int) {
+	log := c.o.Logger.With("reader", r)
+	backoff := c.backoff()
+	nextClaim := time.Now()
+	nextSweep := time.Now().Add(c.o.IdleSweep)
+	for ctx.Err() == nil {
+		now := time.Now()
+		sweep := now.After(nextSweep)
+		if sweep {
+			nextSweep = now.Add(c.o.IdleSweep)
+		}
+		sales := c.shard(r, sweep)
+		if len(sales) == 0 {
+			c.pause(ctx, r, c.o.DiscoverAll)
+			continue
+		}
+		c.createGroups(ctx, sales)
+		if now.After(nextClaim) {
+			nextClaim = now.Add(c.o.ClaimEvery)
+			c.claimAll(ctx, sales)
+			// Also re-read this consumer's own pending lists: the client
+			// retries a read whose reply a dropped connection lost, and the
+			// entries that first read delivered wait there unseen.
+			for _, sl := range sales {
+				sl.own = true
+			}
+		}
+		got, err := c.fetch(ctx, r, sales)
 		if err != nil {
 			if ctx.Err() == nil {
-				if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream was lost with Redis: start over
-					_ = c.rdb.XGroupCreateMkStream(ctx, key, Group, "0").Err()
-				} else {
-					log.Warn("order pipeline: read", "err", err)
-				}
+				log.Warn("order pipeline: read", "err", err)
 				backoff.wait(ctx)
 			}
 			// A read whose reply was lost may still have moved entries
-			// into this consumer's pending list: read those first.
-			own = true
+			// into this consumer's pending lists: read those first.
+			for _, sl := range sales {
+				sl.own = true
+			}
 			continue
 		}
 		backoff.reset()
-		var msgs []redis.XMessage
-		if len(streams) > 0 {
-			msgs = streams[0].Messages
+		// The batches read are finished even when ctx ends meanwhile: they
+		// are what graceful shutdown waits for.
+		c.processAll(context.WithoutCancel(ctx), ctx, got)
+		c.trimAll(ctx, sales)
+		c.settleEnded(ctx, sales, got)
+	}
+}
+
+// pause waits d, or until the reader is signalled or ctx ends.
+func (c *Consumer) pause(ctx context.Context, r int, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-c.wake[r]:
+	case <-t.C:
+	}
+}
+
+// createGroups makes the consumer group of every sale that has none yet.
+func (c *Consumer) createGroups(ctx context.Context, sales []*sale) {
+	var todo []*sale
+	for _, sl := range sales {
+		if !sl.ready {
+			todo = append(todo, sl)
 		}
-		if own && len(msgs) == 0 {
-			own = false
-			continue
+	}
+	if len(todo) == 0 {
+		return
+	}
+	cmds := make([]*redis.StatusCmd, len(todo))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sl := range todo {
+			cmds[i] = p.XGroupCreateMkStream(ctx, sl.key, Group, "0")
 		}
-		// The batch read is finished even when ctx ends meanwhile: it is
-		// what graceful shutdown waits for.
-		if !c.process(context.WithoutCancel(ctx), ctx, key, saleID, msgs) {
-			own = true // not acknowledged: they stay pending here, read them again
+		return nil
+	})
+	for i, sl := range todo {
+		err := cmds[i].Err()
+		if err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			sl.ready, sl.own = true, true
+		} else if ctx.Err() == nil {
+			c.o.Logger.Warn("order pipeline: create consumer group", "sale", sl.id, "err", err)
 		}
 	}
 }
 
-// claim moves entries idle in other (dead) consumers to this one.
-func (c *Consumer) claim(ctx context.Context, key, saleID string) int {
-	total, start := c.claimDead(ctx, key, saleID), "0-0"
+// batch is what one round read from one sale.
+type batch struct {
+	sale *sale
+	msgs []redis.XMessage
+}
+
+// fetch reads every sale that is ready once: its own pending list if it
+// is flagged own, else new entries. On a single node it is one command,
+// which waits up to Block when it reads nothing but new entries; on a
+// Cluster a pipeline of one read per sale, and a pause when it found
+// nothing.
+func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale) ([]batch, error) {
+	now := time.Now()
+	var read []*sale
+	own := false
+	wait := c.o.Block
+	for _, sl := range sales {
+		switch {
+		case !sl.ready:
+		case now.Before(sl.retryAt):
+			wait = min(wait, sl.retryAt.Sub(now))
+		default:
+			read = append(read, sl)
+			own = own || sl.own
+		}
+	}
+	if len(read) == 0 {
+		c.pause(ctx, r, max(wait, time.Millisecond))
+		return nil, nil
+	}
+	if c.multi {
+		got, err := c.fetchMulti(ctx, read, own, wait)
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			return got, err
+		}
+		// A reply error (no group, a key of another type) names no stream:
+		// read them one by one this round, which finds the one at fault.
+	}
+	got, err := c.fetchEach(ctx, read)
+	if err == nil && len(got) == 0 && !own {
+		c.pause(ctx, r, wait) // a Cluster cannot wait on many streams at once: poll
+	}
+	return got, err
+}
+
+func (c *Consumer) fetchMulti(ctx context.Context, read []*sale, own bool, wait time.Duration) ([]batch, error) {
+	streams := make([]string, 0, 2*len(read))
+	for _, sl := range read {
+		streams = append(streams, sl.key)
+	}
+	for _, sl := range read {
+		streams = append(streams, startOf(sl))
+	}
+	block := max(wait, time.Millisecond) // 0 would wait for ever
+	if own {
+		block = -1 // a pending list answers at once
+	}
+	res, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: Group, Consumer: c.o.Name, Streams: streams, Count: c.o.BatchSize, Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string][]redis.XMessage, len(res))
+	for _, st := range res {
+		byKey[st.Stream] = st.Messages
+	}
+	got := make([]batch, 0, len(res))
+	for _, sl := range read {
+		msgs, ok := byKey[sl.key]
+		if sl.own && (!ok || len(msgs) == 0) {
+			sl.own = false // nothing of its own left
+			continue
+		}
+		if len(msgs) > 0 {
+			got = append(got, batch{sale: sl, msgs: msgs})
+		}
+	}
+	return got, nil
+}
+
+func (c *Consumer) fetchEach(ctx context.Context, read []*sale) ([]batch, error) {
+	cmds := make([]*redis.XStreamSliceCmd, len(read))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sl := range read {
+			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: Group, Consumer: c.o.Name, Streams: []string{sl.key, startOf(sl)}, Count: c.o.BatchSize, Block: -1,
+			})
+		}
+		return nil
+	})
+	var reply redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) {
+		return nil, err // a connection error: every read of it is in doubt
+	}
+	var got []batch
+	for i, sl := range read {
+		res, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"): // the stream was lost with Redis: start over
+			sl.ready = false
+			continue
+		case err != nil:
+			c.o.Logger.Warn("order pipeline: read", "sale", sl.id, "err", err)
+			sl.own = true
+			continue
+		}
+		var msgs []redis.XMessage
+		if len(res) > 0 {
+			msgs = res[0].Messages
+		}
+		if sl.own && len(msgs) == 0 {
+			sl.own = false
+			continue
+		}
+		if len(msgs) > 0 {
+			got = append(got, batch{sale: sl, msgs: msgs})
+		}
+	}
+	return got, nil
+}
+
+// startOf is where a read of the sale starts: its own pending list, or new
+// entries.
+func startOf(sl *sale) string {
+	if sl.own {
+		return "0"
+	}
+	return ">"
+}
+
+// processAll applies the round's batches, Appliers at a time, then
+// acknowledges the stored ones in one pipeline.
+func (c *Consumer) processAll(ctx, stop context.Context, got []batch) {
+	if len(got) == 0 {
+		return
+	}
+	began := time.Now()
+	stored := make([]bool, len(got))
+	sem := make(chan struct{}, c.o.Appliers)
+	var wg sync.WaitGroup
+	for i, b := range got {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			stored[i] = c.apply(ctx, stop, b)
+		})
+	}
+	wg.Wait()
+	acks := make([]*redis.IntCmd, len(got))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range got {
+			if stored[i] {
+				ids := make([]string, len(b.msgs))
+				for j, m := range b.msgs {
+					ids[j] = m.ID
+				}
+				acks[i] = p.XAck(ctx, b.sale.key, Group, ids...)
+			}
+		}
+		return nil
+	})
+	var reply redis.Error // a reply error is its command's alone; any other leaves every ack in doubt
+	inDoubt := err != nil && !errors.As(err, &reply)
+	for i, b := range got {
+		sl := b.sale
+		switch {
+		case !stored[i]:
+			sl.own = true // not acknowledged: they stay pending here, read them again
+		case inDoubt || acks[i].Err() != nil:
+			c.o.Logger.Warn("order pipeline: ack", "sale", sl.id, "err", errors.Join(err, acks[i].Err())) // applied again later: idempotent
+			sl.own = true
+		default:
+			sl.trimDue = true
+			if c.o.OnBatch != nil {
+				c.o.OnBatch(sl.id, len(b.msgs), time.Since(began))
+			}
+			c.o.Logger.Info("order pipeline: batch stored", "sale", sl.id, "entries", len(b.msgs), "took", time.Since(began))
+		}
+	}
+}
+
+// apply writes one batch to the database and reports whether it may be
+// acknowledged. A failing database is tried again after the sale's backoff,
+// in a later round: the other sales go on meanwhile.
+func (c *Consumer) apply(ctx, stop context.Context, b batch) bool {
+	saleID := b.sale.id
+	events := make([]inventory.Event, 0, len(b.msgs))
+	for _, m := range b.msgs {
+		if m.Values == nil { // deleted from the stream while pending: nothing to apply
+			continue
+		}
+		ev, err := inventory.ParseEvent(saleID, m)
+		if err != nil {
+			c.deadLetter(ctx, saleID, m, err.Error())
+			continue
+		}
+		events = append(events, ev)
+	}
+	for len(events) > 0 {
+		err := c.db.Apply(ctx, saleID, events)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, store.ErrPermanent) {
+			events = c.applyEach(ctx, stop, saleID, events, b.msgs)
+			if len(events) > 0 {
+				continue
+			}
+			break
+		}
+		if c.o.OnRetry != nil {
+			c.o.OnRetry(saleID, err)
+		}
+		c.o.Logger.Warn("order pipeline: database write failed; retrying", "sale", saleID, "events", len(events), "err", err)
+		b.sale.retryAt = time.Now().Add(b.sale.backoff.next())
+		return false // not acknowledged: this consumer, or another, applies it later
+	}
+	b.sale.backoff.reset()
+	return true
+}
+
+// trimAll trims the streams with acknowledged entries, each at most once a
+// second: it reads where the group stands in each (atomically) and drops
+// what every consumer has acknowledged: everything older than the oldest
+// pending entry, or than the next undelivered one.
+func (c *Consumer) trimAll(ctx context.Context, sales []*sale) {
+	now := time.Now()
+	var due []*sale
+	var keys []string
+	for _, sl := range sales {
+		if sl.trimDue && now.Sub(sl.lastTrim) >= trimEvery {
+			sl.trimDue, sl.lastTrim = false, now
+			due, keys = append(due, sl), append(keys, sl.key)
+		}
+	}
+	if len(due) == 0 || ctx.Err() != nil {
+		return
+	}
+	bs, err := readBacklogs(ctx, c.rdb, keys)
+	if err != nil {
+		return
+	}
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range bs {
+			if b.minNeeded != "" {
+				p.XTrimMinID(ctx, keys[i], b.minNeeded)
+			}
+		}
+		return nil
+	})
+}
+
+const trimEvery = time.Second
+
+// settleEnded marks sales that have ended and whose streams hold nothing
+// unapplied as idle: they are not read again until woken or swept. Each is
+// looked at once a claim period at most.
+func (c *Consumer) settleEnded(ctx context.Context, sales []*sale, got []batch) {
+	now := time.Now()
+	busy := make(map[*sale]bool, len(got))
+	for _, b := range got {
+		busy[b.sale] = true
+	}
+	for _, sl := range sales {
+		c.mu.Lock()
+		ended := !sl.endsAt.IsZero() && !now.Before(sl.endsAt)
+		wakes := sl.wakes
+		c.mu.Unlock()
+		if !ended || busy[sl] || sl.own || sl.trimDue || !sl.ready || now.Before(sl.checkIdle) || ctx.Err() != nil {
+			continue
+		}
+		sl.checkIdle = now.Add(c.o.ClaimEvery)
+		b, err := readBacklog(ctx, c.rdb, sl.key)
+		if err != nil || b.inFlight() {
+			continue // still in flight somewhere
+		}
+		c.mu.Lock()
+		if sl.wakes == wakes { // not woken meanwhile: the entry that woke it may be newer than the read
+			sl.idle = true
+		}
+		c.mu.Unlock()
+	}
+}
+
+// claimAll looks, for every sale, for entries of dead consumers and takes
+// them over; they are read with this consumer's own pending list.
+func (c *Consumer) claimAll(ctx context.Context, sales []*sale) {
+	var ready []*sale
+	for _, sl := range sales {
+		if sl.ready {
+			ready = append(ready, sl)
+		}
+	}
+	if len(ready) == 0 {
+		return
+	}
+	if c.o.Alive != nil {
+		summaries := make([]*redis.XPendingCmd, len(ready))
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, sl := range ready {
+				summaries[i] = p.XPending(ctx, sl.key, Group)
+			}
+			return nil
+		})
+		for i, sl := range ready {
+			if sum, err := summaries[i].Result(); err == nil && othersHold(sum, c.o.Name) {
+				c.claimDead(ctx, sl.key, sl.id, sum)
+			}
+		}
+	}
+	cmds := make([]*redis.XAutoClaimCmd, len(ready))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sl := range ready {
+			cmds[i] = p.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+				Stream: sl.key, Group: Group, Consumer: c.o.Name, MinIdle: c.o.ClaimIdle, Start: "0-0", Count: c.o.BatchSize})
+		}
+		return nil
+	})
+	for i, sl := range ready {
+		msgs, next, err := cmds[i].Result()
+		if err != nil {
+			if ctx.Err() == nil && !strings.HasPrefix(err.Error(), "NOGROUP") {
+				c.o.Logger.Warn("order pipeline: reclaim", "sale", sl.id, "err", err)
+			}
+			continue
+		}
+		n := len(msgs)
+		if next != "0-0" && next != "" {
+			n += c.claim(ctx, sl.key, sl.id, next)
+		}
+		if n > 0 {
+			c.o.Logger.Info("order pipeline: reclaimed entries of a dead consumer", "sale", sl.id, "entries", n)
+		}
+	}
+}
+
+// othersHold reports whether consumers other than name hold entries.
+func othersHold(sum *redis.XPending, name string) bool {
+	for consumer, n := range sum.Consumers {
+		if consumer != name && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// claim moves entries idle in other (dead) consumers to this one, from
+// start on.
+func (c *Consumer) claim(ctx context.Context, key, saleID, start string) int {
+	total := 0
 	for ctx.Err() == nil {
 		msgs, next, err := c.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: key, Group: Group, Consumer: c.o.Name, MinIdle: c.o.ClaimIdle, Start: start, Count: c.o.BatchSize,
@@ -218,14 +740,7 @@ func (c *Consumer) claim(ctx context.Context, key, saleID string) int {
 
 // claimDead moves every entry pending in a consumer that Options.Alive
 // says has stopped to this one, however briefly it has been idle.
-func (c *Consumer) claimDead(ctx context.Context, key, saleID string) int {
-	if c.o.Alive == nil {
-		return 0
-	}
-	summary, err := c.rdb.XPending(ctx, key, Group).Result()
-	if err != nil || summary.Count == 0 {
-		return 0
-	}
+func (c *Consumer) claimDead(ctx context.Context, key, saleID string, summary *redis.XPending) int {
 	total := 0
 	for name, n := range summary.Consumers {
 		if name == c.o.Name || n == 0 || c.o.Alive(ctx, name) {
@@ -256,59 +771,6 @@ func (c *Consumer) claimDead(ctx context.Context, key, saleID string) int {
 		}
 	}
 	return total
-}
-
-// process applies one batch, retrying a failing database until it
-// succeeds or stop ends; then acknowledges it and trims the stream. It
-// reports whether the batch was acknowledged.
-func (c *Consumer) process(ctx, stop context.Context, key, saleID string, msgs []redis.XMessage) bool {
-	began := time.Now()
-	events := make([]inventory.Event, 0, len(msgs))
-	ids := make([]string, 0, len(msgs))
-	for _, m := range msgs {
-		ids = append(ids, m.ID)
-		if m.Values == nil { // deleted from the stream while pending: nothing to apply
-			continue
-		}
-		ev, err := inventory.ParseEvent(saleID, m)
-		if err != nil {
-			c.deadLetter(ctx, saleID, m, err.Error())
-			continue
-		}
-		events = append(events, ev)
-	}
-	backoff := c.backoff()
-	for len(events) > 0 {
-		err := c.db.Apply(ctx, saleID, events)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, store.ErrPermanent) {
-			events = c.applyEach(ctx, stop, saleID, events, msgs)
-			continue
-		}
-		if c.o.OnRetry != nil {
-			c.o.OnRetry(saleID, err)
-		}
-		c.o.Logger.Warn("order pipeline: database write failed; retrying", "sale", saleID, "events", len(events), "err", err)
-		if stop.Err() != nil {
-			return false // not acknowledged: this consumer, or another, applies it later
-		}
-		backoff.wait(stop)
-	}
-	if len(ids) == 0 {
-		return true
-	}
-	if err := c.rdb.XAck(ctx, key, Group, ids...).Err(); err != nil {
-		c.o.Logger.Warn("order pipeline: ack", "sale", saleID, "err", err) // applied again later: idempotent
-		return false
-	}
-	c.trim(ctx, key)
-	if c.o.OnBatch != nil {
-		c.o.OnBatch(saleID, len(ids), time.Since(began))
-	}
-	c.o.Logger.Info("order pipeline: batch stored", "sale", saleID, "entries", len(ids), "took", time.Since(began))
-	return true
 }
 
 // applyEach applies events one at a time after a batch was refused as
@@ -348,16 +810,6 @@ func (c *Consumer) deadLetter(ctx context.Context, saleID string, m redis.XMessa
 	}
 }
 
-// trim drops the entries every consumer has acknowledged: everything
-// older than the oldest pending entry, or than the next undelivered one.
-func (c *Consumer) trim(ctx context.Context, key string) {
-	b, err := readBacklog(ctx, c.rdb, key)
-	if err != nil || b.minNeeded == "" {
-		return
-	}
-	_ = c.rdb.XTrimMinID(ctx, key, b.minNeeded).Err()
-}
-
 type backoff struct {
 	cur, max time.Duration
 }
@@ -372,6 +824,13 @@ func (b *backoff) wait(ctx context.Context) {
 	case <-time.After(b.cur):
 	}
 	b.cur = min(2*b.cur, b.max)
+}
+
+// next returns the wait before the next try and doubles it.
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(2*b.cur, b.max)
+	return d
 }
 
 func (b *backoff) reset() { b.cur = 50 * time.Millisecond }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -277,7 +278,21 @@ type lostReply struct {
 
 func (l *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (l *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if l.done.Load() || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == l.cmd }) {
+			return next(ctx, cmds)
+		}
+		if l.unsent && l.done.CompareAndSwap(false, true) {
+			return io.ErrUnexpectedEOF
+		}
+		if err := next(ctx, cmds); err != nil || !slices.ContainsFunc(cmds, l.match) || !l.done.CompareAndSwap(false, true) {
+			return err
+		}
+		if l.retried {
+			return next(ctx, cmds)
+		}
+		return io.ErrUnexpectedEOF
+	}
 }
 func (l *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {

@@ -289,6 +289,7 @@ func (s *Service) restock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.orders.Wake(sale) // its stream has a new entry, even if the sale has ended
 	s.audit(r, "restocked", sale, sku, map[string]any{"qty": *req.Qty, "remaining": remaining})
 	writeJSON(w, http.StatusOK, map[string]any{"sku": sku, "remaining": remaining})
 	return nil
@@ -555,6 +556,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 		rc, err = s.eng.Cancel(r.Context(), id, who.user)
 		if err == nil {
 			s.deg.acks.add(rc.Order)
+			s.orders.Wake(rc.Order.SaleID) // the sale may have ended and been drained
 		}
 	} else if m, ok := s.deg.dbSells(); ok {
 		rc, err = s.db.Cancel(r.Context(), m.Epoch, id, who.user, time.Now())

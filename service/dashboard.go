@@ -20,7 +20,8 @@ func (s *Service) dashboard(w http.ResponseWriter, r *http.Request) {
 // liveEvents streams the live view as server-sent events: the newest sample
 // at once, then each new one (event "sample", data the JSON of liveView).
 // With Accept other than text/event-stream it answers the newest sample
-// once, as JSON.
+// once, as JSON. Streams are capped per client address and in all
+// (streams.go).
 func (s *Service) liveEvents(w http.ResponseWriter, r *http.Request) error {
 	if r.Header.Get("Accept") != "text/event-stream" {
 		_, b := s.live.current()
@@ -28,6 +29,11 @@ func (s *Service) liveEvents(w http.ResponseWriter, r *http.Request) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	}
+	release, err := s.streams.take(s.clientIP(r))
+	if err != nil {
+		return err
+	}
+	defer release()
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

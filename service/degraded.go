@@ -436,7 +436,7 @@ func (d *degraded) ping(ctx context.Context, timeout time.Duration) bool {
 		defer d.pinging.Store(false)
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		done <- d.s.rdb.Ping(pctx).Err() == nil
+		done <- d.s.probe.Ping(pctx).Err() == nil // its own connection: a busy API pool is not an unreachable Redis
 	}()
 	select {
 	case ok := <-done:

@@ -76,19 +76,29 @@ func toAPI(err error) *apiError {
 			Message: "this Idempotency-Key was used for a buy of other items; resend the same items, or use a new key"}
 	case errors.As(err, &inactive):
 		return &apiError{Status: http.StatusConflict, Code: "sale_not_active", Message: "the sale is " + string(inactive.Status)}
-	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, errRedisRestarted), isRedisDown(err):
+	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, errRedisRestarted),
+		isRedisDown(err), isPoolBusy(err):
 		return errUnavailable
 	}
 	return errInternal
 }
 
 // isRedisDown: a dial error, a timeout, a broken or closed connection —
-// Redis (or the database) did not answer.
+// Redis (or the database) did not answer. Not a pool timeout (isPoolBusy).
 func isRedisDown(err error) bool {
 	var netErr net.Error
+	if isPoolBusy(err) {
+		return false
+	}
 	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, syscall.ECONNREFUSED)
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// isPoolBusy: every connection of the client's pool stayed busy for its
+// pool timeout, so the command was never sent. That says this process is
+// short of connections, not that Redis is away: the request is answered
+// 503 (nothing happened, retry), and nothing takes it for "Redis is down".
+func isPoolBusy(err error) bool { return errors.Is(err, redis.ErrPoolTimeout) }
 
 type errorBody struct {
 	Error struct {

@@ -3,17 +3,23 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 )
 
 // The live view: every sale as it stands, sampled once a period (default a
-// second) from Redis, the stream and the database. It feeds the dashboard's
+// second) from Redis, the stream and the database. Only sales that can
+// still change are read (not ended and drained); the others keep their
+// latest sample. It feeds the dashboard's
 // server-sent events and the per-sale gauges of /metrics, so both show the
 // same numbers and a scrape costs nothing.
 
@@ -122,11 +128,11 @@ func (l *live) publish(v liveView) {
 func (s *Service) sampleLoop(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	prev := map[string]int64{} // sale -> orders at the previous sample
+	st := newSamplerState()
 	prevAt := time.Now()
 	for {
 		now := time.Now()
-		v := s.sample(ctx, prev, now.Sub(prevAt))
+		v := s.sample(ctx, st, now.Sub(prevAt))
 		prevAt = now
 		s.live.publish(v)
 		select {
@@ -137,8 +143,44 @@ func (s *Service) sampleLoop(ctx context.Context, every time.Duration) {
 	}
 }
 
-// sample reads every sale once. prev carries order counts between samples.
-func (s *Service) sample(ctx context.Context, prev map[string]int64, since time.Duration) liveView {
+// samplerState is what the sampler carries from one sample to the next.
+type samplerState struct {
+	prev    map[string]int64    // sale -> orders at the previous sample
+	last    map[string]liveSale // sale -> its latest sample
+	counted map[string]dbCount  // sale -> its orders as last counted in the database
+}
+
+// dbCount is a sale's orders in the database, and what Redis said when
+// they were counted: they are counted again only when that changes.
+type dbCount struct {
+	orders, backlog      int64
+	confirmed, cancelled int64
+	at                   time.Time
+}
+
+// recountEvery: a sale whose numbers in Redis stand still has its orders
+// counted in the database again this often all the same (orders the
+// database sold itself, in degraded mode, leave no trace in Redis).
+const recountEvery = 30 * time.Second
+
+func newSamplerState() *samplerState {
+	return &samplerState{prev: map[string]int64{}, last: map[string]liveSale{}, counted: map[string]dbCount{}}
+}
+
+// liveSaleIDs are the sales whose numbers can still change: the ones the
+// order consumer still reads (not ended and drained).
+func (s *Service) liveSaleIDs(ctx context.Context) ([]string, error) {
+	if s.orders != nil {
+		return s.orders.Live(), nil
+	}
+	return s.db.SaleIDs(ctx)
+}
+
+// sample reads every live sale once, in a few batches: their state, order
+// counts and stream lags in one pipeline or transaction each, and their
+// orders in the database in one query, for the sales whose numbers moved.
+// Sales that can no longer change keep their latest sample.
+func (s *Service) sample(ctx context.Context, st *samplerState, since time.Duration) liveView {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	v := liveView{At: time.Now().UTC(), Redis: "ok", Database: "ok"}
@@ -154,64 +196,116 @@ func (s *Service) sample(ctx context.Context, prev map[string]int64, since time.
 	}
 	v.BuyP50Ms, v.BuyP99Ms = p50*1000, p99*1000
 	v.RateLimitDegraded = time.Since(time.Unix(0, s.live.lastFallback.Load())) < max(since, time.Second)
-	ids, err := s.db.SaleIDs(ctx)
+	ids, err := s.liveSaleIDs(ctx)
 	if err != nil {
 		return v
 	}
-	v.Sales = make([]liveSale, 0, len(ids))
-	for _, id := range ids {
-		ls := s.sampleSale(ctx, id)
-		if old, ok := prev[id]; ok && since > 0 && ls.Orders >= old {
+	for i, ls := range s.sampleSales(ctx, st, ids) {
+		id := ids[i]
+		if old, ok := st.prev[id]; ok && since > 0 && ls.Orders >= old {
 			ls.OrdersPerSecond = float64(ls.Orders-old) / since.Seconds()
 		}
 		if ls.Error == "" {
-			prev[id] = ls.Orders
+			st.prev[id] = ls.Orders
+		}
+		st.last[id] = ls
+	}
+	v.Sales = make([]liveSale, 0, len(st.last))
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(st.last)) {
+		ls := st.last[id]
+		if !live[id] {
+			ls.OrdersPerSecond = 0 // ended and drained: nothing moves
 		}
 		v.Sales = append(v.Sales, ls)
 	}
 	return v
 }
 
-func (s *Service) sampleSale(ctx context.Context, id string) liveSale {
-	ls := liveSale{ID: id}
-	// Every sale's dead-letter count exists from 0, so an alert on its
-	// increase sees the first one.
-	s.metrics.deadLetters.WithLabelValues(id)
-	st, err := s.eng.Stock(ctx, id)
-	if err != nil {
-		ls.Error = toAPI(err).Message
-		return ls
-	}
-	ls.Status = string(st.Status)
-	for _, it := range st.Items {
-		li := liveItem{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold,
-			SoldOut: it.Stocked >= 0 && it.Remaining == 0}
-		if d, ok := s.live.drift.Load(id + "|" + it.SKU); ok {
-			li.Drift, li.StockDrift = d.([2]int64)[0], d.([2]int64)[1]
+func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []string) []liveSale {
+	out := make([]liveSale, len(ids))
+	states, errs := s.eng.Stocks(ctx, ids)
+	for i, id := range ids {
+		ls := liveSale{ID: id}
+		// Every sale's dead-letter count exists from 0, so an alert on its
+		// increase sees the first one.
+		s.metrics.deadLetters.WithLabelValues(id)
+		if errs[i] != nil {
+			ls.Error = toAPI(errs[i]).Message
+			out[i] = ls
+			continue
 		}
-		ls.Items = append(ls.Items, li)
+		ls.Status = string(states[i].Status)
+		for _, it := range states[i].Items {
+			li := liveItem{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold,
+				SoldOut: it.Stocked >= 0 && it.Remaining == 0}
+			if d, ok := s.live.drift.Load(id + "|" + it.SKU); ok {
+				li.Drift, li.StockDrift = d.([2]int64)[0], d.([2]int64)[1]
+			}
+			ls.Items = append(ls.Items, li)
+		}
+		out[i] = ls
 	}
-	// Redis's count first, then the database's: an order stored in between
+	// Redis's counts first, then the database's: an order stored in between
 	// is then counted as pending, never as missing.
-	ls.Orders, err = s.rdb.HLen(ctx, s.eng.Key(id, "orders")).Result()
-	if err != nil {
-		ls.Error = "redis unreachable"
-		return ls
-	}
-	if lag, err := pipeline.ReadLag(ctx, s.rdb, s.eng, id); err == nil {
-		ls.Backlog = lag.Entries
-		if !lag.Oldest.IsZero() {
-			ls.LagSeconds = max(time.Since(lag.Oldest).Seconds(), 0)
+	orders := make([]*redis.IntCmd, len(ids))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			orders[i] = p.HLen(ctx, s.eng.Key(id, "orders"))
+		}
+		return nil
+	})
+	lags, lagErr := pipeline.ReadLags(ctx, s.rdb, s.eng, ids)
+	now := time.Now()
+	var recount []string
+	for i, id := range ids {
+		ls := &out[i]
+		if ls.Error != "" {
+			continue
+		}
+		var err error
+		if ls.Orders, err = orders[i].Result(); err != nil {
+			ls.Error = "redis unreachable"
+			continue
+		}
+		if lagErr == nil {
+			ls.Backlog = lags[i].Entries
+			if !lags[i].Oldest.IsZero() {
+				ls.LagSeconds = max(now.Sub(lags[i].Oldest).Seconds(), 0)
+			}
+		}
+		c, ok := st.counted[id]
+		if !ok || c.orders != ls.Orders || c.backlog != ls.Backlog || c.orders > c.confirmed+c.cancelled || now.Sub(c.at) >= recountEvery {
+			recount = append(recount, id)
 		}
 	}
-	counts, err := s.db.CountOrders(ctx, id)
-	if err != nil {
-		ls.Error = "database unreachable"
-		return ls
+	if len(recount) > 0 {
+		counts, err := s.db.CountOrdersOf(ctx, recount)
+		for i, id := range ids {
+			if _, ok := counts[id]; !ok && err == nil || err != nil && !slices.Contains(recount, id) {
+				continue
+			}
+			if err != nil {
+				out[i].Error = "database unreachable"
+				delete(st.counted, id)
+				continue
+			}
+			st.counted[id] = dbCount{orders: out[i].Orders, backlog: out[i].Backlog, at: now,
+				confirmed: int64(counts[id][inventory.OrderConfirmed]), cancelled: int64(counts[id][inventory.OrderCancelled])}
+		}
 	}
-	ls.Confirmed = int64(counts["confirmed"])
-	ls.Pending = max(ls.Orders-int64(counts["confirmed"]+counts["cancelled"]), 0)
-	return ls
+	for i, id := range ids {
+		c, ok := st.counted[id]
+		if out[i].Error != "" || !ok {
+			continue
+		}
+		out[i].Confirmed = c.confirmed
+		out[i].Pending = max(out[i].Orders-c.confirmed-c.cancelled, 0)
+	}
+	return out
 }
 
 // latencyWindow keeps buy latencies between two samples: every one up to

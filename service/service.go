@@ -76,13 +76,21 @@ type Config struct {
 	// use the setting).
 	DegradedTick, DegradedGrace time.Duration
 	AckRing                     int
+
+	// LiveStreamsPerClient and LiveStreams cap the live view's event
+	// streams (GET /v1/live) per client address and in all; defaults
+	// DefaultLiveStreamsPerClient and DefaultLiveStreams (streams.go).
+	LiveStreamsPerClient, LiveStreams int
 }
 
 // Service is a running seckill service.
 type Service struct {
 	cfg       Config
 	log       *slog.Logger
-	rdb       redis.UniversalClient
+	rdb       redis.UniversalClient // the API's: buys and every request
+	consumer  redis.UniversalClient // the order consumer's own (roleClient)
+	probe     redis.UniversalClient // degraded mode's ping, alone on its connection
+	orders    *pipeline.Consumer
 	mini      *miniredis.Miniredis
 	miniStop  func()
 	db        *store.Store
@@ -93,6 +101,7 @@ type Service struct {
 	local     *ratelimit.Local // the limiter's in-process fallback
 	metrics   *metrics
 	live      *live
+	streams   *streamSlots
 	deg       *degraded
 	http      *http.Server
 	listener  net.Listener
@@ -110,6 +119,7 @@ type Service struct {
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{}),
 		saleCache: ttlcache.New[saleSettings](maxCachedSales)}
+	s.streams = newStreamSlots(cfg.LiveStreamsPerClient, cfg.LiveStreams)
 	s.metrics = newMetrics(s)
 	s.deg = newDegraded(s)
 	if s.log == nil {
@@ -254,8 +264,10 @@ func (s *Service) close() {
 	if s.db != nil {
 		_ = s.db.Close()
 	}
-	if s.rdb != nil {
-		_ = s.rdb.Close()
+	for _, c := range []redis.UniversalClient{s.rdb, s.consumer, s.probe} {
+		if c != nil {
+			_ = c.Close()
+		}
 	}
 	if s.mini != nil {
 		s.miniStop()
@@ -264,39 +276,80 @@ func (s *Service) close() {
 }
 
 func (s *Service) connectRedis(ctx context.Context) error {
-	switch {
-	case len(s.cfg.RedisClusterAddrs) > 0:
-		// clusterclient: after a failover, finds the promoted replica (go-redis
-		// alone keeps dialling the dead master until its next slot map reload).
-		s.rdb = clusterclient.New(&redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs,
-			DisableIdentity: true, OnConnect: s.deg.onConnect})
-	case s.cfg.RedisURL != "":
-		opts, err := redis.ParseURL(s.cfg.RedisURL)
-		if err != nil {
-			// Not the parser's message: it quotes the URL, password and all.
-			return errors.New("bad redis url: want redis://[user:password@]host:port/db, special characters percent-encoded")
-		}
-		// No CLIENT SETINFO on connect: the least-privilege ACL user
-		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
-		// each connection would leave a denial in ACL LOG.
-		opts.DisableIdentity = true
-		opts.OnConnect = s.deg.onConnect
-		s.rdb = redis.NewClient(opts)
-	default:
+	if len(s.cfg.RedisClusterAddrs) == 0 && s.cfg.RedisURL == "" {
 		mini, stop, err := startEmbeddedRedis()
 		if err != nil {
 			return err
 		}
 		s.mini, s.miniStop = mini, stop
-		s.rdb = redis.NewClient(&redis.Options{Addr: mini.Addr()})
 		s.log.Warn("using an embedded in-process Redis-compatible server (miniredis): not for production; its data lives as long as this process")
+	}
+	var err error
+	if s.rdb, err = s.newClient(clientAPI, 0); err != nil {
+		return err
 	}
 	pctx, cancel := context.WithTimeout(allowedToDial(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return fmt.Errorf("cannot reach redis at %s: %w", s.redisName(), err)
 	}
+	s.consumer, _ = s.newClient(clientConsumer, s.consumerReaders())
+	s.probe, _ = s.newClient(clientProbe, 1)
 	return nil
+}
+
+// The names of the service's Redis connections (CLIENT LIST): the API's
+// pool, which buys use, and the background work's own small ones, so that
+// no background work ever takes a connection a buy waits for.
+const (
+	clientAPI      = "seckill-api"
+	clientConsumer = "seckill-consumer" // Pipeline.Readers connections (per node)
+	clientProbe    = "seckill-probe"    // one connection (per node)
+)
+
+func (s *Service) consumerReaders() int {
+	if s.cfg.Pipeline.Readers <= 0 {
+		return 2
+	}
+	return s.cfg.Pipeline.Readers
+}
+
+// newClient returns a client of the configured Redis whose connections are
+// named name. With conns > 0 its pool holds exactly conns connections (per
+// node, on a Cluster), which pipelines share; 0 is go-redis's default pool.
+func (s *Service) newClient(name string, conns int) (redis.UniversalClient, error) {
+	pool := func(size, maxActive, pipelines *int) {
+		if conns > 0 {
+			*size, *maxActive, *pipelines = conns, conns, -1
+		}
+	}
+	switch {
+	case len(s.cfg.RedisClusterAddrs) > 0:
+		// clusterclient: after a failover, finds the promoted replica (go-redis
+		// alone keeps dialling the dead master until its next slot map reload).
+		o := &redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs,
+			DisableIdentity: true, OnConnect: s.deg.onConnect, ClientName: name}
+		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
+		return clusterclient.New(o), nil
+	case s.cfg.RedisURL != "":
+		o, err := redis.ParseURL(s.cfg.RedisURL)
+		if err != nil {
+			// Not the parser's message: it quotes the URL, password and all.
+			return nil, errors.New("bad redis url: want redis://[user:password@]host:port/db, special characters percent-encoded")
+		}
+		// No CLIENT SETINFO on connect: the least-privilege ACL user
+		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
+		// each connection would leave a denial in ACL LOG.
+		o.DisableIdentity = true
+		o.OnConnect = s.deg.onConnect
+		o.ClientName = name
+		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
+		return redis.NewClient(o), nil
+	default:
+		o := &redis.Options{Addr: s.mini.Addr(), ClientName: name}
+		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
+		return redis.NewClient(o), nil
+	}
 }
 
 func (s *Service) redisName() string {
@@ -393,9 +446,10 @@ func (s *Service) startBackground(ctx context.Context) {
 	}
 	po.OnDeadLetter = func(sale, _ string) { s.metrics.deadLetters.WithLabelValues(sale).Inc() }
 	po.OnRetry = func(string, error) { s.metrics.dbRetries.Inc() }
-	consumer := pipeline.New(s.rdb, s.eng, s.db, po)
+	po.Readers = s.consumerReaders()
+	s.orders = pipeline.New(s.consumer, s.eng, s.db, po)
 	s.bg.Add(1)
-	go func() { defer s.bg.Done(); _ = consumer.Run(ctx) }()
+	go func() { defer s.bg.Done(); _ = s.orders.Run(ctx) }()
 	if s.cfg.ReconcileEvery > 0 {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.reconcileLoop(ctx) }()

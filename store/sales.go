@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/seckill/seckill/inventory"
@@ -208,6 +209,28 @@ func (s *Store) SaleIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// SaleEnds returns every sale's end (ends_at; zero for a sale without
+// one), by id: what the order consumer needs to know which sales can still
+// take orders.
+func (s *Store) SaleEnds(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at FROM sales")
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales: %w", err)
+	}
+	ends := map[string]time.Time{}
+	err = scanEach(rows, func() error {
+		var id string
+		var end int64
+		err := rows.Scan(&id, &end)
+		ends[id] = fromMs(end)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales: %w", err)
+	}
+	return ends, nil
+}
+
 // Snapshot returns the sale as the engine needs it to rebuild it: the
 // definition (each item's Stock is every unit ever stocked) and every order
 // of the sale with its items and idempotency key, confirmed ones with
@@ -378,6 +401,40 @@ func (s *Store) CountOrders(ctx context.Context, saleID string) (map[inventory.O
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: count orders of sale %s: %w", saleID, err)
+	}
+	return counts, nil
+}
+
+// CountOrdersOf is CountOrders of several sales in one query (per 500
+// sales): counts[id] is sale id's, by status.
+func (s *Store) CountOrdersOf(ctx context.Context, saleIDs []string) (map[string]map[inventory.OrderStatus]int, error) {
+	counts := make(map[string]map[inventory.OrderStatus]int, len(saleIDs))
+	for _, id := range saleIDs {
+		counts[id] = map[inventory.OrderStatus]int{inventory.OrderConfirmed: 0, inventory.OrderCancelled: 0}
+	}
+	for chunk := range slices.Chunk(saleIDs, 500) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.query(ctx, s.db, "SELECT sale_id, status, COUNT(*) FROM orders WHERE sale_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+") GROUP BY sale_id, status", args...)
+		if err != nil {
+			return nil, fmt.Errorf("store: count orders: %w", err)
+		}
+		err = scanEach(rows, func() error {
+			var id string
+			var status inventory.OrderStatus
+			var n int
+			err := rows.Scan(&id, &status, &n)
+			if c := counts[id]; c != nil {
+				c[status] = n
+			}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: count orders: %w", err)
+		}
 	}
 	return counts, nil
 }

@@ -35,14 +35,27 @@ func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.C
 		"comma-separated addresses or CIDR prefixes of proxies whose X-Forwarded-For is believed (env SECKILL_TRUSTED_PROXIES)")
 	instances := fs.String("instances", env("SECKILL_INSTANCES", "1"),
 		"how many instances share the rate limits; each enforces its share while Redis is unreachable (env SECKILL_INSTANCES)")
+	streamsPerClient := fs.String("live-streams-per-client", env("SECKILL_LIVE_STREAMS_PER_CLIENT", strconv.Itoa(service.DefaultLiveStreamsPerClient)),
+		"how many live-view event streams (GET /v1/live) one client address may hold open; past it 429 (env SECKILL_LIVE_STREAMS_PER_CLIENT)")
+	streams := fs.String("live-streams", env("SECKILL_LIVE_STREAMS", strconv.Itoa(service.DefaultLiveStreams)),
+		"how many live-view event streams this instance serves at once; past it 503 (env SECKILL_LIVE_STREAMS)")
 	return func() (service.Config, error) {
 		n, err := strconv.Atoi(*instances)
 		if err != nil || n < 1 {
 			return service.Config{}, fmt.Errorf("--instances must be a whole number of 1 or more, is %q", *instances)
 		}
+		perClient, err := strconv.Atoi(*streamsPerClient)
+		if err != nil || perClient < 1 {
+			return service.Config{}, fmt.Errorf("--live-streams-per-client must be a whole number of 1 or more, is %q", *streamsPerClient)
+		}
+		total, err := strconv.Atoi(*streams)
+		if err != nil || total < 1 {
+			return service.Config{}, fmt.Errorf("--live-streams must be a whole number of 1 or more, is %q", *streams)
+		}
 		return service.Config{Addr: *addr, RedisURL: *redisURL, RedisClusterAddrs: list(*cluster), DatabaseURL: *db,
 			AdminToken: *admin, JWTSecret: *jwt, KeyPrefix: *prefix,
-			RateLimitUser: *rateUser, RateLimitIP: *rateIP, RateLimitSale: *rateSale, TrustedProxies: list(*proxies), Instances: n}, nil
+			RateLimitUser: *rateUser, RateLimitIP: *rateIP, RateLimitSale: *rateSale, TrustedProxies: list(*proxies), Instances: n,
+			LiveStreamsPerClient: perClient, LiveStreams: total}, nil
 	}
 }
 

@@ -1,0 +1,220 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/store"
+)
+
+// inFlight counts the commands (and pipelines) a client has under way at
+// once, and the ones that name a key containing one of watch's strings.
+type inFlight struct {
+	now, most atomic.Int64
+	mu        sync.Mutex
+	watch     []string
+	touched   int
+}
+
+func (h *inFlight) enter(cmds ...redis.Cmder) func() {
+	switch cmds[0].Name() {
+	case "hello", "client", "auth", "select", "readonly":
+		return func() {} // a new connection's set-up, inside the command that dialled it
+	}
+	h.mu.Lock()
+	h.most.Store(max(h.most.Load(), h.now.Add(1)))
+	for _, c := range cmds {
+		for _, a := range c.Args() {
+			for _, w := range h.watch {
+				if s, ok := a.(string); ok && strings.Contains(s, w) {
+					h.touched++
+				}
+			}
+		}
+	}
+	h.mu.Unlock()
+	return func() { h.now.Add(-1) }
+}
+
+func (h *inFlight) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *inFlight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		defer h.enter(cmd)()
+		return next(ctx, cmd)
+	}
+}
+func (h *inFlight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		defer h.enter(cmds...)()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *inFlight) watching(keys ...string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if keys != nil {
+		h.watch, h.touched = keys, 0
+	}
+	return h.touched
+}
+
+// manySales creates n sales of stock 10 in both places, ending at end
+// (zero: never), and buys one unit in each.
+func (r *rig) manySales(n int, end time.Time) []string {
+	r.t.Helper()
+	var orders []string
+	for i := range n {
+		sale := inventory.Sale{ID: fmt.Sprintf("m%03d", i), PerUserLimit: 1, EndsAt: end, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+		if err := r.db.CreateSale(r.ctx, store.Sale{Sale: sale}); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := r.eng.CreateSale(r.ctx, sale); err != nil {
+			r.t.Fatal(err)
+		}
+		rc, err := r.eng.Buy(r.ctx, sale.ID, "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		orders = append(orders, rc.Order.ID)
+	}
+	return orders
+}
+
+// ownClient is a client of the rig's Redis of the consumer's own, with h
+// watching what it does.
+func (r *rig) ownClient(h *inFlight) redis.UniversalClient {
+	var c redis.UniversalClient
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cc.Options().Addrs})
+	} else {
+		c = redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
+	}
+	c.AddHook(h)
+	r.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// run starts a consumer on rdb until the test ends.
+func (r *rig) run(rdb redis.UniversalClient, o pipeline.Options) *pipeline.Consumer {
+	o.Name = "c1"
+	o.Block = 20 * time.Millisecond
+	o.DiscoverAll = 20 * time.Millisecond
+	o.ClaimEvery = 50 * time.Millisecond
+	o.MaxBackoff = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	c := pipeline.New(rdb, r.eng, r.db, o)
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	r.t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// stored waits until every order is in the database with the status.
+func (r *rig) stored(orders []string, status inventory.OrderStatus) {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range orders {
+		for {
+			o, err := r.db.Order(r.ctx, id)
+			if err == nil && o.Status == status {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.t.Fatalf("order %s: %+v, %v; want it stored %s", id, o, err, status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestConsumerReadsManySalesOnFewConnections: a consumer of 200 sales
+// stores every order with never more than two commands under way at once
+// (its two readers): a fixed number of connections, whatever the number of
+// sales, instead of one blocked read per sale.
+func TestConsumerReadsManySalesOnFewConnections(t *testing.T) {
+	check := func(t *testing.T, r *rig) {
+		orders := r.manySales(200, time.Time{})
+		h := &inFlight{}
+		r.run(r.ownClient(h), pipeline.Options{})
+		r.stored(orders, inventory.OrderConfirmed)
+		if h.most.Load() > 2 {
+			t.Errorf("%d commands under way at once, want at most 2 (the readers)", h.most.Load())
+		}
+	}
+	forEachStack(t, check)
+	t.Run("cluster+postgres", func(t *testing.T) {
+		rdb := redistest.SharedCluster(t)
+		db, err := store.Open(context.Background(), dbtest.PostgresURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		check(t, &rig{t: t, ctx: context.Background(), rdb: rdb, db: db,
+			eng: inventory.New(rdb, inventory.Options{Prefix: redistest.Prefix(t, rdb)})})
+	})
+}
+
+// TestEndedDrainedSalesCostNothing: once sales have ended and their
+// streams are drained, the consumer sends nothing that names their keys.
+func TestEndedDrainedSalesCostNothing(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		end := time.Now().Add(3 * time.Second)
+		orders := r.manySales(30, end)
+		h := &inFlight{}
+		r.run(r.ownClient(h), pipeline.Options{})
+		r.stored(orders, inventory.OrderConfirmed)
+		time.Sleep(time.Until(end))
+		key := r.eng.EventsKey("m000")
+		tag := key[:strings.Index(key, ":m000")+2] // "{prefix:m": every sale's keys
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			h.watching(tag)
+			time.Sleep(300 * time.Millisecond) // a window of 15 reads (Block is 20ms)
+			if h.watching() == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ended, drained sales still read: %d commands named them in the last window", h.watching())
+			}
+		}
+	})
+}
+
+// TestWakeReadsAnEndedSaleAgain: a sale that ended and was drained leaves
+// Live, and a cancel after its end reaches the database as soon as Wake
+// names the sale (not at the next sweep, a minute later).
+func TestWakeReadsAnEndedSaleAgain(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		end := time.Now().Add(2 * time.Second)
+		orders := r.manySales(3, end)
+		c := r.run(r.rdb, pipeline.Options{})
+		r.stored(orders, inventory.OrderConfirmed)
+		deadline := time.Now().Add(20 * time.Second)
+		for len(c.Live()) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("ended, drained sales still live: %v", c.Live())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := r.eng.Cancel(r.ctx, orders[0], ""); err != nil {
+			t.Fatal(err)
+		}
+		c.Wake("m000")
+		if live := c.Live(); len(live) != 1 || live[0] != "m000" {
+			t.Errorf("live after Wake(m000): %v", live)
+		}
+		r.stored(orders[:1], inventory.OrderCancelled)
+	})
+}

@@ -652,7 +652,9 @@ func (e *Engine) setPaused(ctx context.Context, saleID string, paused bool) erro
 		return err
 	}
 	k := e.keys(saleID)
-	reply, err := e.runSale(ctx, saleID, pauseScript, []string{k.sale, k.events}, e.nowMs(), flag(paused))
+	// The marker makes a resent call (its reply lost) change nothing again.
+	keys := []string{k.sale, k.events, k.op(newToken())}
+	reply, err := e.runSale(ctx, saleID, pauseScript, keys, e.nowMs(), flag(paused))
 	if err != nil {
 		return err
 	}

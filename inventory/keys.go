@@ -26,7 +26,8 @@ import (
 //	{p:s}:events    stream every stock movement, in order (see events.go)
 //	{p:s}:initlock  string owner token of the instance rebuilding the sale
 //	{p:s}:op:<id>   string marks a restock or cancel call as applied, with the
-//	                       remaining right after it (expires in a day)
+//	                       remaining right after it, or a pause or resume
+//	                       call that changed the sale (expires in a day)
 //	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
 type saleKeys struct {
 	sale, bought, orders, idem, events, initLock string
@@ -49,8 +50,8 @@ func (e *Engine) keys(saleID string) saleKeys {
 	}
 }
 
-// op returns the key marking a one-off operation (a restock, a cancel call)
-// as applied.
+// op returns the key marking a one-off operation (a restock, a cancel, a
+// pause or resume call) as applied.
 func (k saleKeys) op(id string) string { return k.tag + ":op:" + id }
 
 // stage returns the staging key of one live hash during a rebuild.

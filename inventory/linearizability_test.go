@@ -23,6 +23,7 @@ import (
 
 	"github.com/seckill/seckill/internal/faultnet"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/ratelimit"
 )
@@ -1255,6 +1256,69 @@ func linInterleavings(t *testing.T) {
 	callerResend("with its throttle spent", throttled(1, "u1", 1, "k"),
 		func(*linRun, *inventory.Engine) {},
 		"the throttle refused the resend instead of returning its order")
+
+	// Found by the faults subtest: a pause whose connection was cut after
+	// its script ran was sent again by the Redis client itself (go-redis
+	// resends a command whose connection broke, 3 times by default, as the
+	// service's client does), after a resume that a read had followed,
+	// and paused the sale a second time: a call that had taken effect
+	// undid a later one. Here the reply is held at the proxy while the
+	// other calls run, then the connection is cut, so the client resends.
+	for _, pause := range []bool{true, false} {
+		first, then := linInput{kind: linPause, seq: 2}, linInput{kind: linResume, seq: 4}
+		name := "a pause whose reply was lost, resent by the client after a resume"
+		if !pause {
+			first, then = linInput{kind: linResume, seq: 2}, linInput{kind: linPause, seq: 4}
+			name = "a resume whose reply was lost, resent by the client after a pause"
+		}
+		t.Run(name, func(t *testing.T) {
+			direct := redistest.Standalone(t)
+			proxy := faultnet.Start(t, direct.Options().Addr)
+			// go-redis's default resends; a read timeout that outlasts the
+			// held reply, so only the cut ends the first attempt.
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: waitfor.Patience})
+			t.Cleanup(func() { _ = rdb.Close() })
+			prefix := redistest.Prefix(t, direct)
+			eng := inventory.New(rdb, inventory.Options{Prefix: prefix})
+			// Loads the scripts and leaves a connection open: the call
+			// under test needs no new one while replies are held.
+			if err := eng.Preload(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			other := inventory.New(direct, inventory.Options{Prefix: prefix})
+			linCreate(t, other, linSale)
+			r := &linRun{t: t, eng: eng, sale: linSale, journal: direct, timeout: 2 * waitfor.Patience, began: time.Now()}
+			if !pause {
+				r.callVia(other, 1, linInput{kind: linPause, seq: 1})
+			}
+			proxy.HoldReplies(true)
+			got := make(chan linOutput, 1)
+			go func() { got <- r.call(0, first) }()
+			waitfor.Until(t, waitfor.Patience, "the first attempt runs", func() error {
+				st, err := other.Stock(context.Background(), linSale)
+				if err == nil && st.Sale.Paused != pause {
+					err = fmt.Errorf("paused %v", st.Sale.Paused)
+				}
+				return err
+			})
+			r.callVia(other, 1, linInput{kind: linStock, seq: 3}) // sees the first attempt
+			r.callVia(other, 1, then)
+			proxy.Cut() // the held reply is lost: the client sends the call again
+			proxy.HoldReplies(false)
+			proxy.Restore()
+			if out := <-got; out.unknown {
+				t.Fatalf("%v failed (the client no longer resends it?): the interleaving needs its resend to run", first)
+			}
+			r.callVia(other, 1, linInput{kind: linStock, seq: 5})
+			history, _, _ := linSettle(t, direct, eng, linSale, r.ops)
+			if res := linCheck(t, t.Name(), history); res != porcupine.Ok {
+				t.Errorf("not linearizable (%s): the resent %v ran again after the %v that followed its first attempt", res, first, then)
+			}
+			if st, err := other.Stock(context.Background(), linSale); err != nil || st.Sale.Paused == pause {
+				t.Errorf("after %v then %v, the sale is paused=%v (%v), want %v", first, then, st.Sale.Paused, err, !pause)
+			}
+		})
+	}
 }
 
 // linMutations changes a recorded, linearizable history in ways no correct

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 )
 
@@ -20,11 +21,22 @@ func (e *Engine) Fence(ctx context.Context, saleID string, epoch int64) (bool, e
 	return e.fence(ctx, saleID, strconv.FormatInt(epoch, 10), "")
 }
 
-// Unfence lifts the fence: once the sale's state in Redis has been repaired
-// from the database (Repair), Redis sells it again.
-func (e *Engine) Unfence(ctx context.Context, saleID string) error {
-	_, err := e.fence(ctx, saleID, "", "")
-	return err
+// Unfence lifts the fence of degraded period epoch (or of an earlier one):
+// once the sale's state in Redis has been repaired from the database
+// (Repair), Redis sells it again. A fence of a later period stays, and
+// Unfence returns ErrFenced: a lift resent by the client after a lost
+// reply, arriving once another degraded period has fenced the sale again,
+// must not let Redis sell beside the database. A sale missing from Redis
+// has no fence to lift (nil).
+func (e *Engine) Unfence(ctx context.Context, saleID string, epoch int64) error {
+	reply, err := e.fenceReply(ctx, saleID, "", strconv.FormatInt(epoch+1, 10))
+	if err != nil {
+		return err
+	}
+	if code(reply) == 5 {
+		return fmt.Errorf("%w: sale %s: a fence of a degraded period after %d stays", ErrFenced, saleID, epoch)
+	}
+	return nil
 }
 
 // LiftStaleFence lifts the sale's fence only if it was set for an epoch
@@ -35,15 +47,19 @@ func (e *Engine) LiftStaleFence(ctx context.Context, saleID string, epoch int64)
 }
 
 func (e *Engine) fence(ctx context.Context, saleID string, args ...any) (bool, error) {
-	if err := validateID("sale", saleID); err != nil {
-		return false, err
-	}
-	if len(args) == 1 {
-		args = append(args, "")
-	}
-	reply, err := e.run.run(ctx, fenceScript, []string{e.keys(saleID).sale}, args...)
+	reply, err := e.fenceReply(ctx, saleID, args...)
 	if err != nil {
 		return false, err
 	}
 	return code(reply) == 1, nil
+}
+
+func (e *Engine) fenceReply(ctx context.Context, saleID string, args ...any) ([]any, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return nil, err
+	}
+	if len(args) == 1 {
+		args = append(args, "")
+	}
+	return e.run.run(ctx, fenceScript, []string{e.keys(saleID).sale}, args...)
 }

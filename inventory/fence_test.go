@@ -29,8 +29,19 @@ func TestFence(t *testing.T) {
 		if st := f.remaining("s1"); st["A"] != 9 || len(f.events("s1")) != len(before) {
 			t.Fatalf("a refused buy changed the sale: %v, %d events (was %d)", st, len(f.events("s1")), len(before))
 		}
-		if err := f.eng.Unfence(f.ctx, "s1"); err != nil {
+		// A lift of an earlier period (a recovery's lift resent after a lost
+		// reply, arriving after the sale was fenced again) leaves the fence.
+		if err := f.eng.Unfence(f.ctx, "s1", 6); !errors.Is(err, inventory.ErrFenced) {
+			t.Fatalf("unfence of period 6 over a fence of period 7: %v, want ErrFenced", err)
+		}
+		if _, err := f.eng.Buy(f.ctx, "s1", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, ""); !errors.Is(err, inventory.ErrFenced) {
+			t.Fatalf("buy after an earlier period's unfence: %v, want ErrFenced", err)
+		}
+		if err := f.eng.Unfence(f.ctx, "s1", 7); err != nil {
 			t.Fatal(err)
+		}
+		if err := f.eng.Unfence(f.ctx, "nope", 7); err != nil {
+			t.Fatalf("unfence of a sale Redis does not hold: %v", err)
 		}
 		if r, err := f.eng.Buy(f.ctx, "s1", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil || r.Remaining[0] != 8 {
 			t.Fatalf("buy after the fence was lifted: %+v, %v", r, err)

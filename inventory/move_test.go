@@ -133,7 +133,7 @@ func TestMoveCutInHalfIsFinished(t *testing.T) {
 		if done, err := r.eng.FinishMoves(r.ctx, "a"); !errors.Is(err, inventory.ErrFenced) || done != 0 {
 			t.Errorf("FinishMoves while still fenced: %d, %v", done, err)
 		}
-		if err := r.eng.Unfence(r.ctx, "b"); err != nil {
+		if err := r.eng.Unfence(r.ctx, "b", 3); err != nil {
 			t.Fatal(err)
 		}
 		for round, want := range []int{1, 0} {

@@ -167,7 +167,7 @@ func TestPendingMoveAfterSourceRebuilt(t *testing.T) {
 	if !errors.As(err, &me) || me.Units != 2 {
 		t.Fatalf("Move to a fenced segment = %d, %v; want a *MoveError of 2 units", n, err)
 	}
-	if err := x.eng.Unfence(x.ctx, to); err != nil {
+	if err := x.eng.Unfence(x.ctx, to, 1); err != nil {
 		t.Fatal(err)
 	}
 	if rem := x.remaining("A"); rem[0] != 5 || rem[1] != 3 {
@@ -213,7 +213,7 @@ func TestSellerFlagsItemEmptyWhileMoving(t *testing.T) {
 	if _, err := x.eng.Move(x.ctx, other, home, "A", 1); err == nil {
 		t.Fatal("Move to a fenced segment succeeded")
 	}
-	if err := x.eng.Unfence(x.ctx, home); err != nil {
+	if err := x.eng.Unfence(x.ctx, home, 1); err != nil {
 		t.Fatal(err)
 	}
 	_, err := x.sel.Buy(x.ctx, inventory.BuyRequest{SaleID: "mv", UserID: userAt(x.ids, home, 1), Lines: []inventory.Line{{SKU: "A", Qty: 1}}})

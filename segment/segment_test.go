@@ -212,7 +212,7 @@ func TestRebalance(t *testing.T) {
 		if _, err := r.eng.Move(r.ctx, segs[0], segs[2], "X", 3); err == nil {
 			t.Fatal("a move into a fenced segment succeeded")
 		}
-		if err := r.eng.Unfence(r.ctx, segs[2]); err != nil {
+		if err := r.eng.Unfence(r.ctx, segs[2], 1); err != nil {
 			t.Fatal(err)
 		}
 		if tot := r.totals("hot")["X"]; tot.Remaining != 37 {

@@ -612,7 +612,7 @@ func (d *degraded) recover(ctx context.Context, m store.SellMode) {
 				d.s.log.Warn("degraded mode: recover: journal the repair", "sale", id, "err", jerr)
 			}
 		}
-		if err := d.s.eng.Unfence(ctx, id); err != nil {
+		if err := d.s.eng.Unfence(ctx, id, m.Epoch); err != nil { // a later period's fence stays
 			d.s.log.Warn("degraded mode: recover: unfence", "sale", id, "err", err)
 			return
 		}

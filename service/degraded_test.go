@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -330,7 +331,7 @@ func TestOperatorSwitch(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustStatus(t, buyOne(a, "s1", "f2"), http.StatusServiceUnavailable)
-			if err := eng.Unfence(context.Background(), "s1"); err != nil {
+			if err := eng.Unfence(context.Background(), "s1", math.MaxInt64-1); err != nil {
 				t.Fatal(err)
 			}
 			a.settle("s1")

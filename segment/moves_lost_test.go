@@ -235,3 +235,32 @@ func TestSellerFlagsItemEmptyWhileMoving(t *testing.T) {
 		t.Errorf("bought in %s, want %s", rc.Order.SaleID, home)
 	}
 }
+
+// TestFallThroughRebuildsLostSegment: a buy whose home is empty falls
+// through while the only segment with units left is lost from Redis (its
+// units are in the database). The refill must rebuild it and move its
+// units home, not read the missing segment as empty and refuse the buyer
+// (and flag the item sold out for every other buyer). Before the fix the
+// buy failed with ErrSoldOut, the undersell TestMovesRaceRebuilds found
+// when the crowd drained the live segments before the lost ones were
+// rebuilt.
+func TestFallThroughRebuildsLostSegment(t *testing.T) {
+	t.Parallel()
+	x := recordedSale(t, 4, 2)
+	home, other := x.ids[0], x.ids[1]
+	if _, err := x.sel.Buy(x.ctx, inventory.BuyRequest{SaleID: "mv", UserID: userAt(x.ids, home, 0), Lines: []inventory.Line{{SKU: "A", Qty: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	x.settle()
+	x.lose(other)
+	rc, err := x.sel.Buy(x.ctx, inventory.BuyRequest{SaleID: "mv", UserID: userAt(x.ids, home, 1), Lines: []inventory.Line{{SKU: "A", Qty: 1}}})
+	if err != nil {
+		t.Fatalf("Buy with the units in a lost segment: %v, want it to rebuild the segment and move them home", err)
+	}
+	if rc.Order.SaleID != home {
+		t.Errorf("bought in %s, want %s", rc.Order.SaleID, home)
+	}
+	if rem := x.remaining("A"); rem[0] != 0 || rem[1] > 1 || sum(rem) != 1 {
+		t.Errorf("remaining %v after the buy, want 1 unit left over the segments", rem)
+	}
+}

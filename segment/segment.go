@@ -283,19 +283,22 @@ func (s *Seller) refill(ctx context.Context, sale string, segs []string, home, s
 }
 
 // remaining reads what is left of a limited sku in each segment and in all
-// of them together (total -1: the sku is unlimited). A segment missing
-// from Redis counts as empty here; its next buy rebuilds it from the system
-// of record. A total short of need is read again until no move of the
-// sale's units by this Seller ran during the read: a move's units are in
-// no segment while it runs, and a read of several segments is not one
-// instant, so units moving meanwhile may be missed. Only such a settled
+// of them together (total -1: the sku is unlimited). A total short of need
+// is read again until no move of the sale's units by this Seller ran during
+// the read: a move's units are in no segment while it runs, and a read of
+// several segments is not one instant, so units moving meanwhile may be
+// missed. A segment missing from Redis (lost with its node) holds its units
+// in the system of record: a short read rebuilds it (Engine.Stock) and reads
+// again, and it counts as empty only if it cannot be rebuilt. Only a settled
 // read says the item has too few, and only an empty one is flagged sold out.
 func (s *Seller) remaining(ctx context.Context, sale string, segs []string, sku string, need int64) ([]int64, int64, error) {
 	f := s.flow(sale)
+	var rebuilt []string // missing segments this call rebuilt, or tried to
 	for {
 		started, running := f.mark()
 		rem, err := s.eng.Remaining(ctx, sku, segs...)
-		if err != nil && !errors.Is(err, inventory.ErrNotFound) {
+		var lost *inventory.NotFoundError
+		if err != nil && !errors.As(err, &lost) {
 			return nil, 0, err
 		}
 		var total int64
@@ -307,6 +310,15 @@ func (s *Seller) remaining(ctx context.Context, sale string, segs []string, sku 
 		}
 		if total >= need {
 			return rem, total, nil
+		}
+		if lost != nil && !containsAll(rebuilt, lost.IDs) {
+			for _, id := range lost.IDs {
+				if _, err := s.eng.Stock(ctx, id); err != nil && !errors.Is(err, inventory.ErrNotFound) {
+					return nil, 0, err
+				}
+				rebuilt = append(rebuilt, id)
+			}
+			continue
 		}
 		now, idle := f.mark()
 		if running == nil && now == started {
@@ -323,6 +335,16 @@ func (s *Seller) remaining(ctx context.Context, sale string, segs []string, sku 
 			}
 		}
 	}
+}
+
+// containsAll reports whether every id of ids is in set.
+func containsAll(set, ids []string) bool {
+	for _, id := range ids {
+		if !slices.Contains(set, id) {
+			return false
+		}
+	}
+	return true
 }
 
 // flow counts a sale's moves under way in this Seller.

@@ -22,7 +22,8 @@ import (
 // records), OrdersInDB + InFlight == Sold (the database plus the queue hold
 // every unit Redis sold) and StockedInDB + StockedInFlight == Stocked (the
 // database plus the queue hold every unit Redis stocked). Unlimited items
-// have Stocked and Remaining -1 and only the second equation.
+// have Stocked and Remaining -1 and only the second equation. Every figure
+// is as of one position of the sale's stream (see Sale).
 type Item struct {
 	SKU       string `json:"sku"`
 	Stocked   int64  `json:"stocked"`   // initial + restocked, from Redis

@@ -20,14 +20,15 @@ import (
 func TestSaleUnderLoadIsConsistent(t *testing.T) {
 	forEachStack(t, func(t *testing.T, r *rig) {
 		r.sale()
-		const passes = 80
+		// The load is bounded so that the consumer catches up after it.
+		const passes, maxOps = 80, 3000
 		done := make(chan struct{})
 		var ops atomic.Int64
 		var load sync.WaitGroup
 		load.Add(2)
 		go func() { // restocks
 			defer load.Done()
-			for {
+			for ops.Load() < maxOps {
 				select {
 				case <-done:
 					return
@@ -42,7 +43,7 @@ func TestSaleUnderLoadIsConsistent(t *testing.T) {
 		}()
 		go func() { // buys, every third one cancelled
 			defer load.Done()
-			for i := 0; ; i++ {
+			for i := 0; ops.Load() < maxOps; i++ {
 				select {
 				case <-done:
 					return

@@ -8,23 +8,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Counted is what Redis holds of a sale at one instant: its state (stock
-// counters), and per sku the units in live order records (as
-// UnitsInOrders) and in per-user counts (as UnitsHeld).
+// Counted is what Redis holds of a sale: its state (stock counters), read
+// at one instant with whatever the caller queued beside it, and per sku the
+// units in live order records (as UnitsInOrders) and in per-user counts (as
+// UnitsHeld), scanned just after.
 type Counted struct {
 	State      SaleState
 	Sold, Held map[string]int64
 }
 
-// CountWith reads the sale's hash, order records and per-user counts in one
-// transaction (MULTI/EXEC), together with whatever also queues on it (reads
-// of other keys of the sale: they share its slot), so that all of them are
-// of one instant: no buy, cancel or restock runs between them. The
-// transaction holds Redis for the time of reading every order record of the
-// sale: for reconciliation, not for a hot path. Results of what also queued
-// are read from its commands after CountWith returns. A sale missing from
-// Redis is rebuilt first, as Stock does. The engine's client must run
-// transactions (TxPipelined), as every go-redis client does.
+// CountWith reads the sale's hash in one transaction (MULTI/EXEC) together
+// with whatever also queues on it (reads of other keys of the sale: they
+// share its slot), so that the stock counters and those reads are of one
+// instant: no buy, cancel or restock runs between them. The order records
+// and per-user counts are scanned after it (HSCAN, a page at a time), not in
+// the transaction: reading every order of a big sale at once would hold
+// Redis, and every buy, for as long. They may so include what changed just
+// after that instant. Results of what also queued are read from its
+// commands after CountWith returns. A sale missing from Redis is rebuilt
+// first, as Stock does. The engine's client must run transactions
+// (TxPipelined), as every go-redis client does.
 func (e *Engine) CountWith(ctx context.Context, saleID string, also func(p redis.Pipeliner)) (Counted, error) {
 	if err := validateID("sale", saleID); err != nil {
 		return Counted{}, err
@@ -37,9 +40,9 @@ func (e *Engine) CountWith(ctx context.Context, saleID string, also func(p redis
 	}
 	k := e.keys(saleID)
 	for attempt := 0; ; attempt++ {
-		var sale, orders, bought *redis.MapStringStringCmd
+		var sale *redis.MapStringStringCmd
 		_, err := txc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			sale, orders, bought = p.HGetAll(ctx, k.sale), p.HGetAll(ctx, k.orders), p.HGetAll(ctx, k.bought)
+			sale = p.HGetAll(ctx, k.sale)
 			also(p)
 			return nil
 		})
@@ -64,16 +67,12 @@ func (e *Engine) CountWith(ctx context.Context, saleID string, also func(p redis
 		if c.State, err = e.decodeSale(saleID, h); err != nil {
 			return Counted{}, err
 		}
-		o, err1 := orders.Result()
-		b, err2 := bought.Result()
-		if err1 != nil || err2 != nil {
-			return Counted{}, fmt.Errorf("seckill: read sale %s: %w", saleID, errors.Join(err1, err2))
-		}
-		c.Sold = map[string]int64{}
-		if err := addUnitsInOrders(c.Sold, saleID, o); err != nil {
+		if c.Sold, err = e.UnitsInOrders(ctx, saleID); err != nil {
 			return Counted{}, err
 		}
-		c.Held = tally(saleID, saleHashes{hashBought: b}).held
+		if c.Held, err = e.UnitsHeld(ctx, saleID); err != nil {
+			return Counted{}, err
+		}
 		return c, nil
 	}
 }

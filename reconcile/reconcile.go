@@ -85,14 +85,18 @@ func (r Report) Drifted() bool {
 }
 
 // Sale compares the sale's Redis counters, its stream backlog and its
-// database rows, exactly even while buys, cancels and restocks run:
+// database rows. The stock figures are exact even while buys, cancels and
+// restocks run:
 //
-//   - Redis's side (the sale hash, order records, per-user counts) and the
-//     stream's events not yet applied are read in one transaction
-//     (inventory.Engine.CountWith, pipeline.QueueInFlight): of one instant,
-//     when the stream stood at some position P. Every script that changes
-//     a sale appends to its stream in the same script, so Redis's numbers
-//     are those of the events up to P.
+//   - Redis's sale hash (stocked, remaining) and the stream's events not yet
+//     applied are read in one transaction (inventory.Engine.CountWith,
+//     pipeline.QueueInFlight): of one instant, when the stream stood at
+//     some position P. Every script that changes a sale appends to its
+//     stream in the same script, so those numbers are those of the events
+//     up to P. (The order records and per-user counts behind Sold and Held
+//     are scanned just after, a page at a time, so that a big sale does not
+//     hold Redis: under load they may count a buy or cancel after P, which
+//     Drift and HeldDrift show for a pass; at quiescence they are exact.)
 //   - The database is read after, in one transaction with the journal rows
 //     of the events it applied meanwhile (store.TotalsWith): an event in
 //     flight at P that the consumer applied since (or had applied and not

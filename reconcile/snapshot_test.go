@@ -11,13 +11,15 @@ import (
 	"github.com/seckill/seckill/reconcile"
 )
 
-// TestSaleUnderLoadIsConsistent: restocks, buys and cancels run while
+// TestStockedIsExactUnderLoad: restocks, buys and cancels run while
 // reconcile passes run back to back and the consumer applies the events.
-// Nothing is wrong, so no pass may report drift of any kind (a restock
+// Nothing is wrong, so no pass may report a stocked drift (a restock
 // landing between the read of Redis's counters and of the stream, or
 // applied to the database between the stream and the database reads, used
-// to show as stocked drift), and at quiescence the books balance.
-func TestSaleUnderLoadIsConsistent(t *testing.T) {
+// to show as one), and at quiescence the books balance on every figure.
+// (Sold and Held are scanned page by page after the counters, so under
+// load drift and held drift may show a buy in motion for a pass.)
+func TestStockedIsExactUnderLoad(t *testing.T) {
 	forEachStack(t, func(t *testing.T, r *rig) {
 		r.sale()
 		// The load is bounded so that the consumer catches up after it.
@@ -70,8 +72,11 @@ func TestSaleUnderLoadIsConsistent(t *testing.T) {
 		for i := 0; i < passes; i++ {
 			rep, err := reconcile.Sale(r.ctx, r.eng, r.rdb, r.db, "s1")
 			r.must(err)
-			if rep.Drifted() {
-				drifted = append(drifted, fmt.Sprintf("%+v", rep.Items))
+			for _, it := range rep.Items {
+				if it.StockedDrift != 0 {
+					drifted = append(drifted, fmt.Sprintf("%+v", rep.Items))
+					break
+				}
 			}
 		}
 		close(done)
@@ -81,7 +86,7 @@ func TestSaleUnderLoadIsConsistent(t *testing.T) {
 		}
 		t.Logf("%d passes over %d restocks and buys", passes, ops.Load())
 		if len(drifted) > 0 {
-			t.Errorf("%d of %d passes under load drifted (nothing was wrong), e.g. %s", len(drifted), passes, drifted[0])
+			t.Errorf("%d of %d passes under load showed a stocked drift (nothing was wrong), e.g. %s", len(drifted), passes, drifted[0])
 		}
 		r.settle()
 		rep, err := reconcile.Sale(r.ctx, r.eng, r.rdb, r.db, "s1")

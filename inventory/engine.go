@@ -919,20 +919,34 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 		if err != nil {
 			return nil, fmt.Errorf("seckill: scan orders of sale %s: %w", saleID, err)
 		}
+		page := make(map[string]string, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
-			o, err := decodeRecord(kv[i], saleID, kv[i+1])
-			if err != nil {
-				return nil, err
-			}
-			if o.Status == OrderCancelled {
-				continue
-			}
-			for _, l := range o.Items {
-				out[l.SKU] += l.Qty
-			}
+			page[kv[i]] = kv[i+1]
+		}
+		if err := addUnitsInOrders(out, saleID, page); err != nil {
+			return nil, err
 		}
 		if cursor == 0 {
 			return out, nil
 		}
 	}
+}
+
+// addUnitsInOrders adds, per sku, the units of the live order records among
+// records (order id -> record) to out; a record that does not decode is an
+// error.
+func addUnitsInOrders(out map[string]int64, saleID string, records map[string]string) error {
+	for id, rec := range records {
+		o, err := decodeRecord(id, saleID, rec)
+		if err != nil {
+			return err
+		}
+		if o.Status == OrderCancelled {
+			continue
+		}
+		for _, l := range o.Items {
+			out[l.SKU] += l.Qty
+		}
+	}
+	return nil
 }

@@ -165,19 +165,78 @@ func InFlight(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Eng
 			pendingIDs[p.ID] = true
 		}
 	}
+	return inFlightOf(saleID, b, msgs, pendingIDs), nil
+}
+
+// inFlightOf picks the entries of msgs not yet applied, as of b: pending
+// (pendingIDs), or after the group's last delivered entry. Entries that do
+// not parse are left out: dead letters to be, they never reach the
+// database.
+func inFlightOf(saleID string, b backlog, msgs []redis.XMessage, pendingIDs map[string]bool) []inventory.Event {
 	var out []inventory.Event
 	for _, m := range msgs {
 		if b.groupExists && compareIDs(m.ID, b.lastDelivered) <= 0 && !pendingIDs[m.ID] {
 			continue // acknowledged, not trimmed yet
 		}
-		ev, err := inventory.ParseEvent(saleID, m)
-		if err != nil {
-			continue // a dead letter to be: never reaches the database
+		if ev, err := inventory.ParseEvent(saleID, m); err == nil {
+			out = append(out, ev)
 		}
-		out = append(out, ev)
 	}
-	return out, nil
+	return out
 }
+
+// Stream is a sale's stream at one instant: Position is its last generated
+// id ("" if it never had an entry), InFlight its events not yet applied.
+type Stream struct {
+	Position string
+	InFlight []inventory.Event
+}
+
+// maxPendingRead bounds the pending entries QueueInFlight lists: far more
+// than any consumer holds at once (it reads in batches).
+const maxPendingRead = 1 << 20
+
+// QueueInFlight queues on p, a transaction (MULTI) of the caller's, the
+// reads of the sale's stream that InFlight makes, so that they are of the
+// instant of the caller's other reads in it; read returns the outcome once
+// the transaction has run. It reads every entry of the stream: the
+// consumer trims acknowledged ones, so they are about the backlog.
+func QueueInFlight(ctx context.Context, p redis.Pipeliner, eng *inventory.Engine, saleID string) (read func() (Stream, error)) {
+	key := eng.EventsKey(saleID)
+	last, info, groups, pending := p.XRevRangeN(ctx, key, "+", "-", 1), p.XInfoStream(ctx, key), p.XInfoGroups(ctx, key), p.XPending(ctx, key, Group)
+	all := p.XRange(ctx, key, "-", "+")
+	ext := p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: Group, Start: "-", End: "+", Count: maxPendingRead})
+	return func() (Stream, error) {
+		b := backlogOf(last, info, groups, pending)
+		s := Stream{Position: b.lastGenerated}
+		if !b.inFlight() {
+			return s, nil
+		}
+		msgs, err := all.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return Stream{}, fmt.Errorf("read stream of sale %s: %w", saleID, err)
+		}
+		pendingIDs := map[string]bool{}
+		if b.pending > 0 {
+			ps, err := ext.Result()
+			if err != nil {
+				return Stream{}, fmt.Errorf("read pending entries of sale %s: %w", saleID, err)
+			}
+			if int64(len(ps)) < b.pending {
+				return Stream{}, fmt.Errorf("read pending entries of sale %s: %d listed of %d", saleID, len(ps), b.pending)
+			}
+			for _, p := range ps {
+				pendingIDs[p.ID] = true
+			}
+		}
+		s.InFlight = inFlightOf(saleID, b, msgs, pendingIDs)
+		return s, nil
+	}
+}
+
+// CompareIDs orders stream ids "<ms>-<seq>": -1, 0 or 1 as a is before,
+// the same as or after b; "" is before everything.
+func CompareIDs(a, b string) int { return compareIDs(a, b) }
 
 // Lag is how far the database is behind a sale's order stream.
 type Lag struct {

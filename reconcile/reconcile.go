@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/redis/go-redis/v9"
@@ -21,7 +22,8 @@ import (
 // records), OrdersInDB + InFlight == Sold (the database plus the queue hold
 // every unit Redis sold) and StockedInDB + StockedInFlight == Stocked (the
 // database plus the queue hold every unit Redis stocked). Unlimited items
-// have Stocked and Remaining -1 and only the second equation.
+// have Stocked and Remaining -1 and only the second equation. Every figure
+// is as of one position of the sale's stream (see Sale).
 type Item struct {
 	SKU       string `json:"sku"`
 	Stocked   int64  `json:"stocked"`   // initial + restocked, from Redis
@@ -83,32 +85,84 @@ func (r Report) Drifted() bool {
 }
 
 // Sale compares the sale's Redis counters, its stream backlog and its
-// database rows. Under load the three are read at slightly different
-// moments and may disagree by what moved in between; at quiescence the
-// comparison is exact.
+// database rows. The stock figures are exact even while buys, cancels and
+// restocks run:
+//
+//   - Redis's sale hash (stocked, remaining) and the stream's events not yet
+//     applied are read in one transaction (inventory.Engine.CountWith,
+//     pipeline.QueueInFlight): of one instant, when the stream stood at
+//     some position P. Every script that changes a sale appends to its
+//     stream in the same script, so those numbers are those of the events
+//     up to P. (The order records and per-user counts behind Sold and Held
+//     are scanned just after, a page at a time, so that a big sale does not
+//     hold Redis: under load they may count a buy or cancel after P, which
+//     Drift and HeldDrift show for a pass; at quiescence they are exact.)
+//   - The database is read after, in one transaction with the journal rows
+//     of the events it applied meanwhile (store.TotalsWith): an event in
+//     flight at P that the consumer applied since (or had applied and not
+//     yet acknowledged) is counted in the database, not in flight; an event
+//     after P that it applied since is taken out of the database's numbers,
+//     as Redis's do not count it yet.
+//
+// So each event up to P is counted once, in flight or in the database, and
+// none after P: no figure drifts for numbers in motion. What is left is the
+// journal's reach: an event after P is found by its id's text (see
+// store.TotalsWith).
 func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient, db *store.Store, saleID string) (Report, error) {
-	st, err := eng.Stock(ctx, saleID)
+	var stream func() (pipeline.Stream, error)
+	counted, err := eng.CountWith(ctx, saleID, func(p redis.Pipeliner) {
+		stream = pipeline.QueueInFlight(ctx, p, eng, saleID)
+	})
 	if err != nil {
 		return Report{}, err
 	}
-	sold, err := eng.UnitsInOrders(ctx, saleID)
-	if err != nil {
-		return Report{}, err
-	}
-	held, err := eng.UnitsHeld(ctx, saleID)
-	if err != nil {
-		return Report{}, err
-	}
-	inflight, err := pipeline.InFlight(ctx, rdb, eng, saleID)
+	st, sold, held := counted.State, counted.Sold, counted.Held
+	at, err := stream()
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile %s: %w", saleID, err)
 	}
-	totals, err := db.Totals(ctx, saleID)
+	ids := make([]string, len(at.InFlight))
+	inflight := make(map[string]bool, len(at.InFlight))
+	for i, ev := range at.InFlight {
+		ids[i], inflight[ev.ID] = ev.ID, true
+	}
+	from := ""
+	if ms, _, ok := strings.Cut(at.Position, "-"); ok {
+		from = ms + "-" // every id of P's millisecond or later
+	}
+	totals, journaled, err := db.TotalsWith(ctx, saleID, ids, from)
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile %s: %w", saleID, err)
+	}
+	applied := map[string]bool{}           // events in flight at P, in the database now
+	since := map[string]store.ItemTotals{} // per sku, what events after P added to the database
+	seen := map[[2]string]bool{}
+	for _, j := range journaled {
+		if seen[[2]string{j.EventID, j.SKU}] {
+			continue // found by both of its ids and from
+		}
+		seen[[2]string{j.EventID, j.SKU}] = true
+		switch {
+		case inflight[j.EventID]:
+			applied[j.EventID] = true
+		case pipeline.CompareIDs(j.EventID, at.Position) > 0:
+			t := since[j.SKU]
+			switch j.Type {
+			case inventory.EventBought:
+				t.Sold += j.Qty
+			case inventory.EventCancelled:
+				t.Sold -= j.Qty
+			case inventory.EventRestocked, inventory.EventMoved:
+				t.Stocked += j.Qty
+			}
+			since[j.SKU] = t
+		}
 	}
 	moving, stocking := map[string]int64{}, map[string]int64{}
-	for _, ev := range inflight {
+	for _, ev := range at.InFlight {
+		if applied[ev.ID] {
+			continue
+		}
 		sign := int64(0)
 		switch ev.Type {
 		case inventory.EventBought:
@@ -124,6 +178,10 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 	}
 	inDB := map[string]store.ItemTotals{}
 	for _, t := range totals {
+		t.Sold -= since[t.SKU].Sold
+		if t.Stocked != inventory.Unlimited {
+			t.Stocked -= since[t.SKU].Stocked
+		}
 		inDB[t.SKU] = t
 	}
 	r := Report{Sale: saleID, Consistent: true}

@@ -355,9 +355,34 @@ type ItemTotals struct {
 // Totals returns each item's totals, in item order, for reconciliation. An
 // unknown sale is an error matching inventory.ErrNotFound.
 func (s *Store) Totals(ctx context.Context, saleID string) ([]ItemTotals, error) {
-	var totals []ItemTotals
+	totals, _, err := s.TotalsWith(ctx, saleID, nil, "")
+	return totals, err
+}
+
+// JournalRow is one row of the journal: what one applied event moved of
+// one sku (Qty: units of an order line, restocked or moved; 0 for a pause).
+type JournalRow struct {
+	EventID string
+	Type    inventory.EventType
+	SKU     string
+	Qty     int64
+}
+
+// TotalsWith is Totals together with the journal rows, read in the same
+// transaction, of the sale's applied events whose stream ids are among ids
+// or, if from is not "", are not before from as text: for stream ids
+// "<ms>-<seq>" whose ms have as many digits (every id Redis generates
+// between 2001 and 2286), every event of from's millisecond or later, and
+// maybe some of later ids than ids with more digits. A caller that read
+// Redis first learns which events the database applied since: those it
+// holds in flight and those past the stream position it read.
+func (s *Store) TotalsWith(ctx context.Context, saleID string, ids []string, from string) ([]ItemTotals, []JournalRow, error) {
+	var (
+		totals []ItemTotals
+		rows   []JournalRow
+	)
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		rows, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, COALESCE(sold.qty, 0)
+		rs, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, COALESCE(sold.qty, 0)
 			FROM sale_items i LEFT JOIN (
 				SELECT oi.sku AS sku, CAST(SUM(oi.qty) AS BIGINT) AS qty FROM orders o JOIN order_items oi ON oi.order_id = o.id
 				WHERE o.sale_id = ? AND o.status = ? GROUP BY oi.sku
@@ -366,21 +391,55 @@ func (s *Store) Totals(ctx context.Context, saleID string) ([]ItemTotals, error)
 		if err != nil {
 			return err
 		}
-		err = scanEach(rows, func() error {
+		err = scanEach(rs, func() error {
 			var t ItemTotals
-			err := rows.Scan(&t.SKU, &t.Stocked, &t.Sold)
+			err := rs.Scan(&t.SKU, &t.Stocked, &t.Sold)
 			totals = append(totals, t)
 			return err
 		})
-		if err != nil || len(totals) > 0 {
+		if err != nil {
 			return err
 		}
-		return s.saleExists(ctx, tx, saleID)
+		if len(totals) == 0 {
+			return s.saleExists(ctx, tx, saleID)
+		}
+		scanRows := func(rs *sql.Rows) error {
+			return scanEach(rs, func() error {
+				var r JournalRow
+				err := rs.Scan(&r.EventID, &r.Type, &r.SKU, &r.Qty)
+				rows = append(rows, r)
+				return err
+			})
+		}
+		const head = "SELECT event_id, type, sku, qty FROM journal WHERE sale_id = ? AND "
+		if from != "" {
+			rs, err := s.query(ctx, tx, head+"event_id >= ?", saleID, from)
+			if err != nil {
+				return err
+			}
+			if err := scanRows(rs); err != nil {
+				return err
+			}
+		}
+		for chunk := range slices.Chunk(ids, s.maxParams/2) {
+			args := []any{saleID}
+			for _, id := range chunk {
+				args = append(args, id)
+			}
+			rs, err := s.query(ctx, tx, head+"event_id IN (?"+strings.Repeat(", ?", len(chunk)-1)+")", args...)
+			if err != nil {
+				return err
+			}
+			if err := scanRows(rs); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
-		return nil, fmt.Errorf("store: totals of sale %s: %w", saleID, err)
+		return nil, nil, fmt.Errorf("store: totals of sale %s: %w", saleID, err)
 	}
-	return totals, err
+	return totals, rows, err
 }
 
 // CountOrders returns how many orders of the sale the database holds, by

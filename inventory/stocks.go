@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,4 +36,72 @@ func (e *Engine) Stocks(ctx context.Context, saleIDs []string) (states []SaleSta
 		}
 	}
 	return states, errs
+}
+
+// Stock returns a sale's definition, status and every item's counters.
+func (e *Engine) Stock(ctx context.Context, saleID string) (SaleState, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return SaleState{}, err
+	}
+	key := e.keys(saleID).sale
+	for attempt := 0; ; attempt++ {
+		h, err := e.rdb.HGetAll(ctx, key).Result()
+		if err != nil {
+			return SaleState{}, fmt.Errorf("seckill: read sale %s: %w", saleID, err)
+		}
+		if len(h) > 0 {
+			return e.decodeSale(saleID, h)
+		}
+		if attempt == missingRetries {
+			return SaleState{}, fmt.Errorf("%w: sale %s vanished again after a rebuild", ErrUnavailable, saleID)
+		}
+		if err := e.rebuild(ctx, saleID); err != nil {
+			return SaleState{}, err
+		}
+	}
+}
+
+func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, error) {
+	bad := func(field string) (SaleState, error) {
+		return SaleState{}, fmt.Errorf("%w: sale %s field %q", ErrCorrupt, saleID, field)
+	}
+	num := func(field string) (int64, bool) {
+		n, err := strconv.ParseInt(h[field], 10, 64)
+		return n, err == nil
+	}
+	limit, ok1 := num("limit")
+	start, ok2 := num("start")
+	end, ok3 := num("end")
+	if !ok1 || !ok2 || !ok3 {
+		return bad("limit/start/end")
+	}
+	defined, err := parseLines(h["items"], true)
+	if err != nil {
+		return bad("items")
+	}
+	st := SaleState{Sale: Sale{
+		ID: saleID, PerUserLimit: limit, Paused: h["paused"] == "1",
+		StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end),
+	}}
+	st.Status = StatusAt(st.Sale.Paused, st.Sale.StartsAt, st.Sale.EndsAt, e.clock.Now())
+	for _, d := range defined {
+		it := ItemState{SKU: d.SKU}
+		var ok bool
+		if it.Remaining, ok = num("r:" + d.SKU); !ok {
+			return bad("r:" + d.SKU)
+		}
+		if it.Stocked, ok = num("t:" + d.SKU); !ok {
+			return bad("t:" + d.SKU)
+		}
+		if it.Stocked == Unlimited {
+			if it.Sold, ok = num("s:" + d.SKU); !ok {
+				return bad("s:" + d.SKU)
+			}
+		} else {
+			it.Sold = it.Stocked - it.Remaining
+		}
+		st.Items = append(st.Items, it)
+		st.Sale.Items = append(st.Sale.Items, Item{SKU: d.SKU, Stock: it.Stocked})
+	}
+	return st, nil
 }

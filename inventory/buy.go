@@ -1,0 +1,353 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/seckill/seckill/ratelimit"
+)
+
+// Buy buys every line or none, for one user, in one atomic script: the sale
+// must be active, the user must stay within the per-user limit of every sku,
+// and every sku must have the units. The order is recorded and its event
+// appended to the sale's stream in the same script.
+//
+// Concurrent buys of one sale are coalesced (see Options.Coalesce): a buy
+// that finds no call of its sale in flight is sent at once, alone; buys that
+// arrive while calls are in flight go together in the next call, one script
+// run that processes them in order, each still all-or-nothing.
+//
+// With a non-empty idempotencyKey, a repeat by the same user with the same
+// lines returns the order the first call made (Receipt.Replayed) and changes
+// nothing; the same key with other lines is ErrIdempotencyMismatch. Buy is
+// also safe to retry after a network error: the order id is chosen before
+// the call, and a retried script finds its own order instead of buying again
+// (Receipt.Retried). A repeat or a retry is answered before any refusal:
+// whatever the throttle, the token, the sale's window, the limit or the
+// stock say now, the first attempt's outcome stands.
+//
+// Errors match ErrInvalid, ErrNotFound (*NotFoundError: the sale or every
+// unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
+// (*LimitError), ErrSoldOut (*SoldOutError, naming every short sku),
+// ErrIdempotencyMismatch, and for BuyWith ErrThrottled (*ThrottledError) or
+// ErrTokenSpent.
+func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, idempotencyKey string) (Receipt, error) {
+	return e.BuyWith(ctx, BuyRequest{SaleID: saleID, UserID: userID, Lines: lines, IdempotencyKey: idempotencyKey})
+}
+
+// BuyWith is Buy with the options of a BuyRequest (a throttle).
+func (e *Engine) BuyWith(ctx context.Context, r BuyRequest) (Receipt, error) {
+	bc, err := e.newBuyCall(r)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if !r.IgnoreSoldOutFlags {
+		if err := e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey); err != nil {
+			return Receipt{}, err
+		}
+	}
+	if e.coalesce.Off {
+		return e.finishBuy(ctx, bc)
+	}
+	return e.coalescerOf(r.SaleID).buy(ctx, bc)
+}
+
+// BuyRequest is one buy of BuyWith or BuyMany.
+type BuyRequest struct {
+	SaleID, UserID string
+	Lines          []Line
+	IdempotencyKey string
+	// Throttle, when set, limits this buyer's buys of this sale: it is
+	// checked in the buy's own script (no extra round trip), right after a
+	// repeat is answered (a repeat of an accepted buy returns its order and
+	// is never throttled), and a buy it refuses changes nothing else and
+	// fails with a *ThrottledError. Every buy it lets through, whatever its
+	// outcome, counts against it. Its time is the Redis server's clock.
+	// The state is kept per buyer and sale, under the sale's hash tag
+	// ("{<prefix>:<sale>}:throttle:<user>", expiring once the bucket is full
+	// again), so it works on Redis Cluster alike. A sold-out flag may refuse
+	// a buy before it counts (see SoldOut).
+	Throttle *ratelimit.Bucket
+	// Token, when set, is the id of a single-use purchase token the buy
+	// must spend (1 to 64 characters from A-Z a-z 0-9 _ . : -). The buy is
+	// accepted only if no accepted buy of the sale spent the token before,
+	// and spends it in its own script, atomically with the deduction: a
+	// refused buy leaves it unspent. A spent token is ErrTokenSpent. A
+	// repeat of an accepted buy (same idempotency key, or a resend after a
+	// lost reply) returns that buy's order, whatever the token. The token
+	// is kept spent for TokenTTL, which must then be at least 1ms (as long
+	// as the token can still be presented).
+	Token    string
+	TokenTTL time.Duration
+	// OrderID, when set, is the id of the order the buy makes (from
+	// NewOrderID of the sale), instead of a new one: a caller that must know
+	// which order a buy whose outcome is unknown (a transport error after
+	// the script may have run) may have made sets it. Should it be another
+	// user's order already, the buy takes a new id, as it always does then.
+	OrderID string
+	// IgnoreSoldOutFlags sends the buy to Redis even if an item of it is
+	// flagged sold out in this engine (see SoldOut): for a caller that
+	// knows units came back that the flag has not heard of.
+	IgnoreSoldOutFlags bool
+}
+
+// BuyResult is the outcome of one buy of BuyMany: what Buy would return.
+type BuyResult struct {
+	Receipt Receipt
+	Err     error
+}
+
+// BuyMany runs many buys, of any sales and users, in one pipeline (one
+// round trip per Redis node): the buys of each sale go as script calls of
+// up to Options.Coalesce.MaxBatch buys, run in the order of reqs. Each buy
+// has exactly Buy's checks, writes and results, all-or-nothing on its own;
+// a buy that needs more than one round trip (its sale must be rebuilt, its
+// connection failed) finishes alone, the way Buy would. Results are in the
+// order of reqs.
+func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
+	out := make([]BuyResult, len(reqs))
+	type group struct {
+		sale string
+		bcs  []buyCall
+		at   []int
+	}
+	var groups []*group
+	open := map[string]*group{} // each sale's group still taking buys
+	for i, r := range reqs {
+		bc, err := e.newBuyCall(r)
+		if err == nil && !r.IgnoreSoldOutFlags {
+			err = e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey)
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		g := open[r.SaleID]
+		if g == nil || len(g.bcs) == e.coalesce.MaxBatch {
+			g = &group{sale: r.SaleID}
+			groups = append(groups, g)
+			open[r.SaleID] = g
+		}
+		g.bcs, g.at = append(g.bcs, bc), append(g.at, i)
+	}
+	calls := make([]call, len(groups))
+	now := e.scriptNow()
+	for j, g := range groups {
+		calls[j] = e.batchCall(g.bcs, now)
+	}
+	for j, res := range e.run.runPipelined(ctx, calls) {
+		g := groups[j]
+		replies, err := buyReplies(res.reply, res.err, len(g.bcs))
+		for k, bc := range g.bcs {
+			i := g.at[k]
+			if err != nil || code(replies[k]) == codeIDTaken {
+				out[i].Receipt, out[i].Err = e.finishBuy(ctx, bc) // same order id: safe even if it ran
+				continue
+			}
+			out[i].Receipt, out[i].Err = e.decodeBuy(replies[k], bc)
+		}
+	}
+	return out
+}
+
+// buyCall is one buy of a buy.lua call, ready to send: the order id is
+// chosen before the first attempt and kept by every retry.
+type buyCall struct {
+	keys     []string
+	args     []any // this buy's part of the script's arguments
+	placed   Order
+	epoch    uint64 // the sold-out flags' epoch before it was sent
+	throttle ratelimit.Bucket
+}
+
+func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
+	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
+		return buyCall{}, err
+	}
+	var th ratelimit.Bucket
+	if r.Throttle != nil {
+		th = *r.Throttle
+		if th.Rate < 1 || th.PeriodUS < 1 || th.Capacity < 1 {
+			return buyCall{}, invalid("throttle", "needs a positive rate, period and capacity (use ratelimit.Limit.Bucket)")
+		}
+	}
+	var tokenTTL int64
+	if r.Token != "" {
+		if err := validateID("token", r.Token); err != nil {
+			return buyCall{}, err
+		}
+		if tokenTTL = r.TokenTTL.Milliseconds(); tokenTTL < 1 {
+			return buyCall{}, invalid("token_ttl", "must be at least 1ms")
+		}
+	}
+	k := e.keys(r.SaleID)
+	orderID := r.OrderID
+	if orderID == "" {
+		orderID = NewOrderID(r.SaleID)
+	} else if sale, err := SaleOfOrder(orderID); err != nil || sale != r.SaleID {
+		return buyCall{}, invalid("order_id", "must be an order id of sale %s", r.SaleID)
+	}
+	args := make([]any, 0, 10+2*len(r.Lines))
+	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity,
+		r.Token, tokenTTL, len(r.Lines))
+	for _, l := range r.Lines {
+		args = append(args, l.SKU, l.Qty)
+	}
+	return buyCall{
+		throttle: th,
+		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token},
+		args:     args,
+		placed: Order{ID: orderID, SaleID: r.SaleID, UserID: r.UserID, Status: OrderPending,
+			Items: r.Lines, IdempotencyKey: r.IdempotencyKey},
+		epoch: e.soldOut.epoch.Load(),
+	}, nil
+}
+
+// batchCall is one buy.lua call running bcs, all of one sale, in order, at
+// time now (see scriptNow).
+func (e *Engine) batchCall(bcs []buyCall, now any) call {
+	n := 2
+	for _, bc := range bcs {
+		n += len(bc.args)
+	}
+	args := make([]any, 0, n)
+	args = append(args, now, len(bcs))
+	for i := range bcs {
+		args = append(args, bcs[i].args...)
+	}
+	return call{s: buyScript, keys: bcs[0].keys, args: args}
+}
+
+// buyReplies splits a buy.lua reply into its n buys' replies, each a
+// non-empty array led by its integer code. A sale missing from Redis, an
+// error or a malformed reply is an error for the whole call.
+func buyReplies(reply []any, err error, n int) ([][]any, error) {
+	if err != nil {
+		return nil, err
+	}
+	if code(reply) != codeOK || len(reply) != n+1 {
+		return nil, unexpected(buyScript, reply)
+	}
+	out := make([][]any, n)
+	for i := range out {
+		r, ok := reply[i+1].([]any)
+		if !ok || len(r) == 0 {
+			return nil, unexpected(buyScript, reply)
+		}
+		if _, ok := r[0].(int64); !ok {
+			return nil, unexpected(buyScript, reply)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// runBuys runs bcs, all of one sale, as one buy.lua call: through a rebuild
+// of the sale when it is missing from Redis, but with no transport retries
+// (a caller retries each buy alone, with finishBuy).
+func (e *Engine) runBuys(ctx context.Context, bcs []buyCall) ([][]any, error) {
+	c := e.batchCall(bcs, e.scriptNow())
+	reply, err := e.runSale(ctx, bcs[0].placed.SaleID, c.s, c.keys, c.args...)
+	return buyReplies(reply, err, len(bcs))
+}
+
+// finishBuy sends a buy alone until it has an answer: through a rebuild of
+// its sale, transport retries, and (astronomically rarely) a new order id.
+func (e *Engine) finishBuy(ctx context.Context, bc buyCall) (Receipt, error) {
+	return e.finishBuyAfter(ctx, bc, 0)
+}
+
+// finishBuyAfter is finishBuy for a buy whose call already failed failed
+// times with a transport error.
+func (e *Engine) finishBuyAfter(ctx context.Context, bc buyCall, failed int) (Receipt, error) {
+	one := []buyCall{bc}
+	for attempt := 1; ; attempt++ {
+		var replies [][]any
+		_, err := e.retryTransientAfter(ctx, failed, func() ([]any, error) {
+			var err error
+			replies, err = e.runBuys(ctx, one)
+			return nil, err
+		})
+		if err != nil {
+			return Receipt{}, err
+		}
+		failed = 0
+		if code(replies[0]) == codeIDTaken && attempt < maxIDAttempts {
+			one[0].placed.ID = NewOrderID(bc.placed.SaleID) // 80 random bits collided
+			one[0].args[1] = one[0].placed.ID
+			continue
+		}
+		return e.decodeBuy(replies[0], one[0])
+	}
+}
+
+func (e *Engine) decodeBuy(reply []any, bc buyCall) (Receipt, error) {
+	placed := bc.placed
+	switch code(reply) {
+	case codeOK:
+		created, ok := at(reply, 1).(int64)
+		rem, err := ints(from(reply, 2))
+		if !ok || err != nil || len(rem) != len(placed.Items) {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		placed.CreatedAt = time.UnixMilli(created).UTC() // Redis's clock
+		for i, l := range placed.Items {
+			if rem[i] == 0 {
+				e.soldOut.mark(placed.SaleID, l.SKU, bc.epoch)
+			}
+		}
+		return Receipt{Order: placed, Remaining: rem}, nil
+	case codeReplay:
+		if len(reply) < 3 {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		id, rec := str(at(reply, 1)), str(at(reply, 2))
+		o, err := decodeRecord(id, placed.SaleID, rec)
+		if err != nil {
+			return Receipt{}, err
+		}
+		rem, err := ints(from(reply, 3))
+		if err != nil || len(rem) != len(o.Items) {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		// The order this very call made (its first attempt ran, but the
+		// reply was lost) is no replay for the caller.
+		return Receipt{Order: o, Remaining: rem, Replayed: id != placed.ID, Retried: id == placed.ID}, nil
+	case codeNotActive:
+		if st := str(at(reply, 1)); st == statusFenced {
+			return Receipt{}, ErrFenced
+		}
+		return Receipt{}, &NotActiveError{Status: Status(str(at(reply, 1)))}
+	case codeUnknown:
+		return Receipt{}, &NotFoundError{Kind: "sku", IDs: strs(from(reply, 1))}
+	case codeMismatch:
+		return Receipt{}, fmt.Errorf("%w: key %q names order %s", ErrIdempotencyMismatch, placed.IdempotencyKey, str(at(reply, 1)))
+	case codeSpent:
+		return Receipt{}, ErrTokenSpent
+	case codeLimit:
+		limit, _ := at(reply, 1).(int64)
+		return Receipt{}, &LimitError{Limit: limit, SKUs: strs(from(reply, 2))}
+	case codeRefused:
+		debt, ok := at(reply, 1).(int64)
+		if !ok || bc.throttle.Rate == 0 {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		return Receipt{}, &ThrottledError{RetryAfter: bc.throttle.Result(false, debt, 1).RetryAfter}
+	case codeSoldOut:
+		short := from(reply, 1)
+		if len(short)%2 != 0 {
+			return Receipt{}, unexpected(buyScript, reply)
+		}
+		err := &SoldOutError{}
+		for i := 0; i < len(short); i += 2 {
+			sku := str(short[i])
+			err.SKUs = append(err.SKUs, sku)
+			if left, ok := short[i+1].(int64); ok && left == 0 {
+				e.soldOut.mark(placed.SaleID, sku, bc.epoch)
+			}
+		}
+		return Receipt{}, err
+	}
+	return Receipt{}, unexpected(buyScript, reply)
+}

@@ -1,0 +1,138 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cancel cancels an order: its units go back to stock and to the buyer's
+// quota. Cancelling a cancelled order changes nothing and returns it with
+// Receipt.Replayed set. With a non-empty userID the order must be that
+// user's (anyone else's is ErrNotFound); an empty userID cancels any order,
+// for operators.
+func (e *Engine) Cancel(ctx context.Context, orderID, userID string) (Receipt, error) {
+	saleID, err := SaleOfOrder(orderID)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if userID != "" {
+		if err := validateID("user", userID); err != nil {
+			return Receipt{}, err
+		}
+	}
+	k := e.keys(saleID)
+	keys := []string{k.sale, k.bought, k.orders, k.events, k.op(newToken())}
+	now := e.nowMs()
+	done := e.soldOut.returning()
+	reply, err := e.retryTransient(ctx, func() ([]any, error) {
+		return e.runSale(ctx, saleID, cancelScript, keys, now, orderID, userID, e.StockChannel(), saleID)
+	})
+	// Even a failed call may have returned stock: never keep refusing it.
+	done(saleID)
+	if err != nil {
+		return Receipt{}, err
+	}
+	switch code(reply) {
+	case codeOK, codeReplay:
+		o, err := decodeRecord(orderID, saleID, str(at(reply, 1)))
+		if err != nil {
+			return Receipt{}, err
+		}
+		rem, err := ints(from(reply, 2))
+		if err != nil || len(rem) != len(o.Items) {
+			return Receipt{}, unexpected(cancelScript, reply)
+		}
+		return Receipt{Order: o, Remaining: rem, Replayed: code(reply) == codeReplay}, nil
+	case codeUnknown:
+		return Receipt{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
+	}
+	return Receipt{}, unexpected(cancelScript, reply)
+}
+
+// Order returns an order as Redis holds it (pending or cancelled).
+func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
+	saleID, err := SaleOfOrder(orderID)
+	if err != nil {
+		return Order{}, err
+	}
+	k := e.keys(saleID)
+	for attempt := 0; ; attempt++ {
+		rec, err := e.rdb.HGet(ctx, k.orders, orderID).Result()
+		if err == nil {
+			return decodeRecord(orderID, saleID, rec)
+		}
+		if err != redis.Nil {
+			return Order{}, fmt.Errorf("seckill: read order %s: %w", orderID, err)
+		}
+		// Not there: is the order unknown, or the whole sale missing?
+		err = e.rdb.HGet(ctx, k.sale, "limit").Err()
+		if err == nil || attempt == missingRetries {
+			return Order{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
+		}
+		if err != redis.Nil {
+			return Order{}, fmt.Errorf("seckill: read sale %s: %w", saleID, err)
+		}
+		if err := e.rebuild(ctx, saleID); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return Order{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
+			}
+			return Order{}, err
+		}
+	}
+}
+
+// UnitsInOrders sums, per sku, the units of the sale's live (not cancelled)
+// orders as Redis records them: what was sold according to the orders,
+// independent of the stock counters. It scans every order (HSCAN), so it
+// is for reconciliation, not for a hot path; under load the sum is a
+// moving picture.
+func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]int64, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	key := e.keys(saleID).orders
+	var cursor uint64
+	for {
+		var (
+			kv  []string
+			err error
+		)
+		kv, cursor, err = e.rdb.HScan(ctx, key, cursor, "", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("seckill: scan orders of sale %s: %w", saleID, err)
+		}
+		page := make(map[string]string, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			page[kv[i]] = kv[i+1]
+		}
+		if err := addUnitsInOrders(out, saleID, page); err != nil {
+			return nil, err
+		}
+		if cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// addUnitsInOrders adds, per sku, the units of the live order records among
+// records (order id -> record) to out; a record that does not decode is an
+// error.
+func addUnitsInOrders(out map[string]int64, saleID string, records map[string]string) error {
+	for id, rec := range records {
+		o, err := decodeRecord(id, saleID, rec)
+		if err != nil {
+			return err
+		}
+		if o.Status == OrderCancelled {
+			continue
+		}
+		for _, l := range o.Items {
+			out[l.SKU] += l.Qty
+		}
+	}
+	return nil
+}

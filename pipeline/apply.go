@@ -1,0 +1,213 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/store"
+)
+
+// processAll applies the round's batches, Appliers at a time, then
+// acknowledges the stored ones in one pipeline.
+func (c *Consumer) processAll(ctx, stop context.Context, got []batch) {
+	if len(got) == 0 {
+		return
+	}
+	began := time.Now()
+	stored := make([]bool, len(got))
+	sem := make(chan struct{}, c.o.Appliers)
+	var wg sync.WaitGroup
+	for i, b := range got {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			stored[i] = c.apply(ctx, stop, b)
+		})
+	}
+	wg.Wait()
+	acks := make([]*redis.IntCmd, len(got))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range got {
+			if stored[i] {
+				ids := make([]string, len(b.msgs))
+				for j, m := range b.msgs {
+					ids[j] = m.ID
+				}
+				acks[i] = p.XAck(ctx, b.sale.key, Group, ids...)
+			}
+		}
+		return nil
+	})
+	var reply redis.Error // a reply error is its command's alone; any other leaves every ack in doubt
+	inDoubt := err != nil && !errors.As(err, &reply)
+	for i, b := range got {
+		sl := b.sale
+		switch {
+		case !stored[i]:
+			sl.own = true // not acknowledged: they stay pending here, read them again
+		case inDoubt || acks[i].Err() != nil:
+			c.o.Logger.Warn("order pipeline: ack", "sale", sl.id, "err", errors.Join(err, acks[i].Err())) // applied again later: idempotent
+			sl.own = true
+		default:
+			sl.trimDue = true
+			if c.o.OnBatch != nil {
+				c.o.OnBatch(sl.id, len(b.msgs), time.Since(began))
+			}
+			c.o.Logger.Info("order pipeline: batch stored", "sale", sl.id, "entries", len(b.msgs), "took", time.Since(began))
+		}
+	}
+}
+
+// apply writes one batch to the database and reports whether it may be
+// acknowledged. A failing database is tried again after the sale's backoff,
+// in a later round: the other sales go on meanwhile.
+func (c *Consumer) apply(ctx, stop context.Context, b batch) bool {
+	saleID := b.sale.id
+	events := make([]inventory.Event, 0, len(b.msgs))
+	for _, m := range b.msgs {
+		if m.Values == nil { // deleted from the stream while pending: nothing to apply
+			continue
+		}
+		ev, err := inventory.ParseEvent(saleID, m)
+		if err != nil {
+			c.deadLetter(ctx, saleID, m, err.Error())
+			continue
+		}
+		events = append(events, ev)
+	}
+	for len(events) > 0 {
+		err := c.db.Apply(ctx, saleID, events)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, store.ErrPermanent) {
+			events = c.applyEach(ctx, stop, saleID, events, b.msgs)
+			if len(events) > 0 {
+				continue
+			}
+			break
+		}
+		if c.o.OnRetry != nil {
+			c.o.OnRetry(saleID, err)
+		}
+		c.o.Logger.Warn("order pipeline: database write failed; retrying", "sale", saleID, "events", len(events), "err", err)
+		b.sale.retryAt = time.Now().Add(b.sale.backoff.next())
+		return false // not acknowledged: this consumer, or another, applies it later
+	}
+	b.sale.backoff.reset()
+	return true
+}
+
+// trimAll trims the streams with acknowledged entries, each at most once a
+// second: it reads where the group stands in each (atomically) and drops
+// what every consumer has acknowledged: everything older than the oldest
+// pending entry, or than the next undelivered one.
+func (c *Consumer) trimAll(ctx context.Context, sales []*sale) {
+	now := time.Now()
+	var due []*sale
+	var keys []string
+	for _, sl := range sales {
+		if sl.trimDue && now.Sub(sl.lastTrim) >= trimEvery {
+			sl.trimDue, sl.lastTrim = false, now
+			due, keys = append(due, sl), append(keys, sl.key)
+		}
+	}
+	if len(due) == 0 || ctx.Err() != nil {
+		return
+	}
+	bs, err := readBacklogs(ctx, c.rdb, keys)
+	if err != nil {
+		return
+	}
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range bs {
+			if b.minNeeded != "" {
+				p.XTrimMinID(ctx, keys[i], b.minNeeded)
+			}
+		}
+		return nil
+	})
+}
+
+const trimEvery = time.Second
+
+// settleEnded marks sales that have ended and whose streams hold nothing
+// unapplied as idle: they are not read again until woken or swept. Each is
+// looked at once a claim period at most.
+func (c *Consumer) settleEnded(ctx context.Context, sales []*sale, got []batch) {
+	now := time.Now()
+	busy := make(map[*sale]bool, len(got))
+	for _, b := range got {
+		busy[b.sale] = true
+	}
+	for _, sl := range sales {
+		c.mu.Lock()
+		ended := !sl.endsAt.IsZero() && !now.Before(sl.endsAt)
+		wakes := sl.wakes
+		c.mu.Unlock()
+		if !ended || busy[sl] || sl.own || sl.trimDue || !sl.ready || now.Before(sl.checkIdle) || ctx.Err() != nil {
+			continue
+		}
+		sl.checkIdle = now.Add(c.o.ClaimEvery)
+		b, err := readBacklog(ctx, c.rdb, sl.key)
+		if err != nil || b.inFlight() {
+			continue // still in flight somewhere
+		}
+		c.mu.Lock()
+		if sl.wakes == wakes { // not woken meanwhile: the entry that woke it may be newer than the read
+			sl.idle = true
+		}
+		c.mu.Unlock()
+	}
+}
+
+// applyEach applies events one at a time after a batch was refused as
+// permanent, dead-lettering the ones the database can never take. It
+// returns the events still to apply (after a transient failure).
+func (c *Consumer) applyEach(ctx, stop context.Context, saleID string, events []inventory.Event, msgs []redis.XMessage) []inventory.Event {
+	for i, ev := range events {
+		err := c.db.Apply(ctx, saleID, []inventory.Event{ev})
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrPermanent):
+			for _, m := range msgs {
+				if m.ID == ev.ID {
+					c.deadLetter(ctx, saleID, m, err.Error())
+				}
+			}
+		default:
+			return events[i:]
+		}
+	}
+	return nil
+}
+
+type backoff struct {
+	cur, max time.Duration
+}
+
+func (c *Consumer) backoff() *backoff {
+	return &backoff{cur: 50 * time.Millisecond, max: c.o.MaxBackoff}
+}
+
+func (b *backoff) wait(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(b.cur):
+	}
+	b.cur = min(2*b.cur, b.max)
+}
+
+// next returns the wait before the next try and doubles it.
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(2*b.cur, b.max)
+	return d
+}
+
+func (b *backoff) reset() { b.cur = 50 * time.Millisecond }

@@ -63,6 +63,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	openFraction := fs.Float64("open-fraction", 0, "like --open-rate at this fraction (0..1] of the round's own closed-loop buys/s, measured first in the same round")
 	maxRate := fs.Float64("max-rate", 25000, "buys/s the pre-signed tokens (one per buyer) must last for in the closed loop")
 	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (a real Redis: its CPU is measured)")
+	ownRedis := fs.Bool("own-redis", false, "start a redis-server of this run's own on a free loopback port (needs redis-server on PATH) instead of --redis: its CPU and commandstats then count only this run")
 	pgURL := fs.String("pg", "postgres://postgres@127.0.0.1:5432/postgres", "PostgreSQL server URL; each round creates and drops a database there")
 	catchUp := fs.Duration("catch-up-timeout", 2*time.Minute, "how long the database may take to hold every accepted order after the load")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
@@ -110,7 +111,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return usage("%s is not an executable: %v", b, err)
 		}
 	}
-	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, PostgresURL: *pgURL, Conns: *conns,
+	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *ownRedis, PostgresURL: *pgURL, Conns: *conns,
 		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
 		MaxRate: *maxRate, CatchUpTimeout: *catchUp, Progress: stderr}
 	rep, runErr := cost.Run(ctx, cfg)

@@ -45,10 +45,13 @@ import (
 
 // Config is one measurement. Builds[0] is build A, Builds[1], if any, B.
 type Config struct {
-	Builds      []string // binaries whose `serve` is measured
-	RedisURL    string   // redis://host:port/db
-	PostgresURL string   // postgres://user@host:port[/db]: rounds CREATE DATABASE there
-	Conns       int      // closed loop: connections; open loop: at most
+	Builds   []string // binaries whose `serve` is measured
+	RedisURL string   // redis://host:port/db
+	// OwnRedis: instead of RedisURL, a redis-server of the run's own
+	// (from PATH), whose counters only this run moves.
+	OwnRedis    bool
+	PostgresURL string // postgres://user@host:port[/db]: rounds CREATE DATABASE there
+	Conns       int    // closed loop: connections; open loop: at most
 	Duration    time.Duration
 	Rounds      int
 	// OpenRate > 0: the measured load is an open loop at this many
@@ -66,6 +69,8 @@ type Config struct {
 // env is what the rounds of one measurement share.
 type env struct {
 	redis      *redis.Client
+	redisURL   string
+	ownRedis   *ownRedis
 	admin      *pgx.Conn
 	pgURL      *url.URL
 	postmaster int
@@ -109,17 +114,25 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // open connects to Redis and PostgreSQL, finds the postmaster, and signs
 // the buyers' tokens.
 func open(ctx context.Context, cfg Config) (*env, error) {
-	e := &env{runID: randomHex(4), secret: randomHex(24), adminToken: randomHex(24)}
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	e := &env{runID: randomHex(4), secret: randomHex(24), adminToken: randomHex(24), redisURL: cfg.RedisURL}
+	if cfg.OwnRedis {
+		o, err := startOwnRedis(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e.ownRedis, e.redisURL = o, o.URL
+	}
+	opt, err := redis.ParseURL(e.redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("--redis %q: %w", cfg.RedisURL, err)
+		e.close()
+		return nil, fmt.Errorf("--redis %q: %w", e.redisURL, err)
 	}
 	e.redis = redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := e.redis.Ping(pctx).Err(); err != nil {
 		e.close()
-		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another): %v", cfg.RedisURL, err)
+		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another, --own-redis starts one): %v", e.redisURL, err)
 	}
 	if e.pgURL, err = url.Parse(cfg.PostgresURL); err != nil || (e.pgURL.Scheme != "postgres" && e.pgURL.Scheme != "postgresql") {
 		e.close()
@@ -147,12 +160,30 @@ func open(ctx context.Context, cfg Config) (*env, error) {
 	return e, nil
 }
 
+// adminExec runs sql on the admin connection, opening a new one first if
+// it was closed (pgx closes a connection whose query was cancelled, and
+// the clean-up after a Ctrl-C still has a database to drop).
+func (e *env) adminExec(ctx context.Context, sql string) error {
+	if e.admin.IsClosed() {
+		c, err := pgx.Connect(ctx, e.dbURL(strings.TrimPrefix(e.pgURL.Path, "/")))
+		if err != nil {
+			return err
+		}
+		e.admin = c
+	}
+	_, err := e.admin.Exec(ctx, sql)
+	return err
+}
+
 func (e *env) close() {
 	if e.admin != nil {
 		_ = e.admin.Close(context.Background())
 	}
 	if e.redis != nil {
 		_ = e.redis.Close()
+	}
+	if e.ownRedis != nil {
+		e.ownRedis.stop()
 	}
 }
 

@@ -17,6 +17,8 @@ type Result struct {
 	Build     string  `json:"build"` // "A" or "B"
 	Bin       string  `json:"bin"`
 	Round     int     `json:"round"`
+	Database  string  `json:"database"`             // created and dropped by the round
+	KeyPrefix string  `json:"key_prefix"`           // its keys, removed at its end
 	Load      string  `json:"load"`                 // "closed" or "open"
 	RateAsked float64 `json:"rate_asked,omitempty"` // open loop's requests/s
 	Sent      int     `json:"sent"`

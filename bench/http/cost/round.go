@@ -49,10 +49,10 @@ type round struct {
 // run measures the round; the deferred clean-up runs whatever happens,
 // ctx cancelled included.
 func (r *round) run(ctx context.Context) (res Result, err error) {
-	res = Result{Build: r.build, Bin: r.bin, Round: r.n, Load: "closed"}
+	res = Result{Build: r.build, Bin: r.bin, Round: r.n, Database: r.db, KeyPrefix: r.prefix, Load: "closed"}
 	defer func() {
-		if cerr := r.cleanup(); cerr != nil && err == nil {
-			err = cerr
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 	}()
 	if err := r.start(ctx); err != nil {
@@ -188,8 +188,7 @@ func (r *round) closed(ctx context.Context, tokens []string) loadgen.ClosedRepor
 // start creates the round's database, starts `serve` on it and creates the
 // sale.
 func (r *round) start(ctx context.Context) error {
-	if _, err := r.env.admin.Exec(ctx, "CREATE DATABASE "+r.db); err != nil {
-		r.db = "" // nothing to drop
+	if err := r.env.adminExec(ctx, "CREATE DATABASE "+r.db); err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
 	addr, err := freeAddr()
@@ -200,7 +199,7 @@ func (r *round) start(ctx context.Context) error {
 	r.log = &tailBuffer{max: 8 << 10}
 	r.serve = exec.Command(r.bin, "serve")
 	r.serve.Env = append(withoutSeckill(os.Environ()),
-		"SECKILL_ADDR="+addr, "SECKILL_REDIS_URL="+r.cfg.RedisURL, "SECKILL_DATABASE_URL="+r.env.dbURL(r.db),
+		"SECKILL_ADDR="+addr, "SECKILL_REDIS_URL="+r.env.redisURL, "SECKILL_DATABASE_URL="+r.env.dbURL(r.db),
 		"SECKILL_KEY_PREFIX="+r.prefix, "SECKILL_ADMIN_TOKEN="+r.env.adminToken,
 		"SECKILL_JWT_SECRET="+r.env.secret, "SECKILL_LOG_LEVEL=warn")
 	r.serve.Stdout, r.serve.Stderr = r.log, r.log
@@ -306,7 +305,7 @@ func (r *round) cleanup() error {
 		}
 	}
 	if r.db != "" {
-		if _, err := r.env.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+r.db+" WITH (FORCE)"); err != nil {
+		if err := r.env.adminExec(ctx, "DROP DATABASE IF EXISTS "+r.db+" WITH (FORCE)"); err != nil {
 			errs = append(errs, fmt.Errorf("drop database %s: %w", r.db, err))
 		}
 	}

@@ -216,6 +216,9 @@ func PrintText(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "\nµs: CPU per buy. PG: the round database's backends and PostgreSQL's background processes; PG all: every postgres process (other clients' too).")
 	fmt.Fprintln(w, "Redis and PG are server-wide counters: other work on a shared server shows in them. EVALSHA µs: commandstats usec per buy.")
 	for _, r := range rep.Results {
+		if r.Load == "open" && rep.OpenFraction > 0 {
+			fmt.Fprintf(w, "round %d build %s: open loop at %.0f/s\n", r.Round, r.Build, r.RateAsked)
+		}
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "round %d build %s: %s\n", r.Round, r.Build, p)
 		}

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"runtime"
 	"strings"
@@ -127,6 +128,14 @@ func open(ctx context.Context, cfg Config) (*env, error) {
 		e.close()
 		return nil, fmt.Errorf("--redis %q: %w", e.redisURL, err)
 	}
+	// A plain dial first: an absent server is then one clear line, not
+	// also the client pool's log of its failed dials.
+	conn, err := net.DialTimeout(opt.Network, opt.Addr, 3*time.Second)
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another, --own-redis starts one): %v", e.redisURL, err)
+	}
+	conn.Close()
 	e.redis = redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

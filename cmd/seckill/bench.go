@@ -18,9 +18,16 @@ import (
 // side by side on the same workload, with what each sold counted from the
 // store. Exit status: 0 measured, 1 a failure or a broken invariant (an
 // atomic approach oversold), 2 usage.
+//
+// With --cost it is another measurement: the CPU cost per buy of the HTTP
+// buy path (runBenchCost).
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if costMode(args) {
+		return runBenchCost(ctx, args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("seckill bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Bool("cost", false, "instead: measure the CPU µs per buy of the HTTP buy path (service, Redis, PostgreSQL) of seckill serve on real Redis and PostgreSQL, optionally against another build; \"seckill bench --cost -h\" lists its flags")
 	quick := fs.Bool("quick", false, "2s per approach instead of 5s (about half a minute in all)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
 	redisURL := fs.String("redis", getenv("SECKILL_REDIS_URL"),

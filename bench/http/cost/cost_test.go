@@ -1,0 +1,123 @@
+package cost
+
+import (
+	"math"
+	"os"
+	"testing"
+)
+
+// TestParseProcStat: utime and stime are fields 14 and 15 counted after the
+// last ')', whatever the command name holds.
+func TestParseProcStat(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want procStat
+	}{
+		{"31983 (cat) R 31981 31981 5240 0 -1 4194304 99 0 0 0 7 3 0 0 20 0 1 0 134780 3133440 360\n",
+			procStat{Comm: "cat", PPID: 31981, Ticks: 10}},
+		// A name with spaces and a ") " in it, as a process may set.
+		{"42 (post gres) 1 2 3) S 7 42 42 0 -1 4194560 1 0 0 0 1234 5678 0 0 20 0 1 0 99 1 1",
+			procStat{Comm: "post gres) 1 2 3", PPID: 7, Ticks: 6912}},
+	} {
+		got, err := parseProcStat(tc.line)
+		if err != nil || got != tc.want {
+			t.Errorf("parseProcStat(%q) = %+v, %v; want %+v", tc.line, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "1 cat R 1 2", "1 (cat) R 1 2 3", "1 (cat) R x 1 1 0 -1 0 0 0 0 0 1 1", "1 (cat) R 1 1 1 0 -1 0 0 0 0 0 -5 1"} {
+		if got, err := parseProcStat(bad); err == nil {
+			t.Errorf("parseProcStat(%q) = %+v, want an error", bad, got)
+		}
+	}
+	// This process's own line parses, with its parent.
+	st, err := readProcStat(os.Getpid())
+	if err != nil || st.PPID != os.Getppid() || st.Ticks < 0 {
+		t.Errorf("readProcStat(self) = %+v, %v; want parent %d", st, err, os.Getppid())
+	}
+}
+
+func TestParseRedisInfo(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:4.432339\r\nused_cpu_user:10.170011\r\nused_cpu_sys_children:9.000000\r\n" +
+		"# Commandstats\r\ncmdstat_eval:calls=93,usec=12032,usec_per_call=129.38\r\n" +
+		"cmdstat_evalsha:calls=139425,usec=8052157,usec_per_call=57.75,rejected_calls=0,failed_calls=49\r\n"
+	got, err := parseRedisInfo(info)
+	want := redisStats{CPUMicros: 14602350, EvalshaCalls: 139425, EvalshaMicros: 8052157}
+	if err != nil || got.EvalshaCalls != want.EvalshaCalls || got.EvalshaMicros != want.EvalshaMicros || math.Abs(got.CPUMicros-want.CPUMicros) > 0.01 {
+		t.Errorf("parseRedisInfo = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := parseRedisInfo("used_cpu_sys:1.0\r\n"); err == nil {
+		t.Error("INFO without used_cpu_user parsed")
+	}
+	if _, err := parseRedisInfo("used_cpu_sys:1.0\r\nused_cpu_user:2\r\ncmdstat_evalsha:calls=x,usec=1\r\n"); err == nil {
+		t.Error("a bad cmdstat_evalsha parsed")
+	}
+}
+
+// TestAccount: the per-buy figures from before/after counters.
+func TestAccount(t *testing.T) {
+	before := snapshot{serviceTicks: 1000, redis: redisStats{CPUMicros: 5e6, EvalshaCalls: 100, EvalshaMicros: 40_000}}
+	// 2.5 s of the service, 0.8 s of Redis, 1000 EVALSHA of 0.6 s in all,
+	// 0.9 s of our PostgreSQL and 1.5 s of all of it, over 25,000 buys.
+	after := snapshot{serviceTicks: 1250, redis: redisStats{CPUMicros: 5.8e6, EvalshaCalls: 1100, EvalshaMicros: 640_000}}
+	r := Result{Buys: 25_000}
+	r.account(before, after, func() (float64, float64) { return 0.9e6, 1.5e6 })
+	want := Result{Buys: 25_000, ServiceUS: 100, RedisUS: 32, PostgresUS: 36, PostgresAllUS: 60, TotalUS: 168,
+		EvalshaCalls: 1000, BuysPerEvalsha: 25, EvalshaUSPerBuy: 24}
+	for _, c := range columns {
+		if g, w := c.get(&r), c.get(&want); math.Abs(g-w) > 1e-9 {
+			t.Errorf("%s = %v, want %v", c.head, g, w)
+		}
+	}
+	if r.PostgresAllUS != want.PostgresAllUS {
+		t.Errorf("PG all = %v, want %v", r.PostgresAllUS, want.PostgresAllUS)
+	}
+	// No buys: no figure (shown as "-"), not a division by zero.
+	none := Result{}
+	none.account(before, after, func() (float64, float64) { return 1, 1 })
+	if none.ServiceUS != 0 || none.TotalUS != 0 || none.BuysPerEvalsha != 0 || math.IsNaN(none.RedisUS) {
+		t.Errorf("no buys: %+v, want zero figures", none)
+	}
+}
+
+func TestTicksToMicros(t *testing.T) {
+	if got := ticksToMicros(250); got != 2.5e6 {
+		t.Errorf("250 ticks = %v µs, want 2,500,000", got)
+	}
+}
+
+// TestPgOurs: the round database's backends and the background processes
+// are ours; other databases' backends are not.
+func TestPgOurs(t *testing.T) {
+	const db = "seckill_cost_ab12r1a"
+	for title, want := range map[string]bool{
+		"postgres: postgres seckill_cost_ab12r1a 127.0.0.1(50312) idle": true,
+		"postgres: autovacuum worker seckill_cost_ab12r1a":              true,
+		"postgres: walwriter":    true,
+		"postgres: checkpointer": true,
+		"postgres: postgres seckill_cost_ab12r1a_x 127.0.0.1(1) idle": false,
+		"postgres: postgres test 127.0.0.1(50313) INSERT":             false,
+		"postgres: walwriterx":                                        false,
+		"":                                                            false,
+	} {
+		if got := pgOurs(title, db); got != want {
+			t.Errorf("pgOurs(%q) = %v, want %v", title, got, want)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	rep := Report{Builds: []string{"a", "b"}, Results: []Result{
+		{Build: "A", Round: 1, BuysPerS: 100, TotalUS: 10},
+		{Build: "B", Round: 1, BuysPerS: 300, TotalUS: 5},
+		{Build: "A", Round: 2, BuysPerS: 200, TotalUS: 30},
+		{Build: "B", Round: 2, BuysPerS: 100, TotalUS: 4},
+		{Build: "A", Round: 3, BuysPerS: 150, TotalUS: 20},
+	}}.summarize()
+	if len(rep.Medians) != 2 || rep.Medians[0].BuysPerS != 150 || rep.Medians[0].TotalUS != 20 ||
+		rep.Medians[1].BuysPerS != 200 || rep.Medians[1].TotalUS != 4.5 {
+		t.Fatalf("medians %+v, want A 150/s 20 µs, B 200/s 4.5 µs", rep.Medians)
+	}
+	if rep.RatioBA == nil || math.Abs(rep.RatioBA.BuysPerS-200.0/150) > 1e-9 || rep.RatioBA.TotalUS != 4.5/20 || rep.RatioBA.ServiceUS != 0 {
+		t.Errorf("ratio %+v, want buys/s 1.33, total 0.225, service 0 (no A figure)", rep.RatioBA)
+	}
+}

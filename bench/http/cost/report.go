@@ -1,0 +1,226 @@
+package cost
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// Result is one round of one build. CPU figures are microseconds per
+// accepted buy (2xx reply) of the measured load, over the window from its
+// start until the database held every accepted order.
+type Result struct {
+	Build     string  `json:"build"` // "A" or "B"
+	Bin       string  `json:"bin"`
+	Round     int     `json:"round"`
+	Database  string  `json:"database"`             // created and dropped by the round
+	KeyPrefix string  `json:"key_prefix"`           // its keys, removed at its end
+	Load      string  `json:"load"`                 // "closed" or "open"
+	RateAsked float64 `json:"rate_asked,omitempty"` // open loop's requests/s
+	Sent      int     `json:"sent"`
+	Buys      int     `json:"buys"` // 2xx replies
+	Non2xx    int     `json:"non_2xx"`
+	Errors    int     `json:"errors"` // requests without a reply
+	DurationS float64 `json:"duration_s"`
+	BuysPerS  float64 `json:"buys_per_s"`
+
+	ServiceUS     float64 `json:"service_us_per_buy"`
+	RedisUS       float64 `json:"redis_us_per_buy"`
+	PostgresUS    float64 `json:"postgres_us_per_buy"`     // the round database's backends + background processes
+	PostgresAllUS float64 `json:"postgres_all_us_per_buy"` // every process of the server
+	TotalUS       float64 `json:"total_us_per_buy"`        // service + Redis + PostgreSQL (ours)
+
+	EvalshaCalls    int64   `json:"evalsha_calls"`
+	BuysPerEvalsha  float64 `json:"buys_per_evalsha"`
+	EvalshaUSPerBuy float64 `json:"evalsha_us_per_buy"` // commandstats usec of EVALSHA per buy
+
+	P50MS float64 `json:"p50_ms"`
+	P99MS float64 `json:"p99_ms"`
+	MaxMS float64 `json:"max_ms"`
+
+	CatchUpS   float64  `json:"catch_up_s"`   // from the load's end until every order was in the database
+	OrdersInDB int      `json:"orders_in_db"` // of the measured load
+	Problems   []string `json:"problems,omitempty"`
+}
+
+// account fills the per-buy figures from the counters before and after the
+// window.
+func (r *Result) account(before, after snapshot, pg func() (ours, all float64)) {
+	r.ServiceUS = perBuy(ticksToMicros(after.serviceTicks-before.serviceTicks), r.Buys)
+	d := after.redis.sub(before.redis)
+	r.RedisUS = perBuy(d.CPUMicros, r.Buys)
+	ours, all := pg()
+	r.PostgresUS, r.PostgresAllUS = perBuy(ours, r.Buys), perBuy(all, r.Buys)
+	r.TotalUS = r.ServiceUS + r.RedisUS + r.PostgresUS
+	r.EvalshaCalls = d.EvalshaCalls
+	if d.EvalshaCalls > 0 {
+		r.BuysPerEvalsha = float64(r.Buys) / float64(d.EvalshaCalls)
+	}
+	r.EvalshaUSPerBuy = perBuy(float64(d.EvalshaMicros), r.Buys)
+}
+
+// Report is a whole measurement: every round, and per build the median of
+// each figure over its rounds; with two builds, B's medians over A's.
+type Report struct {
+	Builds       []string `json:"builds"`
+	Conns        int      `json:"conns"`
+	DurationS    float64  `json:"duration_s"`
+	OpenRate     float64  `json:"open_rate,omitempty"`
+	OpenFraction float64  `json:"open_fraction,omitempty"`
+	Results      []Result `json:"rounds"`
+	Medians      []Result `json:"medians"`             // one per build measured, Round 0
+	RatioBA      *Result  `json:"ratio_b_a,omitempty"` // each figure of B's median over A's
+}
+
+// column is one numeric figure of a Result.
+type column struct {
+	head   string
+	format string
+	get    func(*Result) float64
+	set    func(*Result, float64)
+}
+
+var columns = []column{
+	{"buys/s", "%.0f", func(r *Result) float64 { return r.BuysPerS }, func(r *Result, v float64) { r.BuysPerS = v }},
+	{"service µs", "%.1f", func(r *Result) float64 { return r.ServiceUS }, func(r *Result, v float64) { r.ServiceUS = v }},
+	{"Redis µs", "%.1f", func(r *Result) float64 { return r.RedisUS }, func(r *Result, v float64) { r.RedisUS = v }},
+	{"PG µs", "%.1f", func(r *Result) float64 { return r.PostgresUS }, func(r *Result, v float64) { r.PostgresUS = v }},
+	{"total µs", "%.1f", func(r *Result) float64 { return r.TotalUS }, func(r *Result, v float64) { r.TotalUS = v }},
+	{"PG all µs", "%.1f", func(r *Result) float64 { return r.PostgresAllUS }, func(r *Result, v float64) { r.PostgresAllUS = v }},
+	{"EVALSHA", "%.0f", func(r *Result) float64 { return float64(r.EvalshaCalls) }, func(r *Result, v float64) { r.EvalshaCalls = int64(math.Round(v)) }},
+	{"buys/call", "%.1f", func(r *Result) float64 { return r.BuysPerEvalsha }, func(r *Result, v float64) { r.BuysPerEvalsha = v }},
+	{"EVALSHA µs", "%.1f", func(r *Result) float64 { return r.EvalshaUSPerBuy }, func(r *Result, v float64) { r.EvalshaUSPerBuy = v }},
+	{"p50 ms", "%.2f", func(r *Result) float64 { return r.P50MS }, func(r *Result, v float64) { r.P50MS = v }},
+	{"p99 ms", "%.2f", func(r *Result) float64 { return r.P99MS }, func(r *Result, v float64) { r.P99MS = v }},
+	{"non-2xx", "%.0f", func(r *Result) float64 { return float64(r.Non2xx + r.Errors) }, func(r *Result, v float64) { r.Non2xx = int(math.Round(v)) }},
+	{"catch-up s", "%.2f", func(r *Result) float64 { return r.CatchUpS }, func(r *Result, v float64) { r.CatchUpS = v }},
+}
+
+// summarize computes the medians and the ratio.
+func (rep Report) summarize() Report {
+	rep.Medians, rep.RatioBA = nil, nil
+	for i := range rep.Builds {
+		build := string(rune('A' + i))
+		var rs []*Result
+		for j := range rep.Results {
+			if rep.Results[j].Build == build {
+				rs = append(rs, &rep.Results[j])
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		m := Result{Build: build, Bin: rs[0].Bin, Load: rs[0].Load}
+		for _, c := range columns {
+			vs := make([]float64, len(rs))
+			for k, r := range rs {
+				vs[k] = c.get(r)
+			}
+			c.set(&m, median(vs))
+		}
+		rep.Medians = append(rep.Medians, m)
+	}
+	if len(rep.Medians) == 2 {
+		ratio := Result{Build: "B/A"}
+		for _, c := range columns {
+			c.set(&ratio, ratioOf(c.get(&rep.Medians[1]), c.get(&rep.Medians[0])))
+		}
+		ratio.EvalshaCalls = 0 // a count's ratio does not fit an int64; see buys/call
+		rep.RatioBA = &ratio
+	}
+	return rep
+}
+
+// median of vs (the mean of the middle two when even); 0 of none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// ratioOf is b/a, 0 when a is 0.
+func ratioOf(b, a float64) float64 {
+	if a == 0 {
+		return 0
+	}
+	return b / a
+}
+
+// PrintJSON writes the report as one JSON document.
+func PrintJSON(w io.Writer, rep Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// PrintText writes the report as a table: a row per round and build, then
+// the medians and B/A.
+func PrintText(w io.Writer, rep Report) {
+	for i, b := range rep.Builds {
+		fmt.Fprintf(w, "build %c: %s serve\n", 'A'+i, b)
+	}
+	load := fmt.Sprintf("closed loop, %d connections", rep.Conns)
+	switch {
+	case rep.OpenRate > 0:
+		load = fmt.Sprintf("open loop at %.0f/s", rep.OpenRate)
+	case rep.OpenFraction > 0:
+		load = fmt.Sprintf("open loop at %.2f of each round's closed-loop buys/s", rep.OpenFraction)
+	}
+	fmt.Fprintf(w, "load: %s for %gs, a fresh buyer per request; CPU per accepted buy, until the database holds every order\n\n", load, rep.DurationS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	heads := []string{"round", "build"}
+	for _, c := range columns {
+		heads = append(heads, c.head)
+	}
+	fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
+	row := func(label, build string, r *Result, ratio bool) {
+		cells := []string{label, build}
+		for _, c := range columns {
+			v := c.get(r)
+			switch {
+			case ratio && c.head == "EVALSHA":
+				cells = append(cells, "")
+			case ratio && v == 0:
+				cells = append(cells, "-")
+			case ratio:
+				cells = append(cells, fmt.Sprintf("%.2f", v))
+			case v == 0 && strings.Contains(c.head, "µs"):
+				cells = append(cells, "-")
+			default:
+				cells = append(cells, fmt.Sprintf(c.format, v))
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		row(fmt.Sprint(r.Round), r.Build, r, false)
+	}
+	for i := range rep.Medians {
+		row("median", rep.Medians[i].Build, &rep.Medians[i], false)
+	}
+	if rep.RatioBA != nil {
+		row("ratio", "B/A", rep.RatioBA, true)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nµs: CPU per buy. PG: the round database's backends and PostgreSQL's background processes; PG all: every postgres process (other clients' too).")
+	fmt.Fprintln(w, "Redis and PG are server-wide counters: other work on a shared server shows in them. EVALSHA µs: commandstats usec per buy.")
+	for _, r := range rep.Results {
+		if r.Load == "open" && rep.OpenFraction > 0 {
+			fmt.Fprintf(w, "round %d build %s: open loop at %.0f/s\n", r.Round, r.Build, r.RateAsked)
+		}
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "round %d build %s: %s\n", r.Round, r.Build, p)
+		}
+	}
+}

@@ -1,0 +1,391 @@
+// Package loadgen sends HTTP load for the benchmarks: an open loop (Attack,
+// requests at a constant rate whatever the server does, each latency from
+// its scheduled send time) and a closed loop (Closed, N connections each
+// sending its next request when the previous reply has arrived). Both send a
+// fixed body with pre-signed bearer tokens, so the generator spends its CPU
+// on sending, not on signing.
+//
+// bench/http/openloop is the open loop as a command; `seckill bench --cost`
+// uses both.
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Attack is one open-loop run: Rate × Duration requests, request i
+// scheduled at start + i/Rate.
+type Attack struct {
+	Method string
+	URL    string
+	Body   []byte
+	Header http.Header // sent with every request
+	// Tokens, when not empty, are sent as "Authorization: Bearer <token>",
+	// request i carrying Tokens[i % len(Tokens)].
+	Tokens      []string
+	Rate        float64 // requests per second
+	Duration    time.Duration
+	Timeout     time.Duration // of one request, from its actual send
+	Conns       int           // keep-alive connections at most
+	MaxInFlight int           // outstanding requests at most
+}
+
+// Requests returns how many requests the attack schedules: Rate × Duration,
+// rounded down.
+func (a Attack) Requests() int {
+	// The epsilon keeps 0.1 s × 300/s at 30 despite binary fractions.
+	return int(math.Floor(a.Rate*a.Duration.Seconds() + 1e-9))
+}
+
+// due returns request i's scheduled send time.
+func (a Attack) due(start time.Time, i int) time.Time {
+	return start.Add(time.Duration(float64(i) * float64(time.Second) / a.Rate))
+}
+
+// result is what became of one request.
+type result struct {
+	sent    bool
+	lag     time.Duration // from the scheduled to the actual send
+	latency time.Duration // from the scheduled send to the end of the reply's body
+	done    time.Time
+	status  int   // 0 when err != nil
+	err     error // the transport's, nil when a reply came
+}
+
+// Run sends the attack's requests and waits for their replies. Cancelling
+// ctx stops the sending; the requests already sent still run to their end
+// (or Timeout).
+func (a Attack) Run(ctx context.Context) Report {
+	transport := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        a.Conns,
+		MaxIdleConnsPerHost: a.Conns,
+		MaxConnsPerHost:     a.Conns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: a.Timeout}
+	// In-flight requests outlive a cancelled ctx: their replies are measured.
+	reqCtx := context.WithoutCancel(ctx)
+
+	n := a.Requests()
+	results := make([]result, n)
+	slots := make(chan struct{}, a.MaxInFlight)
+	var inFlight, maxInFlight atomic.Int64
+	var wg sync.WaitGroup
+	var capReached int
+	var firstSend, lastSend time.Time
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	start := time.Now()
+send:
+	for i := range n {
+		due := a.due(start, i)
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				break send
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			capReached++
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				break send
+			}
+		}
+		if ctx.Err() != nil {
+			<-slots
+			break
+		}
+		now := time.Now()
+		if i == 0 {
+			firstSend = now
+		}
+		lastSend = now
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			maxAtomic(&maxInFlight, inFlight.Add(1))
+			defer inFlight.Add(-1)
+			results[i] = a.send(reqCtx, client, i, due)
+		}()
+	}
+	wg.Wait()
+	return a.report(start, firstSend, lastSend, results, int(maxInFlight.Load()), capReached)
+}
+
+// send sends request i, scheduled at due, and reads its reply.
+func (a Attack) send(ctx context.Context, client *http.Client, i int, due time.Time) result {
+	r := result{sent: true, lag: time.Since(due)}
+	finish := func() result {
+		r.done = time.Now()
+		r.latency = r.done.Sub(due)
+		return r
+	}
+	req, err := http.NewRequestWithContext(ctx, a.Method, a.URL, bytes.NewReader(a.Body))
+	if err != nil {
+		r.err = err
+		return finish()
+	}
+	req.Header = a.Header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	if len(a.Tokens) > 0 {
+		req.Header.Set("Authorization", "Bearer "+a.Tokens[i%len(a.Tokens)])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		r.err = err
+		return finish()
+	}
+	// Read the whole body: the latency ends with the reply, and a drained
+	// body lets the connection be reused.
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		r.err = err
+		return finish()
+	}
+	r.status = resp.StatusCode
+	return finish()
+}
+
+// maxAtomic raises m to v if v is larger.
+func maxAtomic(m *atomic.Int64, v int64) {
+	for {
+		old := m.Load()
+		if v <= old || m.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// Report is an attack's outcome. Its durations are milliseconds.
+type Report struct {
+	Method    string  `json:"method"`
+	URL       string  `json:"url"`
+	Rate      float64 `json:"rate"` // asked, requests per second
+	DurationS float64 `json:"duration_s"`
+	Tokens    int     `json:"tokens"`
+	Scheduled int     `json:"scheduled"` // Rate × Duration
+	Sent      int     `json:"sent"`      // fewer than Scheduled only when interrupted
+	Completed int     `json:"completed"` // replies, whatever their status
+	Status2xx int     `json:"status_2xx"`
+	Non2xx    int     `json:"non_2xx"`
+	// Non2xxByStatus counts the replies that were not 2xx by status code.
+	Non2xxByStatus map[int]int `json:"non_2xx_by_status"`
+	// Errors counts the requests that got no reply (refused, reset,
+	// timed out), ErrorsByKind the same by kind, ten kinds at most.
+	Errors       int            `json:"errors"`
+	ErrorsByKind map[string]int `json:"errors_by_kind,omitempty"`
+	// SendRate is the achieved rate: requests per second from the first
+	// send to the last. ReplyRate is replies per second from the
+	// scheduled start to the last reply.
+	SendRate  float64 `json:"send_rate"`
+	ReplyRate float64 `json:"reply_rate"`
+	// LatencyMS is over the replies (any status), each from its request's
+	// scheduled send time to the end of its body.
+	LatencyMS Percentiles `json:"latency_ms"`
+	// SendLagMS is how far each send was behind its schedule: large when
+	// the generator (CPU, in-flight cap) rather than the server held the
+	// requests back.
+	SendLagMS Percentiles `json:"send_lag_ms"`
+	// MaxInFlight is the most requests outstanding at once, of at most
+	// InFlightCap; CapReached counts the sends that waited for the cap.
+	MaxInFlight int `json:"max_in_flight"`
+	InFlightCap int `json:"in_flight_cap"`
+	CapReached  int `json:"cap_reached"`
+}
+
+// Percentiles of a set of durations, in milliseconds.
+type Percentiles struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99.9"`
+	Max  float64 `json:"max"`
+}
+
+// OK reports whether every scheduled request was sent and got a 2xx reply.
+func (r Report) OK() bool {
+	return r.Sent == r.Scheduled && r.Errors == 0 && r.Non2xx == 0
+}
+
+// maxErrorKinds bounds Report.ErrorsByKind; further kinds count as "other".
+const maxErrorKinds = 10
+
+func (a Attack) report(start, firstSend, lastSend time.Time, results []result, maxInFlight, capReached int) Report {
+	r := Report{
+		Method:         a.Method,
+		URL:            a.URL,
+		Rate:           a.Rate,
+		DurationS:      a.Duration.Seconds(),
+		Tokens:         len(a.Tokens),
+		Scheduled:      len(results),
+		Non2xxByStatus: map[int]int{},
+		MaxInFlight:    maxInFlight,
+		InFlightCap:    a.MaxInFlight,
+		CapReached:     capReached,
+	}
+	latencies := make([]time.Duration, 0, len(results))
+	lags := make([]time.Duration, 0, len(results))
+	var lastReply time.Time
+	for _, res := range results {
+		if !res.sent {
+			continue
+		}
+		r.Sent++
+		lags = append(lags, res.lag)
+		if res.err != nil {
+			r.Errors++
+			if r.ErrorsByKind == nil {
+				r.ErrorsByKind = map[string]int{}
+			}
+			kind := errorKind(res.err)
+			if _, seen := r.ErrorsByKind[kind]; !seen && len(r.ErrorsByKind) >= maxErrorKinds {
+				kind = "other"
+			}
+			r.ErrorsByKind[kind]++
+			continue
+		}
+		r.Completed++
+		latencies = append(latencies, res.latency)
+		if res.done.After(lastReply) {
+			lastReply = res.done
+		}
+		if res.status >= 200 && res.status < 300 {
+			r.Status2xx++
+		} else {
+			r.Non2xx++
+			r.Non2xxByStatus[res.status]++
+		}
+	}
+	if r.Sent > 1 && lastSend.After(firstSend) {
+		r.SendRate = float64(r.Sent-1) / lastSend.Sub(firstSend).Seconds()
+	}
+	if r.Completed > 0 {
+		r.ReplyRate = float64(r.Completed) / lastReply.Sub(start).Seconds()
+	}
+	r.LatencyMS = PercentilesOf(latencies)
+	r.SendLagMS = PercentilesOf(lags)
+	return r
+}
+
+// errorKind names a transport error without its addresses, so that errors
+// of one kind on different connections count together.
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed before the reply (EOF)"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// PercentilesOf sorts ds and returns its nearest-rank percentiles.
+func PercentilesOf(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(ds)))) - 1
+		return ms(ds[min(max(i, 0), len(ds)-1)])
+	}
+	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99), P999: at(0.999), Max: ms(ds[len(ds)-1])}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// WriteText writes the report for a reader.
+func (r Report) WriteText(w io.Writer) {
+	tokens := "no Authorization header"
+	if r.Tokens > 0 {
+		tokens = fmt.Sprintf("%d tokens round robin", r.Tokens)
+	}
+	fmt.Fprintf(w, "openloop: %s %s at %g/s for %gs, %s\n", r.Method, r.URL, r.Rate, r.DurationS, tokens)
+	fmt.Fprintf(w, "requests  scheduled %d  sent %d  completed %d  2xx %d  non-2xx %d  errors %d\n",
+		r.Scheduled, r.Sent, r.Completed, r.Status2xx, r.Non2xx, r.Errors)
+	if r.Non2xx > 0 {
+		var parts []string
+		for _, status := range slices.Sorted(maps.Keys(r.Non2xxByStatus)) {
+			parts = append(parts, fmt.Sprintf("%d %s × %d", status, http.StatusText(status), r.Non2xxByStatus[status]))
+		}
+		fmt.Fprintf(w, "non-2xx   %s\n", strings.Join(parts, ", "))
+	}
+	for _, kind := range slices.Sorted(maps.Keys(r.ErrorsByKind)) {
+		fmt.Fprintf(w, "error     %s × %d\n", kind, r.ErrorsByKind[kind])
+	}
+	fmt.Fprintf(w, "rate      sent %.1f/s  replies %.1f/s\n", r.SendRate, r.ReplyRate)
+	l := r.LatencyMS
+	fmt.Fprintf(w, "latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (scheduled send to end of reply)\n",
+		short(l.P50), short(l.P90), short(l.P99), short(l.P999), short(l.Max))
+	g := r.SendLagMS
+	fmt.Fprintf(w, "send lag  p50 %s  p99 %s  max %s  behind schedule; in flight at most %d of %d\n",
+		short(g.P50), short(g.P99), short(g.Max), r.MaxInFlight, r.InFlightCap)
+	switch {
+	case r.CapReached > 0:
+		fmt.Fprintf(w, "note      %d sends waited for the in-flight cap (--max-in-flight) and fell up to %s behind schedule: the server did not keep up; the latencies include the wait\n",
+			r.CapReached, short(g.Max))
+	case g.Max > 10:
+		fmt.Fprintf(w, "note      the sender, short of CPU, fell up to %s behind schedule: the latencies include that wait, so part of them is the generator's, not the server's\n",
+			short(g.Max))
+	}
+	if r.Sent < r.Scheduled {
+		fmt.Fprintf(w, "note      interrupted: %d of %d scheduled requests were not sent\n", r.Scheduled-r.Sent, r.Scheduled)
+	}
+}
+
+// short formats milliseconds as a duration with about three significant
+// digits.
+func short(msec float64) string {
+	d := time.Duration(msec * float64(time.Millisecond))
+	for _, unit := range []time.Duration{time.Microsecond, time.Millisecond, time.Second} {
+		switch {
+		case d < unit:
+			return d.Round(unit / 1000).String()
+		case d < 10*unit:
+			return d.Round(unit / 100).String()
+		case d < 100*unit:
+			return d.Round(unit / 10).String()
+		}
+	}
+	return d.Round(time.Second).String()
+}

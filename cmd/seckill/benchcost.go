@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/bench/http/cost"
+)
+
+// costMode reports whether bench's arguments ask for --cost (before any
+// "--").
+func costMode(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-cost", "--cost", "-cost=true", "--cost=true":
+			return true
+		}
+	}
+	return false
+}
+
+const costUsage = `usage: seckill bench --cost [flags]
+
+Measures what one buy through the HTTP API costs: CPU µs per accepted buy of
+the service process (/proc/PID/stat), of Redis (INFO cpu) and of PostgreSQL
+(its processes in /proc), with buys/s, p50/p99 latency, Redis's EVALSHA calls
+(INFO commandstats deltas) and the order consumer's catch-up. Each round
+starts "<bin> serve" on real Redis and PostgreSQL with a database and key
+prefix of its own (removed at its end, Ctrl-C included), creates a sale of
+per-user limit 1 and stock far above what sells, and loads it from this
+process with a fresh buyer (own JWT) per request. --against B runs rounds of
+A and B alternately and prints their medians and B/A.
+
+flags:
+`
+
+// runBenchCost runs `seckill bench --cost`. Exit status: 0 measured, 1 a
+// failure (a round failed, or an accepted buy is missing from the
+// database), 2 usage.
+func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("seckill bench --cost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, costUsage)
+		fs.PrintDefaults()
+	}
+	fs.Bool("cost", true, "this mode")
+	serveBin := fs.String("serve-bin", "", "the seckill binary whose serve is measured, build A (default: this one)")
+	against := fs.String("against", "", "a second seckill binary, build B, measured in alternate rounds with A")
+	rounds := fs.Int("rounds", 1, "rounds per build (alternating A, B, A, B ...)")
+	conns := fs.Int("conns", 128, "connections of the closed loop (at most, of the open loop)")
+	duration := fs.Duration("duration", 10*time.Second, "how long each round's load runs")
+	openRate := fs.Float64("open-rate", 0, "measure an open loop at this many requests/s instead of the closed loop; latencies from each request's scheduled send time")
+	openFraction := fs.Float64("open-fraction", 0, "like --open-rate at this fraction (0..1] of the round's own closed-loop buys/s, measured first in the same round")
+	maxRate := fs.Float64("max-rate", 25000, "buys/s the pre-signed tokens (one per buyer) must last for in the closed loop")
+	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (a real Redis: its CPU is measured)")
+	ownRedis := fs.Bool("own-redis", false, "start a redis-server of this run's own on a free loopback port (needs redis-server on PATH) instead of --redis: its CPU and commandstats then count only this run")
+	pgURL := fs.String("pg", "postgres://postgres@127.0.0.1:5432/postgres", "PostgreSQL server URL; each round creates and drops a database there")
+	catchUp := fs.Duration("catch-up-timeout", 2*time.Minute, "how long the database may take to hold every accepted order after the load")
+	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "seckill bench --cost: "+format+"\n", a...)
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usage("unexpected argument %q", fs.Arg(0))
+	case *rounds < 1 || *rounds > 100:
+		return usage("--rounds must be 1..100")
+	case *conns < 1 || *conns > 10_000:
+		return usage("--conns must be 1..10000")
+	case *duration <= 0:
+		return usage("--duration must be positive")
+	case *openRate < 0 || *openFraction < 0 || *openFraction > 1 || (*openRate > 0 && *openFraction > 0):
+		return usage("--open-rate must be > 0 or --open-fraction in (0, 1], not both")
+	case *maxRate <= 0 || *maxRate > 1_000_000:
+		return usage("--max-rate must be 1..1000000")
+	case *catchUp <= 0:
+		return usage("--catch-up-timeout must be positive")
+	}
+	a := *serveBin
+	if a == "" {
+		self, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(stderr, "seckill bench --cost: cannot find this binary (name one with --serve-bin):", err)
+			return 1
+		}
+		a = self
+	}
+	builds := []string{a}
+	if *against != "" {
+		builds = append(builds, *against)
+	}
+	for _, b := range builds {
+		if _, err := exec.LookPath(b); err != nil {
+			return usage("%s is not an executable: %v", b, err)
+		}
+	}
+	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *ownRedis, PostgresURL: *pgURL, Conns: *conns,
+		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
+		MaxRate: *maxRate, CatchUpTimeout: *catchUp, Progress: stderr}
+	rep, runErr := cost.Run(ctx, cfg)
+	if len(rep.Results) > 0 || runErr == nil {
+		if *asJSON {
+			if err := cost.PrintJSON(stdout, rep); err != nil {
+				fmt.Fprintln(stderr, "seckill bench --cost:", err)
+				return 1
+			}
+		} else {
+			cost.PrintText(stdout, rep)
+		}
+	}
+	if runErr != nil {
+		fmt.Fprintln(stderr, "seckill bench --cost:", strings.TrimSpace(runErr.Error()))
+		return 1
+	}
+	for _, r := range rep.Results {
+		if r.OrdersInDB != r.Buys {
+			return 1
+		}
+	}
+	return 0
+}

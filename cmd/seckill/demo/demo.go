@@ -1,4 +1,4 @@
-// Package demo runs a whole flash sale end to end: it starts the service in
+// Package demo is `seckill demo`. It runs a whole flash sale end to end: it starts the service in
 // process, lets simulated buyers at its HTTP API, waits until every
 // accepted order is in the database, and checks every invariant.
 package demo

@@ -2,33 +2,25 @@ package bench
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/lock"
+	"github.com/seckill/seckill/segment"
 )
 
-// The hand-rolled Redis approaches (naive, lock, segmented) keep their hot
-// item under the hash tag {bench-<run>-<n>}, and count every unit they
-// deduct in a sold counter that Redis keeps: written in the same MULTI as
-// the DECRBY (naive, lock) or in the same script (segmented). Afterwards
-// the counter is what was sold, and the stock key what is left.
-
-var (
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed take.lua
-	takeSrc string
-
-	releaseScript = redis.NewScript(releaseSrc)
-	takeScript    = redis.NewScript(takeSrc)
-)
+// The read-check-write approaches (naive, lock) keep their hot item under
+// the hash tag {bench-<run>-<n>}, and count every unit they deduct in a sold
+// counter that Redis keeps, written in the same MULTI as the DECRBY.
+// Afterwards the counter is what was sold, and the stock key what is left.
+// The lock is the project's lock package; the segmented approach is the
+// project's segment package over the engine.
 
 const (
 	// lockTTL is how long a redis-lock holder may keep the lock; a buy
@@ -41,18 +33,17 @@ const (
 	lockWait = 5 * time.Millisecond
 )
 
-// counterItem is the hot item of redis-naive and redis-lock: a stock key,
-// a sold counter and (for the lock) a lock key.
+// counterItem is the hot item of redis-naive and redis-lock: a stock key
+// and a sold counter.
 type counterItem struct {
-	rdb               *redis.Client
-	stock, sold, lock string
-	owner             string // this item's prefix of lock owner tokens
-	tokens            atomic.Int64
+	rdb         *redis.Client
+	tag         string // the item's name, inside its keys' hash tag
+	stock, sold string
 }
 
 func newCounterItem(ctx context.Context, s *Stores, stock int64) (*counterItem, error) {
-	tag := "{" + s.newItemTag() + "}"
-	it := &counterItem{rdb: s.Redis, stock: tag + ":stock", sold: tag + ":sold", lock: tag + ":lock", owner: randomID(12) + "-"}
+	tag := s.newItemTag()
+	it := &counterItem{rdb: s.Redis, tag: tag, stock: "{" + tag + "}:stock", sold: "{" + tag + "}:sold"}
 	if err := s.Redis.MSet(ctx, it.stock, stock, it.sold, 0).Err(); err != nil {
 		return nil, err
 	}
@@ -96,15 +87,26 @@ func (it *counterItem) readCheckWrite(ctx context.Context) outcome {
 	return outcome{sold: err == nil, err: err}
 }
 
-// lockItem does the same read-check-write while holding a lock.
-type lockItem struct{ *counterItem }
+// lockItem does the same read-check-write while holding a lock of the
+// project's lock package (SET NX PX with an owner token, a fencing counter,
+// compare-and-delete release). A buyer that finds the lock taken pauses
+// about lockWait and tries again, counting its retries.
+type lockItem struct {
+	*counterItem
+	locker *lock.Locker
+	name   string
+}
 
 func prepareLock(ctx context.Context, s *Stores, _ Config, stock int64) (hotItem, error) {
 	it, err := newCounterItem(ctx, s, stock)
 	if err != nil {
 		return nil, err
 	}
-	return lockItem{it}, nil
+	locker, err := lock.New(s.Redis, lock.Options{Prefix: it.tag})
+	if err != nil {
+		return nil, err
+	}
+	return lockItem{counterItem: it, locker: locker, name: "stock"}, nil
 }
 
 func (it lockItem) buy(ctx context.Context, buyers []string, out []outcome) {
@@ -114,15 +116,16 @@ func (it lockItem) buy(ctx context.Context, buyers []string, out []outcome) {
 }
 
 func (it lockItem) buyLocked(ctx context.Context) outcome {
-	token := it.owner + strconv.FormatInt(it.tokens.Add(1), 36)
 	var retries int64
+	var lease *lock.Lease
 	for {
-		ok, err := it.rdb.SetNX(ctx, it.lock, token, lockTTL).Result()
-		if err != nil {
-			return outcome{retries: retries, err: err}
-		}
-		if ok {
+		var err error
+		lease, err = it.locker.Acquire(ctx, it.name, lock.WithTTL(lockTTL), lock.WithoutRenewal())
+		if err == nil {
 			break
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			return outcome{retries: retries, err: err}
 		}
 		retries++
 		wait := lockWait/2 + rand.N(lockWait)
@@ -132,16 +135,24 @@ func (it lockItem) buyLocked(ctx context.Context) outcome {
 		case <-time.After(wait):
 		}
 	}
-	o := it.readCheckWrite(ctx)
+	o := it.readCheckWrite(lease.Context())
 	o.retries = retries
-	released, err := releaseScript.Run(ctx, it.rdb, []string{it.lock}, token).Int64()
-	switch {
-	case err != nil && o.err == nil:
+	if err := lease.Release(ctx); err != nil && o.err == nil {
 		o.err = fmt.Errorf("release lock: %w", err)
-	case err == nil && released != 1 && o.err == nil:
-		o.err = errors.New("the lock expired while held")
 	}
 	return o
+}
+
+func (it lockItem) drop(ctx context.Context) error {
+	keys := []string{it.stock, it.sold}
+	iter := it.rdb.Scan(ctx, 0, "{"+it.tag+":"+it.name+"}:*", 100).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	return it.rdb.Unlink(ctx, keys...).Err()
 }
 
 func (it *counterItem) count(ctx context.Context) (tally, error) {
@@ -160,7 +171,7 @@ func (it *counterItem) count(ctx context.Context) (tally, error) {
 }
 
 func (it *counterItem) drop(ctx context.Context) error {
-	return it.rdb.Unlink(ctx, it.stock, it.sold, it.lock).Err()
+	return it.rdb.Unlink(ctx, it.stock, it.sold).Err()
 }
 
 // intValue decodes an MGET value; a missing key is 0.
@@ -172,31 +183,36 @@ func intValue(v any) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// segmentedItem splits the stock over segments, each its own key with its
-// own sold counter. A buy starts at the segment its buyer hashes to and
-// falls through to the next ones; each take is take.lua, atomic on its
-// segment. The item is sold out when a buyer found every segment empty
-// (segments only ever shrink).
+// segmentedItem sells the hot item through the project's segment package:
+// the stock is split over K segment sales of the engine, each buy is a full
+// engine buy (per-user limit, order record, order event) in the buyer's home
+// segment, falling through by moving units from the segments with the most
+// left. What was sold is counted from the segments' order streams (one
+// "bought" event per order), what is left from the segments' stock.
 type segmentedItem struct {
-	rdb         *redis.Client
-	segs, solds []string
+	rdb    *redis.Client
+	tag    string
+	eng    *inventory.Engine
+	seller *segment.Seller
+	line   []inventory.Line
 }
 
 func prepareSegmented(ctx context.Context, s *Stores, cfg Config, stock int64) (hotItem, error) {
-	tag := "{" + s.newItemTag() + "}"
-	k := int64(cfg.Segments)
-	it := &segmentedItem{rdb: s.Redis}
-	var pairs []any
-	for i := range k {
-		seg, sold := tag+":seg:"+strconv.FormatInt(i, 10), tag+":sold:"+strconv.FormatInt(i, 10)
-		it.segs, it.solds = append(it.segs, seg), append(it.solds, sold)
-		units := stock / k
-		if i < stock%k {
-			units++
-		}
-		pairs = append(pairs, seg, units, sold, 0)
+	tag := s.newItemTag()
+	eng := inventory.New(s.Redis, inventory.Options{Prefix: tag})
+	it := &segmentedItem{rdb: s.Redis, tag: tag, eng: eng, seller: segment.New(eng, s.Redis, segment.Options{}),
+		line: []inventory.Line{{SKU: engineSKU, Qty: 1}}}
+	ids, err := it.seller.Place(ctx, engineSale, cfg.Segments)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.Redis.MSet(ctx, pairs...).Err(); err != nil {
+	sale := inventory.Sale{ID: engineSale, PerUserLimit: 1, Items: []inventory.Item{{SKU: engineSKU, Stock: stock}}}
+	if err := it.seller.Create(ctx, sale, ids); err != nil {
+		_ = it.drop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := eng.Preload(ctx); err != nil {
+		_ = it.drop(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return it, nil
@@ -204,49 +220,68 @@ func prepareSegmented(ctx context.Context, s *Stores, cfg Config, stock int64) (
 
 func (it *segmentedItem) buy(ctx context.Context, buyers []string, out []outcome) {
 	for i, b := range buyers {
-		out[i] = it.take(ctx, b)
+		_, err := it.seller.Buy(ctx, inventory.BuyRequest{SaleID: engineSale, UserID: b, Lines: it.line})
+		out[i] = buyOutcome(err)
 	}
-}
-
-func (it *segmentedItem) take(ctx context.Context, buyer string) outcome {
-	h := fnv.New32a()
-	h.Write([]byte(buyer))
-	k := len(it.segs)
-	start := int(h.Sum32() % uint32(k))
-	for j := range k {
-		i := (start + j) % k
-		left, err := takeScript.Run(ctx, it.rdb, []string{it.segs[i], it.solds[i]}, 1).Int64()
-		if err != nil {
-			return outcome{retries: int64(j), err: err}
-		}
-		if left >= 0 {
-			return outcome{sold: true, retries: int64(j)}
-		}
-	}
-	return outcome{soldOut: true, retries: int64(k - 1)}
 }
 
 func (it *segmentedItem) count(ctx context.Context) (tally, error) {
-	var t tally
-	for _, keys := range []struct {
-		names []string
-		sum   *int64
-	}{{it.segs, &t.remaining}, {it.solds, &t.sold}} {
-		vs, err := it.rdb.MGet(ctx, keys.names...).Result()
+	sum, _, err := it.seller.Stock(ctx, engineSale)
+	if err != nil {
+		return tally{}, err
+	}
+	if len(sum.Items) != 1 {
+		return tally{}, fmt.Errorf("sale has %d items, want 1", len(sum.Items))
+	}
+	segs, err := it.seller.Segments(ctx, engineSale)
+	if err != nil {
+		return tally{}, err
+	}
+	t := tally{remaining: sum.Items[0].Remaining}
+	for _, seg := range segs {
+		n, err := boughtEvents(ctx, it.rdb, seg, it.eng.EventsKey(seg))
 		if err != nil {
 			return t, err
 		}
-		for j, v := range vs {
-			n, err := intValue(v)
-			if err != nil {
-				return t, fmt.Errorf("%s: %w", keys.names[j], err)
-			}
-			*keys.sum += n
-		}
+		t.sold += n
 	}
 	return t, nil
 }
 
+// boughtEvents counts the "bought" events of one sale's stream (nothing
+// trims it: no order consumer runs here).
+func boughtEvents(ctx context.Context, rdb *redis.Client, sale, stream string) (int64, error) {
+	var n int64
+	from := "-"
+	for {
+		msgs, err := rdb.XRangeN(ctx, stream, from, "+", 10000).Result()
+		if err != nil {
+			return n, err
+		}
+		for _, m := range msgs {
+			ev, err := inventory.ParseEvent(sale, m)
+			if err != nil {
+				return n, fmt.Errorf("%s: %w", stream, err)
+			}
+			if ev.Type == inventory.EventBought {
+				n++
+			}
+		}
+		if len(msgs) < 10000 {
+			return n, nil
+		}
+		from = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
 func (it *segmentedItem) drop(ctx context.Context) error {
-	return it.rdb.Unlink(ctx, append(append([]string{}, it.segs...), it.solds...)...).Err()
+	var keys []string
+	iter := it.rdb.Scan(ctx, 0, "{"+it.tag+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil || len(keys) == 0 {
+		return err
+	}
+	return it.rdb.Unlink(ctx, keys...).Err()
 }

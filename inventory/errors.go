@@ -68,8 +68,12 @@ type NotFoundError struct {
 	IDs  []string // the ids that were not found (every unknown sku of a buy)
 }
 
-func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("seckill: %s not found: %s", e.Kind, strings.Join(e.IDs, ", "))
+func (e *NotFoundError) Error() string { return "seckill: " + e.Message() }
+
+// Message is the error's text without the package's prefix: what was not
+// found, for a reply to a client.
+func (e *NotFoundError) Message() string {
+	return fmt.Sprintf("%s not found: %s", e.Kind, strings.Join(e.IDs, ", "))
 }
 
 // Is reports whether target is ErrNotFound.

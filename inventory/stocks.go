@@ -38,6 +38,27 @@ func (e *Engine) Stocks(ctx context.Context, saleIDs []string) (states []SaleSta
 	return states, errs
 }
 
+// OrderCounts reads how many orders each sale's Redis record holds (every
+// order Redis still keeps, cancelled ones included), in one pipeline (one
+// round trip per node): counts[i] and errs[i] are sale saleIDs[i]'s.
+func (e *Engine) OrderCounts(ctx context.Context, saleIDs []string) (counts []int64, errs []error) {
+	counts, errs = make([]int64, len(saleIDs)), make([]error, len(saleIDs))
+	p := e.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(saleIDs))
+	for i, id := range saleIDs {
+		if errs[i] = validateID("sale", id); errs[i] == nil {
+			cmds[i] = p.HLen(ctx, e.keys(id).orders)
+		}
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	for i, cmd := range cmds {
+		if cmd != nil {
+			counts[i], errs[i] = cmd.Result()
+		}
+	}
+	return counts, errs
+}
+
 // Stock returns a sale's definition, status and every item's counters.
 func (e *Engine) Stock(ctx context.Context, saleID string) (SaleState, error) {
 	if err := validateID("sale", saleID); err != nil {

@@ -128,8 +128,8 @@ func (b backlog) inFlight() bool {
 // last generated id when every entry is acknowledged (its entries may be
 // trimmed already), "" when some are still in flight (or the stream never
 // had an entry). Read it before reading the database.
-func Applied(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (string, error) {
-	b, err := readBacklog(ctx, rdb, eng.EventsKey(saleID))
+func Applied(ctx context.Context, rdb redis.UniversalClient, keys StreamKeys, saleID string) (string, error) {
+	b, err := readBacklog(ctx, rdb, keys.EventsKey(saleID))
 	if err != nil {
 		return "", err
 	}
@@ -141,8 +141,8 @@ func Applied(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engi
 
 // InFlight returns the sale's events that are in the stream but not yet
 // in the database: delivered and not acknowledged, or not delivered yet.
-func InFlight(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) ([]inventory.Event, error) {
-	key := eng.EventsKey(saleID)
+func InFlight(ctx context.Context, rdb redis.UniversalClient, keys StreamKeys, saleID string) ([]inventory.Event, error) {
+	key := keys.EventsKey(saleID)
 	b, err := readBacklog(ctx, rdb, key)
 	if err != nil || !b.inFlight() {
 		return nil, err
@@ -201,8 +201,8 @@ const maxPendingRead = 1 << 20
 // instant of the caller's other reads in it; read returns the outcome once
 // the transaction has run. It reads every entry of the stream: the
 // consumer trims acknowledged ones, so they are about the backlog.
-func QueueInFlight(ctx context.Context, p redis.Pipeliner, eng *inventory.Engine, saleID string) (read func() (Stream, error)) {
-	key := eng.EventsKey(saleID)
+func QueueInFlight(ctx context.Context, p redis.Pipeliner, keys StreamKeys, saleID string) (read func() (Stream, error)) {
+	key := keys.EventsKey(saleID)
 	last, info, groups, pending := p.XRevRangeN(ctx, key, "+", "-", 1), p.XInfoStream(ctx, key), p.XInfoGroups(ctx, key), p.XPending(ctx, key, Group)
 	all := p.XRange(ctx, key, "-", "+")
 	ext := p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: Group, Start: "-", End: "+", Count: maxPendingRead})
@@ -251,8 +251,8 @@ type Lag struct {
 }
 
 // ReadLag reads how far the database is behind the sale's stream.
-func ReadLag(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleID string) (Lag, error) {
-	lags, err := ReadLags(ctx, rdb, eng, []string{saleID})
+func ReadLag(ctx context.Context, rdb redis.UniversalClient, keys StreamKeys, saleID string) (Lag, error) {
+	lags, err := ReadLags(ctx, rdb, keys, []string{saleID})
 	if err != nil {
 		return Lag{}, err
 	}
@@ -262,10 +262,10 @@ func ReadLag(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engi
 // ReadLags reads how far the database is behind each of the sales'
 // streams: one transaction per node (per sale, on a Cluster), then one
 // pipeline for the sales whose undelivered entries alone are behind.
-func ReadLags(ctx context.Context, rdb redis.UniversalClient, eng *inventory.Engine, saleIDs []string) ([]Lag, error) {
+func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys, saleIDs []string) ([]Lag, error) {
 	keys := make([]string, len(saleIDs))
 	for i, id := range saleIDs {
-		keys[i] = eng.EventsKey(id)
+		keys[i] = streams.EventsKey(id)
 	}
 	bs, err := readBacklogs(ctx, rdb, keys)
 	if err != nil {

@@ -81,7 +81,7 @@ type Options struct {
 type Consumer struct {
 	rdb   redis.UniversalClient
 	multi bool // one command may read many streams (not a Cluster)
-	eng   *inventory.Engine
+	keys  StreamKeys
 	db    Store
 	o     Options
 	mu    sync.Mutex
@@ -107,8 +107,14 @@ type sale struct {
 	checkIdle time.Time // when to look again whether it is drained
 }
 
-// New returns a consumer of the streams of eng's sales in rdb, writing to db.
-func New(rdb redis.UniversalClient, eng *inventory.Engine, db Store, o Options) *Consumer {
+// StreamKeys names the event stream of a sale; *inventory.Engine is one.
+// The pipeline needs nothing else of the engine.
+type StreamKeys interface {
+	EventsKey(saleID string) string
+}
+
+// New returns a consumer of the streams keys names in rdb, writing to db.
+func New(rdb redis.UniversalClient, keys StreamKeys, db Store, o Options) *Consumer {
 	if o.Name == "" {
 		host, _ := os.Hostname()
 		o.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e9, 36))
@@ -143,7 +149,7 @@ func New(rdb redis.UniversalClient, eng *inventory.Engine, db Store, o Options) 
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Consumer{rdb: rdb, eng: eng, db: db, o: o, sales: map[string]*sale{}, wake: make([]chan struct{}, o.Readers)}
+	c := &Consumer{rdb: rdb, keys: keys, db: db, o: o, sales: map[string]*sale{}, wake: make([]chan struct{}, o.Readers)}
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, ring := rdb.(*redis.Ring)
 	c.multi = !cluster && !ring
@@ -228,7 +234,7 @@ func (c *Consumer) discover(ctx context.Context) {
 		if sl == nil {
 			h := fnv.New32a()
 			_, _ = h.Write([]byte(id))
-			sl = &sale{id: id, key: c.eng.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff()}
+			sl = &sale{id: id, key: c.keys.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff()}
 			c.sales[id] = sl
 			woken[sl.reader] = true
 		}

@@ -59,7 +59,7 @@ func toAPI(err error) *apiError {
 	case errors.As(err, &inv):
 		return errInvalid(inv.Field + " " + inv.Reason)
 	case errors.As(err, &notFound):
-		return errNotFound(notFound.Error()[len("seckill: "):])
+		return errNotFound(notFound.Message())
 	case errors.Is(err, inventory.ErrNotFound):
 		return errNotFound("not found")
 	case errors.Is(err, inventory.ErrExists):

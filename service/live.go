@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 )
@@ -251,13 +249,7 @@ func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []strin
 	}
 	// Redis's counts first, then the database's: an order stored in between
 	// is then counted as pending, never as missing.
-	orders := make([]*redis.IntCmd, len(ids))
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			orders[i] = p.HLen(ctx, s.eng.Key(id, "orders"))
-		}
-		return nil
-	})
+	orders, orderErrs := s.eng.OrderCounts(ctx, ids)
 	lags, lagErr := pipeline.ReadLags(ctx, s.rdb, s.eng, ids)
 	now := time.Now()
 	var recount []string
@@ -266,11 +258,11 @@ func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []strin
 		if ls.Error != "" {
 			continue
 		}
-		var err error
-		if ls.Orders, err = orders[i].Result(); err != nil {
+		if orderErrs[i] != nil {
 			ls.Error = "redis unreachable"
 			continue
 		}
+		ls.Orders = orders[i]
 		if lagErr == nil {
 			ls.Backlog = lags[i].Entries
 			if !lags[i].Oldest.IsZero() {

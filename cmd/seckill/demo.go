@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/seckill/seckill/internal/demo"
+	"github.com/seckill/seckill/cmd/seckill/demo"
 )
 
 // runDemo runs `seckill demo`: the whole service in process, on the

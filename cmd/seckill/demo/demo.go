@@ -1,6 +1,7 @@
-// Package demo runs a whole flash sale end to end: it starts the service in
-// process, lets simulated buyers at its HTTP API, waits until every
-// accepted order is in the database, and checks every invariant.
+// Package demo is `seckill demo`: it runs a whole flash sale end to end. It
+// starts the service in process, lets simulated buyers at its HTTP API,
+// waits until every accepted order is in the database, and checks every
+// invariant.
 package demo
 
 import (

@@ -25,6 +25,7 @@ commands:
   reconcile   compare Redis, the order stream and the database for one sale (--repair: fix drift)
   token       print a buyer's JWT signed with the service's secret (for trying the API)
   bench       measure every stock deduction approach side by side (databases, Redis locks, Lua)
+  bench --cost  what one HTTP buy costs in CPU: the service, Redis and PostgreSQL, per buy
 
 Run "seckill <command> -h" for a command's flags.
 `

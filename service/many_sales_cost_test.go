@@ -2,10 +2,13 @@ package service_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +24,7 @@ type phaseCost struct {
 	redisCPU, procCPU, pgCPU float64 // seconds
 	reads, commands          int64
 	evalsha                  int64
+	cmds                     map[string][2]int64 // command: calls, µs
 }
 
 // costMeter reads a phaseCost; db reaches the PostgreSQL server the
@@ -33,7 +37,7 @@ type costMeter struct {
 func (m costMeter) read(t *testing.T) phaseCost {
 	t.Helper()
 	ctx := context.Background()
-	var c phaseCost
+	c := phaseCost{cmds: map[string][2]int64{}}
 	if info, err := m.rdb.Info(ctx, "cpu", "stats", "commandstats").Result(); err == nil {
 		for _, line := range strings.Split(info, "\r\n") {
 			k, v, _ := strings.Cut(line, ":")
@@ -45,10 +49,22 @@ func (m costMeter) read(t *testing.T) phaseCost {
 				c.reads, _ = strconv.ParseInt(v, 10, 64)
 			case "total_commands_processed":
 				c.commands, _ = strconv.ParseInt(v, 10, 64)
-			case "cmdstat_evalsha", "cmdstat_eval":
-				calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-				n, _ := strconv.ParseInt(calls, 10, 64)
-				c.evalsha += n
+			}
+			if name, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+				var calls, usec int64
+				for _, f := range strings.Split(v, ",") {
+					fk, fv, _ := strings.Cut(f, "=")
+					switch fk {
+					case "calls":
+						calls, _ = strconv.ParseInt(fv, 10, 64)
+					case "usec":
+						usec, _ = strconv.ParseInt(fv, 10, 64)
+					}
+				}
+				c.cmds[name] = [2]int64{calls, usec}
+				if name == "evalsha" || name == "eval" {
+					c.evalsha += calls
+				}
 			}
 		}
 	}
@@ -73,9 +89,29 @@ func (m costMeter) read(t *testing.T) phaseCost {
 
 // sub is c - before.
 func (c phaseCost) sub(before phaseCost) phaseCost {
-	return phaseCost{redisCPU: c.redisCPU - before.redisCPU, procCPU: c.procCPU - before.procCPU,
+	d := phaseCost{redisCPU: c.redisCPU - before.redisCPU, procCPU: c.procCPU - before.procCPU,
 		pgCPU: c.pgCPU - before.pgCPU, reads: c.reads - before.reads, commands: c.commands - before.commands,
-		evalsha: c.evalsha - before.evalsha}
+		evalsha: c.evalsha - before.evalsha, cmds: map[string][2]int64{}}
+	for k, v := range c.cmds {
+		if dv := [2]int64{v[0] - before.cmds[k][0], v[1] - before.cmds[k][1]}; dv[0] > 0 {
+			d.cmds[k] = dv
+		}
+	}
+	return d
+}
+
+// top lists the commands that took most of Redis's time.
+func (c phaseCost) top(buys int) string {
+	names := make([]string, 0, len(c.cmds))
+	for k := range c.cmds {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(c.cmds[b][1], c.cmds[a][1]) })
+	var out []string
+	for _, k := range names[:min(len(names), 8)] {
+		out = append(out, fmt.Sprintf("%s %.2f calls %.1f µs", k, float64(c.cmds[k][0])/float64(buys), float64(c.cmds[k][1])/float64(buys)))
+	}
+	return "Redis commands per buy: " + strings.Join(out, "; ")
 }
 
 func (c phaseCost) per(buys int) string {
@@ -137,4 +173,24 @@ func ownTCPPorts() map[int64]bool {
 		_ = f.Close()
 	}
 	return ports
+}
+
+// profilePhase writes a CPU profile of the process until the returned
+// function is called, to the file $env names, if it is set.
+func profilePhase(t *testing.T, env string) func() {
+	name := os.Getenv(env)
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }

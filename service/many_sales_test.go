@@ -123,8 +123,10 @@ func TestManyLiveSales(t *testing.T) {
 	x.create("solo", buys+10, time.Time{})
 	x.get("/v1/sales/solo")
 	before := meter.read(t)
+	stopProfile := profilePhase(t, "SECKILL_ONE_SALE_PROFILE")
 	soloLat, soloIDs := x.run(concurrency, buys, func(int) string { return "solo" })
 	soloCost := meter.read(t).sub(before)
+	stopProfile()
 
 	// Then the many sales and the hot ones, and a few that end soon (their
 	// streams drain and they go idle meanwhile).
@@ -150,6 +152,7 @@ func TestManyLiveSales(t *testing.T) {
 		}
 	}
 	before = meter.read(t)
+	stopProfile = profilePhase(t, "SECKILL_MANY_SALES_PROFILE")
 	manyLat, manyIDs := x.run(concurrency, buys, func(i int) string {
 		if i%4 == 3 {
 			return fmt.Sprintf("hot%d", rand.IntN(hot))
@@ -157,6 +160,7 @@ func TestManyLiveSales(t *testing.T) {
 		return ids[rand.IntN(n)]
 	})
 	manyCost := meter.read(t).sub(before)
+	stopProfile()
 
 	// Every accepted order in the database.
 	accepted := append(soloIDs, manyIDs...)
@@ -186,6 +190,8 @@ func TestManyLiveSales(t *testing.T) {
 		buys, concurrency, p99(soloLat), p99(manyLat), n, hot, soloLat[len(soloLat)/2], manyLat[len(manyLat)/2], len(accepted))
 	t.Logf("one sale, %s", soloCost.per(buys))
 	t.Logf("%d sales, %s", n, manyCost.per(buys))
+	t.Logf("one sale: %s", soloCost.top(buys))
+	t.Logf("%d sales: %s", n, manyCost.top(buys))
 	t.Logf("most Redis connections held at once, by name: %v, %d in all; %d readiness polls, %d not ready, %d not selling from redis",
 		most, mostAll, polls.Load(), notReady.Load(), notRedis.Load())
 

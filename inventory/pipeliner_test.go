@@ -238,3 +238,67 @@ func TestPipelinedBuyWhoseContextEndsIsNeverSent(t *testing.T) {
 		t.Errorf("s1: %d calls alone and %d pipelined, want 1 (u3's) and 0", n, p)
 	}
 }
+
+// TestPipelineLostRepliesFinishEachBuyAlone: a pipeline of several sales'
+// calls runs, and its replies are lost. Each buy is then sent again alone,
+// under the same order id: its script finds the order it made, so every
+// caller gets its order and each sale sold exactly once.
+func TestPipelineLostRepliesFinishEachBuyAlone(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1}})
+	sales := []string{"s1", "s2", "s3"}
+	for _, id := range append([]string{"s0"}, sales...) {
+		r.create(inventory.Sale{ID: id, PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+	}
+	trips := countRoundTrips(r.rdb, r.prefix, "s0")
+	lost := &lostPipeline{}
+	r.rdb.AddHook(lost)
+	lost.armed.Store(true)
+
+	type outcome struct {
+		sale string
+		rc   inventory.Receipt
+		err  error
+	}
+	outcomes := make(chan outcome, 4)
+	buy := func(sale string) {
+		go func() {
+			rc, err := r.eng.Buy(r.ctx, sale, "u1", lines("A", 1), "")
+			outcomes <- outcome{sale, rc, err}
+		}()
+	}
+	buy("s0")
+	<-trips.enter
+	for i, id := range sales {
+		buy(id)
+		waitfor.Until(t, waitfor.Patience, "the buy queued for the next pipeline", func() error {
+			if n := r.eng.QueuedBuys(); n != i+1 {
+				return fmt.Errorf("%d queued", n)
+			}
+			return nil
+		})
+	}
+	close(trips.gate)
+	for range len(sales) + 1 {
+		o := <-outcomes
+		if o.err != nil || o.rc.Order.SaleID != o.sale || o.rc.Replayed {
+			t.Errorf("%s: %+v, %v; want its order", o.sale, o.rc, o.err)
+		}
+	}
+	if lost.armed.Load() {
+		t.Fatal("no pipeline was sent")
+	}
+	for _, id := range sales {
+		bought := 0
+		for _, ev := range r.events(id) {
+			if ev.Type == inventory.EventBought {
+				bought++
+			}
+		}
+		if rem := r.remaining(id)["A"]; rem != 9 || bought != 1 {
+			t.Errorf("sale %s: %d remain and %d bought events, want 9 and 1", id, rem, bought)
+		}
+		if n := trips.aloneOf(id); n != 1 {
+			t.Errorf("sale %s: %d calls alone after the lost pipeline, want 1", id, n)
+		}
+	}
+}

@@ -188,6 +188,8 @@ func TestManyLiveSales(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("%d buys at %d at a time: p99 %v on one sale, %v over %d sales + %d hot (p50 %v vs %v); %d orders in the database",
 		buys, concurrency, p99(soloLat), p99(manyLat), n, hot, soloLat[len(soloLat)/2], manyLat[len(manyLat)/2], len(accepted))
+	t.Logf("many sales / one sale: p99 %.2fx, p50 %.2fx", float64(p99(manyLat))/float64(p99(soloLat)),
+		float64(manyLat[len(manyLat)/2])/float64(soloLat[len(soloLat)/2]))
 	t.Logf("one sale, %s", soloCost.per(buys))
 	t.Logf("%d sales, %s", n, manyCost.per(buys))
 	t.Logf("one sale: %s", soloCost.top(buys))

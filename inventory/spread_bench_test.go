@@ -25,7 +25,8 @@ import (
 // default) and each call sent alone (pipelines=off: every call finds room,
 // as before the pipeliner). Besides buys/s it reports, per buy, the Redis
 // server's CPU, its read events (about one per round trip), this process's
-// CPU (the callers and the client), and the p50 and p99 of Buy's latency.
+// CPU (the callers and the client), and the p50 and p99 of Buy's latency;
+// and the buys per script call and the µs Redis spent in each call.
 // Run: go test -run '^$' -bench BenchmarkBuySpread -benchtime 40000x ./inventory/
 func BenchmarkBuySpread(b *testing.B) {
 	srv := redistest.StartServer(b)
@@ -56,6 +57,7 @@ func BenchmarkBuySpread(b *testing.B) {
 					lat  = make([]time.Duration, 0, b.N)
 				)
 				cpu, reads, own := redisCPU(b, rdb), redisReads(b, rdb), processCPU(b)
+				calls, usec := scriptStats(b, rdb)
 				b.SetParallelism(16)
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
@@ -80,6 +82,9 @@ func BenchmarkBuySpread(b *testing.B) {
 				b.ReportMetric(float64((redisCPU(b, rdb)-cpu).Microseconds())/n, "redis-cpu-us/buy")
 				b.ReportMetric(float64(redisReads(b, rdb)-reads)/n, "round-trips/buy")
 				b.ReportMetric(float64((processCPU(b)-own).Microseconds())/n, "client-cpu-us/buy")
+				calls2, usec2 := scriptStats(b, rdb)
+				b.ReportMetric(n/float64(calls2-calls), "buys/call")
+				b.ReportMetric(float64(usec2-usec)/float64(calls2-calls), "redis-us/call")
 				slices.Sort(lat)
 				if len(lat) > 0 {
 					b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
@@ -103,6 +108,32 @@ func redisReads(b *testing.B, rdb *redis.Client) int64 {
 		b.Fatalf("INFO stats: total_reads_processed: %v", err)
 	}
 	return n
+}
+
+// scriptStats is the Redis server's count of EVALSHA calls and the µs it
+// spent in them (INFO commandstats).
+func scriptStats(b *testing.B, rdb *redis.Client) (calls, usec int64) {
+	b.Helper()
+	info, err := rdb.Info(b.Context(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		v, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			k, x, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseInt(x, 10, 64)
+			case "usec":
+				usec, _ = strconv.ParseInt(x, 10, 64)
+			}
+		}
+	}
+	return calls, usec
 }
 
 // processCPU is this process's user and system CPU time so far.

@@ -302,3 +302,74 @@ func TestPipelineLostRepliesFinishEachBuyAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterPipelineReloadsOnlyWhereMissing: on a Redis Cluster a pipeline
+// of sales on every master is split by node; with the script cache of one
+// master flushed, only that master's calls answer NOSCRIPT and are sent
+// again by their source, and every buy succeeds.
+func TestClusterPipelineReloadsOnlyWhereMissing(t *testing.T) {
+	b := backends[2]
+	r := newRig(t, b, inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1}})
+	cc := r.rdb.(*redis.ClusterClient)
+	if err := r.eng.Preload(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var sales []string
+	byNode := map[string]int{}
+	var flushed *redis.Client
+	for i := 0; len(byNode) < 3 || len(sales) < 12; i++ {
+		id := fmt.Sprintf("s%d", i)
+		r.create(inventory.Sale{ID: id, PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		node, err := cc.MasterForKey(r.ctx, r.key(id, "sale"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flushed == nil {
+			flushed = node
+		}
+		sales = append(sales, id)
+		byNode[node.Options().Addr]++
+	}
+	r.create(inventory.Sale{ID: "first", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+	trips := countRoundTrips(r.rdb, r.prefix, "first")
+
+	errs := make(chan error, len(sales)+1)
+	go func() { _, err := r.eng.Buy(r.ctx, "first", "u1", lines("A", 1), ""); errs <- err }()
+	<-trips.enter
+	for i, id := range sales {
+		go func() { _, err := r.eng.Buy(r.ctx, id, "u1", lines("A", 1), ""); errs <- err }()
+		waitfor.Until(t, waitfor.Patience, "the buy queued for the next pipeline", func() error {
+			if n := r.eng.QueuedBuys(); n != i+1 {
+				return fmt.Errorf("%d queued", n)
+			}
+			return nil
+		})
+	}
+	if err := flushed.ScriptFlush(r.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reloads := r.eng.ScriptReloads()
+	close(trips.gate)
+	for range len(sales) + 1 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, id := range sales {
+		if held := r.held(id); held["u1|A"] != 1 {
+			t.Errorf("sale %s: held %v", id, held)
+		}
+		if n := trips.aloneOf(id); n != 0 {
+			t.Errorf("sale %s: %d calls alone, want 0", id, n)
+		}
+	}
+	// The held call of "first" may be on the flushed node too: it reloads
+	// alone, through luascript.Run.
+	want := int64(byNode[flushed.Options().Addr])
+	if got := r.eng.ScriptReloads() - reloads; got != want && got != want+1 {
+		t.Errorf("%d calls reloaded, want the %d of the flushed master (%v)", got, want, byNode)
+	}
+	if p := trips.pipelines.Load(); p != 2 {
+		t.Errorf("%d pipelines, want 2: all the sales, then the flushed master's again", p)
+	}
+}

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -250,6 +251,38 @@ func (e *Engine) runBuys(ctx context.Context, bcs []buyCall) ([][]any, error) {
 	c := e.batchCall(bcs, e.scriptNow())
 	reply, err := e.runSale(ctx, bcs[0].placed.SaleID, c.s, c.keys, c.args...)
 	return buyReplies(reply, err, len(bcs))
+}
+
+// errSaleMissing is runBuysPipelined's error for a batch whose sale is
+// missing from Redis: it did not run, and runBuys can rebuild the sale.
+var errSaleMissing = errors.New("seckill: sale missing from redis")
+
+// batchReplies is the outcome of one batch of runBuysPipelined.
+type batchReplies struct {
+	replies [][]any
+	err     error
+}
+
+// runBuysPipelined runs batches, each a buy.lua call of one sale, in one
+// pipeline (one round trip to each node, and one more to a node that
+// answered NOSCRIPT), with no rebuild and no transport retries: a batch
+// whose sale is missing from Redis fails with errSaleMissing. Results are
+// in the order of batches.
+func (e *Engine) runBuysPipelined(ctx context.Context, batches [][]buyCall) []batchReplies {
+	calls := make([]call, len(batches))
+	now := e.scriptNow()
+	for i, bcs := range batches {
+		calls[i] = e.batchCall(bcs, now)
+	}
+	out := make([]batchReplies, len(batches))
+	for i, res := range e.run.runPipelined(ctx, calls) {
+		if res.err == nil && code(res.reply) == codeMissing {
+			out[i].err = errSaleMissing
+			continue
+		}
+		out[i].replies, out[i].err = buyReplies(res.reply, res.err, len(batches[i]))
+	}
+	return out
 }
 
 // finishBuy sends a buy alone until it has an answer: through a rebuild of

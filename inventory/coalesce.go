@@ -13,6 +13,13 @@ import (
 // The batch size so follows the load: one at a trickle, up to MaxBatch
 // under a crowd. A queued buy waits at most for one call of its sale to
 // complete before its own is sent.
+//
+// Calls of different sales that are ready at the same time go to Redis
+// together, as one pipeline (one round trip to each node), by the same
+// rule: a call that finds fewer than Pipelines pipelines in flight is sent
+// at once, and each pipeline that completes sends every call that became
+// ready meanwhile. Buys spread over many sales so share round trips as the
+// buys of one sale share script calls.
 type Coalesce struct {
 	// Off sends every Buy as its own script call.
 	Off bool
@@ -21,6 +28,9 @@ type Coalesce struct {
 	// InFlight bounds the calls of one sale in flight at once, so that
 	// Redis works on one while the next is on its way. Default 2.
 	InFlight int
+	// Pipelines bounds the pipelines in flight at once, each carrying the
+	// ready calls of any number of sales. Default 2.
+	Pipelines int
 }
 
 func (c Coalesce) withDefaults() Coalesce {
@@ -29,6 +39,9 @@ func (c Coalesce) withDefaults() Coalesce {
 	}
 	if c.InFlight <= 0 {
 		c.InFlight = 2
+	}
+	if c.Pipelines <= 0 {
+		c.Pipelines = 2
 	}
 	return c
 }
@@ -70,13 +83,13 @@ func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
 	w.ctx, w.bc = ctx, bc
 	c.mu.Lock()
 	c.queue = append(c.queue, w)
-	var batch []*waiter
+	var ready []*waiter
 	if c.inFlight < c.e.coalesce.InFlight {
-		batch = c.takeLocked()
+		ready = c.takeLocked()
 	}
 	c.mu.Unlock()
-	if batch != nil {
-		c.send(ctx, batch)
+	if ready != nil {
+		c.e.pipes.submit(ctx, batch{c: c, waiters: ready})
 	}
 	select {
 	case <-w.done:
@@ -93,21 +106,21 @@ func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
 // in flight.
 func (c *coalescer) takeLocked() []*waiter {
 	n := min(len(c.queue), c.e.coalesce.MaxBatch)
-	batch := make([]*waiter, n)
-	copy(batch, c.queue)
+	ready := make([]*waiter, n)
+	copy(ready, c.queue)
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
 	c.inFlight++
-	return batch
+	return ready
 }
 
-// send runs batch, then hands what queued meanwhile to a new goroutine, so
-// that the caller who sent it gets its own outcome without waiting for
-// anyone else's.
-func (c *coalescer) send(ctx context.Context, batch []*waiter) {
-	c.run(ctx, batch)
+// next ends c's call that just completed and returns the next one:
+// everything queued meanwhile, up to MaxBatch buys, counted in flight; nil
+// if nothing queued.
+func (c *coalescer) next() []*waiter {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
 		c.inFlight--
 		if c.inFlight == 0 {
@@ -116,35 +129,18 @@ func (c *coalescer) send(ctx context.Context, batch []*waiter) {
 			// next one makes a new one.
 			c.e.coalescers.CompareAndDelete(c.sale, c)
 		}
-		c.mu.Unlock()
-		return
+		return nil
 	}
 	next := c.takeLocked()
 	c.inFlight--
-	c.mu.Unlock()
-	go c.send(context.WithoutCancel(ctx), next)
+	return next
 }
 
-// run sends the live buys of batch as one call and hands each its outcome.
-// A buy whose call failed as a whole (a transport error: it may or may not
-// have run) or whose order id was taken is finished alone, by finishBuy,
-// with the same order id.
-func (c *coalescer) run(ctx context.Context, batch []*waiter) {
-	live := batch[:0:0]
-	bcs := make([]buyCall, 0, len(batch))
-	for _, w := range batch {
-		if err := w.ctx.Err(); err != nil {
-			w.err = err
-			w.done <- struct{}{}
-			continue
-		}
-		live = append(live, w)
-		bcs = append(bcs, w.bc)
-	}
-	if len(live) == 0 {
-		return
-	}
-	replies, err := c.e.runBuys(context.WithoutCancel(ctx), bcs)
+// deliver hands each buy of a call, sent as bcs, its outcome from the
+// call's replies or err. A buy whose call failed as a whole (a transport
+// error: it may or may not have run) or whose order id was taken is
+// finished alone, by finishBuyAfter, with the same order id.
+func (c *coalescer) deliver(live []*waiter, bcs []buyCall, replies [][]any, err error) {
 	for i, w := range live {
 		failed := 0
 		switch {

@@ -85,6 +85,7 @@ type Engine struct {
 
 	coalesce   Coalesce
 	coalescers sync.Map // sale id -> *coalescer
+	pipes      pipeliner
 	soldOut    *soldOutFlags
 }
 
@@ -102,6 +103,7 @@ func New(rdb Client, opts Options) *Engine {
 		coalesce:    opts.Coalesce.withDefaults(),
 		soldOut:     newSoldOutFlags(opts.SoldOut, opts.Clock),
 	}
+	e.pipes.e = e
 	if e.prefix == "" {
 		e.prefix = "seckill"
 	}

@@ -11,3 +11,14 @@ func ScriptSHA(name string) string {
 	}
 	return ""
 }
+
+// QueuedBuys counts the buys whose calls wait for the next pipeline.
+func (e *Engine) QueuedBuys() int {
+	e.pipes.mu.Lock()
+	defer e.pipes.mu.Unlock()
+	n := 0
+	for _, b := range e.pipes.queue {
+		n += len(b.waiters)
+	}
+	return n
+}

@@ -3,6 +3,7 @@ package service_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,8 +52,9 @@ func TestManyLiveSales(t *testing.T) {
 	const hot, concurrency, readers = 10, 32, 2
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
+	dbURL := dbtest.PostgresURL(t)
 	svc, err := service.Start(ctx, service.Config{Addr: "127.0.0.1:0", RedisURL: "redis://" + srv.Addr() + "/0",
-		DatabaseURL: dbtest.PostgresURL(t), AdminToken: "admin-secret-token", JWTSecret: "jwt-secret-for-tests",
+		DatabaseURL: dbURL, AdminToken: "admin-secret-token", JWTSecret: "jwt-secret-for-tests",
 		RateLimitUser: "off", ReconcileEvery: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +66,12 @@ func TestManyLiveSales(t *testing.T) {
 	})
 	x := &manySales{t: t, svc: svc, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * concurrency}}}
 	rdb := srv.Client(t)
+	meterDB, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = meterDB.Close() })
+	meter := costMeter{rdb: rdb, db: meterDB}
 
 	// The connections, by name, polled all along; and readiness.
 	var (
@@ -114,7 +122,11 @@ func TestManyLiveSales(t *testing.T) {
 	buys := 3*n + n // spread over the many sales, and on the hot ones
 	x.create("solo", buys+10, time.Time{})
 	x.get("/v1/sales/solo")
+	before := meter.read(t)
+	stopProfile := profilePhase(t, "SECKILL_ONE_SALE_PROFILE")
 	soloLat, soloIDs := x.run(concurrency, buys, func(int) string { return "solo" })
+	soloCost := meter.read(t).sub(before)
+	stopProfile()
 
 	// Then the many sales and the hot ones, and a few that end soon (their
 	// streams drain and they go idle meanwhile).
@@ -139,12 +151,16 @@ func TestManyLiveSales(t *testing.T) {
 			t.Fatalf("GET /v1/sales/%s: %d %s", id, status, body)
 		}
 	}
+	before = meter.read(t)
+	stopProfile = profilePhase(t, "SECKILL_MANY_SALES_PROFILE")
 	manyLat, manyIDs := x.run(concurrency, buys, func(i int) string {
 		if i%4 == 3 {
 			return fmt.Sprintf("hot%d", rand.IntN(hot))
 		}
 		return ids[rand.IntN(n)]
 	})
+	manyCost := meter.read(t).sub(before)
+	stopProfile()
 
 	// Every accepted order in the database.
 	accepted := append(soloIDs, manyIDs...)
@@ -172,6 +188,12 @@ func TestManyLiveSales(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("%d buys at %d at a time: p99 %v on one sale, %v over %d sales + %d hot (p50 %v vs %v); %d orders in the database",
 		buys, concurrency, p99(soloLat), p99(manyLat), n, hot, soloLat[len(soloLat)/2], manyLat[len(manyLat)/2], len(accepted))
+	t.Logf("many sales / one sale: p99 %.2fx, p50 %.2fx", float64(p99(manyLat))/float64(p99(soloLat)),
+		float64(manyLat[len(manyLat)/2])/float64(soloLat[len(soloLat)/2]))
+	t.Logf("one sale, %s", soloCost.per(buys))
+	t.Logf("%d sales, %s", n, manyCost.per(buys))
+	t.Logf("one sale: %s", soloCost.top(buys))
+	t.Logf("%d sales: %s", n, manyCost.top(buys))
 	t.Logf("most Redis connections held at once, by name: %v, %d in all; %d readiness polls, %d not ready, %d not selling from redis",
 		most, mostAll, polls.Load(), notReady.Load(), notRedis.Load())
 

@@ -1,0 +1,132 @@
+package inventory
+
+import (
+	"context"
+	"sync"
+)
+
+// pipeliner sends the calls of different sales that are ready at the same
+// time together, as one pipeline: one round trip to each Redis node the
+// sales live on, however many sales. Each sale's coalescer still decides
+// what goes into its calls and how many of them are under way; the
+// pipeliner only decides when a call goes, with the same rule and no
+// timer: a call that finds fewer than Coalesce.Pipelines pipelines in
+// flight is sent at once (alone, at low load), and calls that become ready
+// meanwhile queue; each pipeline that completes sends everything queued as
+// the next one.
+type pipeliner struct {
+	e        *Engine
+	mu       sync.Mutex
+	queue    []batch
+	inFlight int
+}
+
+// batch is one sale's next call: its queued buys, in their order.
+type batch struct {
+	c       *coalescer
+	waiters []*waiter
+}
+
+// submit queues b and, if a pipeline may start, sends the queue itself,
+// returning once that pipeline's outcomes are handed out.
+func (p *pipeliner) submit(ctx context.Context, b batch) {
+	p.mu.Lock()
+	p.queue = append(p.queue, b)
+	if p.inFlight >= p.e.coalesce.Pipelines {
+		p.mu.Unlock()
+		return
+	}
+	next := p.queue
+	p.queue = nil
+	p.inFlight++
+	p.mu.Unlock()
+	p.send(ctx, next)
+}
+
+// send runs batches as one pipeline; then hands what queued meanwhile
+// (including the sales' next calls) to a new goroutine, so that the caller
+// who sent it gets its own outcome without waiting for anyone else's.
+func (p *pipeliner) send(ctx context.Context, batches []batch) {
+	p.run(ctx, batches)
+	p.mu.Lock()
+	if len(p.queue) == 0 {
+		p.inFlight--
+		p.mu.Unlock()
+		return
+	}
+	next := p.queue
+	p.queue = nil
+	p.mu.Unlock()
+	go p.send(context.WithoutCancel(ctx), next)
+}
+
+// run sends the live buys of batches, each batch as one script call of its
+// sale: a lone call alone, several in one pipeline. Each buy gets its
+// outcome, and each sale's next call is queued behind this pipeline.
+func (p *pipeliner) run(ctx context.Context, batches []batch) {
+	ctx = context.WithoutCancel(ctx)
+	live := batches[:0]
+	lives := make([][]*waiter, 0, len(batches))
+	bcss := make([][]buyCall, 0, len(batches))
+	for _, b := range batches {
+		ws, bcs := dropGivenUp(b.waiters)
+		if len(ws) == 0 {
+			p.enqueueNext(b.c)
+			continue
+		}
+		live, lives, bcss = append(live, b), append(lives, ws), append(bcss, bcs)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		replies, err := p.e.runBuys(ctx, bcss[0])
+		live[0].c.deliver(lives[0], bcss[0], replies, err)
+		p.enqueueNext(live[0].c)
+		return
+	}
+	for i, res := range p.e.runBuysPipelined(ctx, bcss) {
+		c, ws, bcs := live[i].c, lives[i], bcss[i]
+		if res.err == errSaleMissing {
+			// Rebuilt through the Loader, which may take long: alone, so
+			// that the other sales' buyers need not wait for it.
+			go func() {
+				replies, err := p.e.runBuys(ctx, bcs)
+				c.deliver(ws, bcs, replies, err)
+				if next := c.next(); next != nil {
+					p.submit(ctx, batch{c: c, waiters: next})
+				}
+			}()
+			continue
+		}
+		c.deliver(ws, bcs, res.replies, res.err)
+		p.enqueueNext(c)
+	}
+}
+
+// enqueueNext ends c's call that just completed and queues its next one,
+// if buys of its sale queued meanwhile; a pipeline in flight sends it.
+func (p *pipeliner) enqueueNext(c *coalescer) {
+	if next := c.next(); next != nil {
+		p.mu.Lock()
+		p.queue = append(p.queue, batch{c: c, waiters: next})
+		p.mu.Unlock()
+	}
+}
+
+// dropGivenUp hands each waiter whose caller gave up its ctx's error, so
+// that its buy is never sent, and returns the others and their buys.
+func dropGivenUp(waiters []*waiter) ([]*waiter, []buyCall) {
+	live := waiters[:0:0]
+	bcs := make([]buyCall, 0, len(waiters))
+	for _, w := range waiters {
+		if err := w.ctx.Err(); err != nil {
+			w.err = err
+			w.done <- struct{}{}
+			continue
+		}
+		live = append(live, w)
+		bcs = append(bcs, w.bc)
+	}
+	return live, bcs
+}

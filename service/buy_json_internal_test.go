@@ -104,14 +104,14 @@ func TestBuyBodyFast(t *testing.T) {
 		}
 	}
 	for body, msg := range map[string]string{
-		`{"items":[{"sku":"A","qty":1}],"coupon":"x"}`:         `unknown field "coupon"`,
-		`{"items":[{"SKU":"A","qty":1}]}`:                      `unknown field items[0].SKU`,
-		`{"items":[{"sku":"A","qty":1}],"items":[]}`:           `repeated field items`,
-		`{"items":[{"sku":"A"}]}`:                              `items[0] needs sku and qty`,
-		`{"items":[{"sku":"A","qty":1.5}]}`:                    `items.qty must be an integer`,
-		`{"items":[{"sku":"A","qty":1}]} {}`:                   `the body must hold exactly one JSON object`,
-		`[]`:                                                   `the body must be a JSON object`,
-		`{"items":[{"sku":"A","qty":1}]`:                       `malformed JSON`,
+		`{"items":[{"sku":"A","qty":1}],"coupon":"x"}`:       `unknown field "coupon"`,
+		`{"items":[{"SKU":"A","qty":1}]}`:                    `unknown field items[0].SKU`,
+		`{"items":[{"sku":"A","qty":1}],"items":[]}`:         `repeated field items`,
+		`{"items":[{"sku":"A"}]}`:                            `items[0] needs sku and qty`,
+		`{"items":[{"sku":"A","qty":1.5}]}`:                  `items.qty must be an integer`,
+		`{"items":[{"sku":"A","qty":1}]} {}`:                 `the body must hold exactly one JSON object`,
+		`[]`:                                                 `the body must be a JSON object`,
+		`{"items":[{"sku":"A","qty":1}]`:                     `malformed JSON`,
 		`{"items":[{"sku":"A","qty":99999999999999999999}]}`: `items.qty must be an integer`,
 	} {
 		_, err := buyLines([]byte(body))

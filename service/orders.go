@@ -68,12 +68,12 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	}
 	began := time.Now()
 	rc, err := s.buyOnRedis(r, settings, user, lines, key)
-	var throttled *inventory.ThrottledError
-	if errors.As(err, &throttled) {
-		return s.limited("user", settings.user, throttled.RetryAfter)
+	if err != nil {
+		if retry, ok := throttledFor(err); ok {
+			return s.limited("user", settings.user, retry)
+		}
 	}
-	var api *apiError
-	if !errors.As(err, &api) {
+	if err == nil || !isAPIError(err) {
 		s.metrics.observeBuy(err, time.Since(began))
 	}
 	if errors.Is(err, inventory.ErrFenced) || err != nil && isRedisDown(err) {
@@ -94,6 +94,22 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeOrder(w, status, rc.Order, rc.Remaining)
 	return nil
+}
+
+// throttledFor is the wait an inventory.ThrottledError asks for. (Apart,
+// so that the variable errors.As needs is made only for an error.)
+func throttledFor(err error) (time.Duration, bool) {
+	var throttled *inventory.ThrottledError
+	if errors.As(err, &throttled) {
+		return throttled.RetryAfter, true
+	}
+	return 0, false
+}
+
+// isAPIError: err is (or wraps) an answer the service made itself.
+func isAPIError(err error) bool {
+	var api *apiError
+	return errors.As(err, &api)
 }
 
 // buyOnRedis checks the purchase token, if the sale requires one (buy.lua

@@ -26,6 +26,11 @@ func decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	if err != nil {
 		return errInvalid(jsonProblem(err))
 	}
+	return decodeBody(body, dst)
+}
+
+// decodeBody is decode of a body already read.
+func decodeBody(body []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {

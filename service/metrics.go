@@ -19,6 +19,7 @@ type metrics struct {
 	reg          *prometheus.Registry
 	collectors   []prometheus.Collector // ours, for MetricNames
 	buys         *prometheus.CounterVec
+	buysOK       prometheus.Counter // buys{result="ok"}, looked up once
 	buyLatency   prometheus.Histogram
 	scriptErrors prometheus.Counter
 	rateLimited  *prometheus.CounterVec
@@ -88,6 +89,7 @@ func newMetrics(s *Service) *metrics {
 		}
 		return float64(s.eng.SoldOutRefusals())
 	})
+	m.buysOK = m.buys.WithLabelValues("ok")
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
 		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}}
 	m.reg.MustRegister(m.collectors...)
@@ -98,11 +100,15 @@ func newMetrics(s *Service) *metrics {
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
 
 func (m *metrics) observeBuy(err error, took time.Duration) {
-	result := resultOf(err)
-	if err != nil && toAPI(err).Status >= 500 {
-		m.scriptErrors.Inc()
+	if err == nil {
+		m.buysOK.Inc()
+	} else {
+		api := toAPI(err)
+		if api.Status >= 500 {
+			m.scriptErrors.Inc()
+		}
+		m.buys.WithLabelValues(api.Code).Inc()
 	}
-	m.buys.WithLabelValues(result).Inc()
 	m.buyLatency.Observe(took.Seconds())
 	m.window.observe(took.Seconds())
 }

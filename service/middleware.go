@@ -28,9 +28,11 @@ func (s *Service) harden(next http.Handler) http.Handler {
 		for _, sh := range securityHeaders {
 			h[sh.name] = sh.value
 		}
-		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, requestInfo{id: id}))
+		// The writer carries the id: a pointer in the context costs no
+		// allocation of its own.
+		sw := &statusWriter{ResponseWriter: w, requestID: id}
+		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, sw))
 		began := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -68,10 +70,8 @@ var securityHeaders = []struct {
 	{"Cache-Control", []string{"no-store"}},
 }
 
+// requestKey is the context key of the request's *statusWriter.
 type requestKey struct{}
-
-// requestInfo is what harden attaches to a request's context.
-type requestInfo struct{ id string }
 
 // logFor is the logger of a request: the service's, with its request id.
 // Made when needed: most requests log nothing.
@@ -84,8 +84,10 @@ func (s *Service) logFor(r *http.Request) *slog.Logger {
 
 // requestID is the id harden gave the request ("" outside harden).
 func requestID(r *http.Request) string {
-	ri, _ := r.Context().Value(requestKey{}).(requestInfo)
-	return ri.id
+	if sw, _ := r.Context().Value(requestKey{}).(*statusWriter); sw != nil {
+		return sw.requestID
+	}
+	return ""
 }
 
 // validRequestID accepts 1 to 64 characters of A-Z a-z 0-9 _ . : - ; anything
@@ -109,12 +111,13 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// statusWriter remembers the status written. Unwrap lets
+// statusWriter remembers the status written, and the request's id. Unwrap lets
 // http.ResponseController reach the connection (flushes, deadlines).
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	wrote  bool
+	status    int
+	wrote     bool
+	requestID string
 }
 
 func (w *statusWriter) WriteHeader(code int) {

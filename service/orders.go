@@ -47,24 +47,14 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if hasKey && (key == "" || len(key) > inventory.MaxIdempotencyKey) {
 		return errInvalid("Idempotency-Key must be 1 to 64 characters")
 	}
-	var req struct {
-		Items []struct {
-			SKU *string `json:"sku"`
-			Qty *int64  `json:"qty"`
-		} `json:"items"`
-	}
-	if err := decode(w, r, &req); err != nil {
+	lines, err := decodeBuy(w, r)
+	if err != nil {
 		return err
 	}
-	lines := make([]inventory.Line, 0, len(req.Items))
-	for i, it := range req.Items {
-		if it.SKU == nil || it.Qty == nil {
-			return errInvalid("items[" + itoa(i) + "] needs sku and qty")
+	if !linesValid(saleID, user, lines, key) {
+		if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
+			return err
 		}
-		lines = append(lines, inventory.Line{SKU: *it.SKU, Qty: *it.Qty})
-	}
-	if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
-		return err
 	}
 	settings, err := s.settings(r.Context(), saleID)
 	if err != nil {
@@ -78,12 +68,12 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	}
 	began := time.Now()
 	rc, err := s.buyOnRedis(r, settings, user, lines, key)
-	var throttled *inventory.ThrottledError
-	if errors.As(err, &throttled) {
-		return s.limited("user", settings.user, throttled.RetryAfter)
+	if err != nil {
+		if retry, ok := throttledFor(err); ok {
+			return s.limited("user", settings.user, retry)
+		}
 	}
-	var api *apiError
-	if !errors.As(err, &api) {
+	if err == nil || !isAPIError(err) {
 		s.metrics.observeBuy(err, time.Since(began))
 	}
 	if errors.Is(err, inventory.ErrFenced) || err != nil && isRedisDown(err) {
@@ -102,8 +92,24 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 			rc.Order.Status = o.Status // it may be confirmed or cancelled by now
 		}
 	}
-	writeJSON(w, status, orderBody(rc.Order, rc.Remaining))
+	writeOrder(w, status, rc.Order, rc.Remaining)
 	return nil
+}
+
+// throttledFor is the wait an inventory.ThrottledError asks for. (Apart,
+// so that the variable errors.As needs is made only for an error.)
+func throttledFor(err error) (time.Duration, bool) {
+	var throttled *inventory.ThrottledError
+	if errors.As(err, &throttled) {
+		return throttled.RetryAfter, true
+	}
+	return 0, false
+}
+
+// isAPIError: err is (or wraps) an answer the service made itself.
+func isAPIError(err error) bool {
+	var api *apiError
+	return errors.As(err, &api)
 }
 
 // buyOnRedis checks the purchase token, if the sale requires one (buy.lua
@@ -166,7 +172,7 @@ func (s *Service) buyOnDB(w http.ResponseWriter, r *http.Request, settings saleS
 	if rc.Replayed {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, orderBody(rc.Order, rc.Remaining))
+	writeOrder(w, status, rc.Order, rc.Remaining)
 	return nil
 }
 
@@ -198,7 +204,7 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, orderBody(o, nil))
+	writeOrder(w, http.StatusOK, o, nil)
 	return nil
 }
 
@@ -232,6 +238,6 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 	if who.admin {
 		s.audit(r, "order cancelled", rc.Order.SaleID, id, map[string]any{"user": rc.Order.UserID})
 	}
-	writeJSON(w, http.StatusOK, orderBody(rc.Order, nil))
+	writeOrder(w, http.StatusOK, rc.Order, nil)
 	return nil
 }

@@ -57,7 +57,7 @@ func TestBuyThrottle(t *testing.T) {
 			t.Errorf("empty bucket: %v, want ErrInvalid", err)
 		}
 		// A throttle state the engine did not write is corrupt, not a pass.
-		if err := r.rdb.Set(r.ctx, r.key("s1", "throttle:u4"), "junk", 0).Err(); err != nil {
+		if err := r.rdb.HSet(r.ctx, r.eng.ThrottleKeys("s1", bucket, r.clock.Now())[0], "u4", "junk").Err(); err != nil {
 			t.Fatal(err)
 		}
 		_, err = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u4", Lines: lines("A", 1), Throttle: &bucket})

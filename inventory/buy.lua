@@ -115,14 +115,27 @@ local function hset(key, pairs_)
   end
 end
 
+-- num(s) is tonumber(s), parsed once per batch for each string: the
+-- arguments repeat a few small numbers (quantities, counts) in every buy.
+local nums = {}
+local function num(s)
+  local n = nums[s]
+  if n == nil then
+    n = tonumber(s)
+    nums[s] = n
+  end
+  return n
+end
+
 -- Parse the buys into flat arrays (no table per buy) and collect every
 -- field the batch reads. Buy b's lines are ARGV[at[b]], ARGV[at[b] + 1], ...
--- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i].
+-- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i] and
+-- its quantities qtys[bf[b] + i].
 local user, id, key, lines, nlines, at, bf = {}, {}, {}, {}, {}, {}, {}
 local rate, period, capacity, window, window_ms = {}, {}, {}, {}, {} -- by throttle
 local throttle, token, token_ttl = {}, {}, {} -- by buy
 local skus, sku_seen = {}, {}
-local bought_fields, idem_fields = {}, {}
+local bought_fields, qtys, idem_fields = {}, {}, {}
 local throttled, throttle_users = {}, {} -- users with a throttle, once each
 local windows, window_seen = {}, {} -- the throttles' windows, once each
 local spent, token_keys = {}, {} -- tokens to spend, once each
@@ -139,8 +152,8 @@ end
 for b = 1, count do
   local u = ARGV[a]
   user[b], id[b], key[b], lines[b] = u, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  throttle[b], token[b], token_ttl[b] = tonumber(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
-  nlines[b] = tonumber(ARGV[a + 7])
+  throttle[b], token[b], token_ttl[b] = num(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
+  nlines[b] = num(ARGV[a + 7])
   if throttle[b] > 0 and throttled[u] == nil then
     throttled[u] = false
     throttle_users[#throttle_users + 1] = u
@@ -158,6 +171,7 @@ for b = 1, count do
       skus[#skus + 1] = sku
     end
     bought_fields[#bought_fields + 1] = u .. '|' .. sku
+    qtys[#bought_fields] = num(ARGV[a + 2 * i + 1])
   end
   if key[b] ~= '' then idem_fields[#idem_fields + 1] = u .. '|' .. key[b] end
   a = a + 2 * nlines[b]
@@ -333,7 +347,7 @@ local function buy_one(b)
     return out
   end
   for i = 0, n - 1 do
-    local f, qty = bought_fields[bf[b] + i + 1], tonumber(ARGV[base + 2 * i + 1])
+    local f, qty = bought_fields[bf[b] + i + 1], qtys[bf[b] + i + 1]
     local h = held[f]
     if not h then return {8, 'bought:' .. f} end
     if h + qty > limit then over = true end
@@ -343,7 +357,7 @@ local function buy_one(b)
   if over then
     local out = {5, limit}
     for i = 0, n - 1 do
-      if held[bought_fields[bf[b] + i + 1]] + tonumber(ARGV[base + 2 * i + 1]) > limit then
+      if held[bought_fields[bf[b] + i + 1]] + qtys[bf[b] + i + 1] > limit then
         out[#out + 1] = ARGV[base + 2 * i]
       end
     end
@@ -352,7 +366,7 @@ local function buy_one(b)
   if short then
     local out = {6}
     for i = 0, n - 1 do
-      local sku, qty = ARGV[base + 2 * i], tonumber(ARGV[base + 2 * i + 1])
+      local sku, qty = ARGV[base + 2 * i], qtys[bf[b] + i + 1]
       local r = rem[sku]
       if r ~= -1 and r < qty then
         out[#out + 1] = sku
@@ -367,7 +381,7 @@ local function buy_one(b)
   redis.call('XADD', KEYS[5], '*', 'bought', id[b] .. '|' .. record)
   local reply = {0, now_ms}
   for i = 0, n - 1 do
-    local sku, qty, f = ARGV[base + 2 * i], tonumber(ARGV[base + 2 * i + 1]), bought_fields[bf[b] + i + 1]
+    local sku, qty, f = ARGV[base + 2 * i], qtys[bf[b] + i + 1], bought_fields[bf[b] + i + 1]
     if rem[sku] == -1 then
       sold[sku] = (sold[sku] or 0) + qty
       reply[i + 3] = -1
@@ -414,12 +428,17 @@ for _, sku in ipairs(skus) do
   end
 end
 if #sale_writes > 0 then hset(KEYS[1], sale_writes) end
--- A count held is at most the limit (MaxQty, below 10^14), which every
--- Redis formats exactly.
-local held_writes = {}
+-- The counts held repeat a few small numbers: format each once.
+local held_writes, formatted = {}, {}
 for _, f in ipairs(dirty_held) do
+  local h = held[f]
+  local s = formatted[h]
+  if not s then
+    s = string.format('%d', h)
+    formatted[h] = s
+  end
   held_writes[#held_writes + 1] = f
-  held_writes[#held_writes + 1] = held[f]
+  held_writes[#held_writes + 1] = s
 end
 if #held_writes > 0 then hset(KEYS[2], held_writes) end
 if #new_orders > 0 then hset(KEYS[3], new_orders) end

@@ -276,7 +276,8 @@ func TestCorruptThrottleAndSaleFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.rdb.Set(r.ctx, r.key("s1", "throttle:u2"), "12:x", 0).Err(); err != nil {
+	tats := r.eng.ThrottleKeys("s1", bucket, r.clock.Now())
+	if err := r.rdb.HSet(r.ctx, tats[1], "u2", "12:x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	res := r.eng.BuyMany(r.ctx, []inventory.BuyRequest{
@@ -287,7 +288,7 @@ func TestCorruptThrottleAndSaleFields(t *testing.T) {
 	if res[0].Err != nil || res[2].Err != nil || !errors.Is(res[1].Err, inventory.ErrCorrupt) {
 		t.Errorf("batch with a bad throttle state: %v, %v, %v; want ok, ErrCorrupt, ok", res[0].Err, res[1].Err, res[2].Err)
 	}
-	if v, _ := r.rdb.Get(r.ctx, r.key("s1", "throttle:u2")).Result(); v != "12:x" {
+	if v, _ := r.rdb.HGet(r.ctx, tats[1], "u2").Result(); v != "12:x" {
 		t.Errorf("u2's throttle state %q, want it untouched", v)
 	}
 	if ev := r.boughtEvents("s1"); len(ev) != 2 {

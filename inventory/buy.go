@@ -65,10 +65,14 @@ type BuyRequest struct {
 	// is never throttled), and a buy it refuses changes nothing else and
 	// fails with a *ThrottledError. Every buy it lets through, whatever its
 	// outcome, counts against it. Its time is the Redis server's clock.
-	// The state is kept per buyer and sale, under the sale's hash tag
-	// ("{<prefix>:<sale>}:throttle:<user>", expiring once the bucket is full
-	// again), so it works on Redis Cluster alike. A sold-out flag may refuse
-	// a buy before it counts (see SoldOut).
+	// The state is kept per buyer and sale, under the sale's hash tag (as
+	// a field of "{<prefix>:<sale>}:tat:<window>:<n>", a hash of the states
+	// that pass in one window of time, which expires once they all have:
+	// see buy.lua), so it works on Redis Cluster alike. A buyer's state is
+	// found by buckets whose window (throttleWindow) is the same: changing
+	// a sale's limit so that its longest wait crosses a power of two ms
+	// starts its buyers afresh. A sold-out flag may refuse a buy before it
+	// counts (see SoldOut).
 	Throttle *ratelimit.Bucket
 	// Token, when set, is the id of a single-use purchase token the buy
 	// must spend (1 to 64 characters from A-Z a-z 0-9 _ . : -). The buy is
@@ -156,7 +160,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 // chosen before the first attempt and kept by every retry.
 type buyCall struct {
 	keys     []string
-	args     []any // this buy's part of the script's arguments
+	args     []any // this buy's part of the script's arguments, but its throttle
 	placed   Order
 	epoch    uint64 // the sold-out flags' epoch before it was sent
 	throttle ratelimit.Bucket
@@ -169,8 +173,8 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	var th ratelimit.Bucket
 	if r.Throttle != nil {
 		th = *r.Throttle
-		if th.Rate < 1 || th.PeriodUS < 1 || th.Capacity < 1 {
-			return buyCall{}, invalid("throttle", "needs a positive rate, period and capacity (use ratelimit.Limit.Bucket)")
+		if th.Rate < 1 || th.PeriodUS < 1 || th.Capacity < 1 || th.Capacity > maxThrottleUnits/th.PeriodUS {
+			return buyCall{}, invalid("throttle", "needs a positive rate, period and capacity, their product below 2^52 (use ratelimit.Limit.Bucket)")
 		}
 	}
 	var tokenTTL int64
@@ -189,9 +193,8 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	} else if sale, err := SaleOfOrder(orderID); err != nil || sale != r.SaleID {
 		return buyCall{}, invalid("order_id", "must be an order id of sale %s", r.SaleID)
 	}
-	args := make([]any, 0, 10+2*len(r.Lines))
-	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), th.Rate, th.PeriodUS, th.Capacity,
-		r.Token, tokenTTL, len(r.Lines))
+	args := make([]any, 0, 7+2*len(r.Lines))
+	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), r.Token, tokenTTL, len(r.Lines))
 	for _, l := range r.Lines {
 		args = append(args, l.SKU, l.Qty)
 	}
@@ -205,17 +208,62 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	}, nil
 }
 
-// batchCall is one buy.lua call running bcs, all of one sale, in order, at
-// time now (see scriptNow).
-func (e *Engine) batchCall(bcs []buyCall, now any) call {
-	n := 2
-	for _, bc := range bcs {
-		n += len(bc.args)
+// maxThrottleUnits bounds a throttle's capacity times its period: gcra_take
+// computes in doubles, exact below 2^52.
+const maxThrottleUnits = 1 << 52
+
+// throttleWindow is the span, in ms, of the hashes buy.lua keeps buyers'
+// throttle states in for bucket b (0 for none): the smallest power of two,
+// at least 1024, no shorter than the longest a state of b is kept (its
+// whole capacity's wait, plus the ms gcra_take rounds up), so that a live
+// state is in the hash of the window now falls in or the next one.
+func throttleWindow(b ratelimit.Bucket) int64 {
+	if b.Rate == 0 {
+		return 0
 	}
-	args := make([]any, 0, n)
-	args = append(args, now, len(bcs))
+	need := b.Capacity*b.PeriodUS/b.Rate/1000 + 2
+	w := int64(1024)
+	for w < need {
+		w *= 2
+	}
+	return w
+}
+
+// batchCall is one buy.lua call running bcs, all of one sale, in order, at
+// time now (see scriptNow). The batch's throttles go once each, ahead of
+// the buys, which name theirs by its place (usually every buy has the
+// same).
+func (e *Engine) batchCall(bcs []buyCall, now any) call {
+	var throttles []ratelimit.Bucket
+	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
+	n := 3
 	for i := range bcs {
-		args = append(args, bcs[i].args...)
+		n += len(bcs[i].args) + 1
+		th := bcs[i].throttle
+		if th.Rate == 0 {
+			continue
+		}
+		for j := range throttles {
+			if throttles[j] == th {
+				which[i] = j + 1
+				break
+			}
+		}
+		if which[i] == 0 {
+			throttles = append(throttles, th)
+			which[i] = len(throttles)
+		}
+	}
+	args := make([]any, 0, n+4*len(throttles))
+	args = append(args, now, len(bcs), len(throttles))
+	for _, th := range throttles {
+		args = append(args, th.Rate, th.PeriodUS, th.Capacity, throttleWindow(th))
+	}
+	for i := range bcs {
+		a := bcs[i].args
+		args = append(args, a[:4]...)
+		args = append(args, which[i])
+		args = append(args, a[4:]...)
 	}
 	return call{s: buyScript, keys: bcs[0].keys, args: args}
 }

@@ -5,19 +5,32 @@
 --
 -- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
 -- KEYS[4] idem hash    KEYS[5] events stream
--- KEYS[6] the start of the buyers' throttle keys: KEYS[6] .. user holds a
---         buyer's rate-limit state (a GCRA TAT, see gcra_take, prepended
---         with script_now)
+-- KEYS[6] the start of the buyers' throttle hashes: KEYS[6] .. w .. ':' .. n
+--         maps a user to their rate-limit state (a GCRA TAT, see gcra_take,
+--         prepended with script_now) for the states whose TAT passes
+--         (expiry, in unix ms, see below) in [n*w, (n+1)*w), and expires
+--         at (n+1)*w, when every state it holds has passed. w is the buy's
+--         throttle window: a power of two ms no shorter than the longest a
+--         state of its bucket can be needed (throttleWindow, in buy.go), so
+--         a buyer's live state is in one of the two hashes n = now/w and
+--         now/w + 1; of two states found, the later TAT is the buyer's
+--         (a buyer's TAT only ever moves forward)
 -- KEYS[7] the start of the spent purchase tokens' keys: KEYS[7] .. token
 --         exists once an accepted buy has spent the token
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
+-- ARGV[3] number of throttles t, then t throttles, each as rate, period µs,
+--         capacity and window ms
 -- then, for each buy:
 --   user id, new order id, idempotency key ("" for none),
---   the lines as "A=1,B=2", the throttle as rate, period µs, capacity
---   (0, 0, 0 for none), the purchase token to spend ("" for none) and the
---   ms to keep it spent, the number of lines n, then n pairs: sku, qty
+--   the lines as "A=1,B=2", its throttle (1..t, 0 for none), the purchase
+--   token to spend ("" for none) and the ms to keep it spent, the number of
+--   lines n, then n pairs: sku, qty
+--
+-- Each bought order's event is one stream entry of one field, "bought":
+-- "<order id>|<order record>" (the record as in the orders hash, see
+-- record.go; its time is the event's), decoded by ParseEvent (events.go).
 --
 -- Reply:
 --   {2}                  the sale is not in Redis: rebuild it, call again;
@@ -55,13 +68,14 @@
 -- sale's state, the skus, the limit, the stock.
 --
 -- The script reads everything the batch needs first (one HMGET per hash),
--- checks every value it reads (counters with int, int.lua, prepended) (a corrupt one is code 8 for the buys that
--- read it), then runs the buys against those values, appending each bought
--- order's event as it goes, and writes the counters, records, throttles and
--- spent tokens once at the end. The first write is the first XADD, and no
--- write after it can fail on a value checked here: Redis does not roll back
--- a script that fails half way, and refuses a script's writes for lack of
--- memory only before its first.
+-- checks every value it reads (counters with int, int.lua, prepended) (a
+-- corrupt one is code 8 for the buys that read it), then runs the buys
+-- against those values, appending each bought order's event as it goes, and
+-- writes the counters, records, throttles and spent tokens once at the end.
+-- The first write is the first XADD, and no write after it can fail on a
+-- value checked here: Redis does not roll back a script that fails half
+-- way, and refuses a script's writes for lack of memory only before its
+-- first.
 
 -- The time (script_now, see ratelimit's clock.lua, prepended).
 local now_us = script_now(ARGV[1])
@@ -69,11 +83,14 @@ local now_ms = math.floor(now_us / 1000)
 -- Redis before 7 formats Lua numbers handed to redis.call with 14
 -- significant digits: hand it times as exact strings.
 local now = string.format('%d', now_ms)
+local now_bar = '|' .. now .. '|'
 local count = tonumber(ARGV[2])
 
 -- Redis's Lua refuses to unpack more than a few thousand values at once.
 local chunk = 1000
 local function hmget(key, fields)
+  if #fields == 0 then return {} end
+  if #fields <= chunk then return redis.call('HMGET', key, unpack(fields)) end
   local out = {}
   for i = 1, #fields, chunk do
     local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + chunk - 1, #fields)))
@@ -82,6 +99,8 @@ local function hmget(key, fields)
   return out
 end
 local function mget(keys)
+  if #keys == 0 then return {} end
+  if #keys <= chunk then return redis.call('MGET', unpack(keys)) end
   local out = {}
   for i = 1, #keys, chunk do
     local part = redis.call('MGET', unpack(keys, i, math.min(i + chunk - 1, #keys)))
@@ -90,31 +109,56 @@ local function mget(keys)
   return out
 end
 local function hset(key, pairs_)
+  if #pairs_ <= chunk then return redis.call('HSET', key, unpack(pairs_)) end
   for i = 1, #pairs_, chunk do
     redis.call('HSET', key, unpack(pairs_, i, math.min(i + chunk - 1, #pairs_)))
   end
 end
 
+-- num(s) is tonumber(s), parsed once per batch for each string: the
+-- arguments repeat a few small numbers (quantities, counts) in every buy.
+local nums = {}
+local function num(s)
+  local n = nums[s]
+  if n == nil then
+    n = tonumber(s)
+    nums[s] = n
+  end
+  return n
+end
+
 -- Parse the buys into flat arrays (no table per buy) and collect every
 -- field the batch reads. Buy b's lines are ARGV[at[b]], ARGV[at[b] + 1], ...
--- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i].
+-- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i] and
+-- its quantities qtys[bf[b] + i].
 local user, id, key, lines, nlines, at, bf = {}, {}, {}, {}, {}, {}, {}
-local rate, period, capacity, token, token_ttl = {}, {}, {}, {}, {}
+local rate, period, capacity, window, window_ms = {}, {}, {}, {}, {} -- by throttle
+local throttle, token, token_ttl = {}, {}, {} -- by buy
 local skus, sku_seen = {}, {}
-local bought_fields, idem_fields = {}, {}
-local throttled, throttle_keys = {}, {} -- users with a throttle, once each
+local bought_fields, qtys, idem_fields = {}, {}, {}
+local throttled, throttle_users = {}, {} -- users with a throttle, once each
+local windows, window_seen = {}, {} -- the throttles' windows, once each
 local spent, token_keys = {}, {} -- tokens to spend, once each
-local a = 3
-for b = 1, count do
-  user[b], id[b], key[b], lines[b] = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  rate[b], period[b], capacity[b] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  token[b], token_ttl[b] = ARGV[a + 7], ARGV[a + 8]
-  nlines[b] = tonumber(ARGV[a + 9])
-  a = a + 10
-  if rate[b] > 0 and throttled[user[b]] == nil then
-    throttled[user[b]] = false
-    throttle_keys[#throttle_keys + 1] = KEYS[6] .. user[b]
+local a = 4
+for t = 1, tonumber(ARGV[3]) do
+  rate[t], period[t], capacity[t], window[t] = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3]
+  window_ms[t] = tonumber(window[t])
+  if not window_seen[window[t]] then
+    window_seen[window[t]] = true
+    windows[#windows + 1] = window[t]
   end
+  a = a + 4
+end
+for b = 1, count do
+  local u = ARGV[a]
+  user[b], id[b], key[b], lines[b] = u, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  throttle[b], token[b], token_ttl[b] = num(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
+  nlines[b] = num(ARGV[a + 7])
+  if throttle[b] > 0 and throttled[u] == nil then
+    throttled[u] = false
+    throttle_users[#throttle_users + 1] = u
+  end
+  a = a + 8
   if token[b] ~= '' and spent[token[b]] == nil then
     spent[token[b]] = false
     token_keys[#token_keys + 1] = KEYS[7] .. token[b]
@@ -126,9 +170,10 @@ for b = 1, count do
       sku_seen[sku] = true
       skus[#skus + 1] = sku
     end
-    bought_fields[#bought_fields + 1] = user[b] .. '|' .. sku
+    bought_fields[#bought_fields + 1] = u .. '|' .. sku
+    qtys[#bought_fields] = num(ARGV[a + 2 * i + 1])
   end
-  if key[b] ~= '' then idem_fields[#idem_fields + 1] = user[b] .. '|' .. key[b] end
+  if key[b] ~= '' then idem_fields[#idem_fields + 1] = u .. '|' .. key[b] end
   a = a + 2 * nlines[b]
 end
 
@@ -167,14 +212,35 @@ end
 local held, orders, idem = {}, {}, {}
 local v = hmget(KEYS[2], bought_fields)
 -- held[f]: units held, or false when the stored count is corrupt
-for i, f in ipairs(bought_fields) do held[f] = int(v[i] or '0') or false end
+for i, f in ipairs(bought_fields) do
+  local h = v[i]
+  if h then held[f] = int(h) or false else held[f] = 0 end
+end
 v = hmget(KEYS[3], id)
 for b = 1, count do orders[id[b]] = v[b] or false end
 v = hmget(KEYS[4], idem_fields)
 for i, f in ipairs(idem_fields) do idem[f] = v[i] or false end
--- throttled[user]: the buyer's stored TAT, false for none
-v = mget(throttle_keys)
-for i, k in ipairs(throttle_keys) do throttled[string.sub(k, #KEYS[6] + 1)] = v[i] or false end
+-- throttled[user]: the buyer's stored TAT, false for none; of two, the
+-- later (or one gcra_take does not parse, so that it is found corrupt)
+local function later(a, b)
+  if not a then return b end
+  local ua, ra = string.match(a, '^(%d+):(%d+)$')
+  local ub, rb = string.match(b, '^(%d+):(%d+)$')
+  if not ua then return a end
+  if not ub then return b end
+  ua, ra, ub, rb = tonumber(ua), tonumber(ra), tonumber(ub), tonumber(rb)
+  if ub > ua or ub == ua and rb > ra then return b end
+  return a
+end
+for _, w in ipairs(windows) do
+  local n = math.floor(now_ms / tonumber(w))
+  for d = 0, 1 do
+    v = hmget(KEYS[6] .. w .. ':' .. string.format('%d', n + d), throttle_users)
+    for i, u in ipairs(throttle_users) do
+      if v[i] then throttled[u] = later(throttled[u], v[i]) end
+    end
+  end
+end
 -- spent[token]: whether an accepted buy spent it
 v = mget(token_keys)
 for i, k in ipairs(token_keys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
@@ -235,7 +301,7 @@ end
 -- Writes, gathered for the end; dirty lists each changed key once.
 local new_orders, new_idem, new_spent = {}, {}, {}
 local dirty_rem, dirty_held = {}, {}
-local dirty_throttle, throttle_ttl = {}, {}
+local dirty_throttle, throttle_ttl, throttle_window = {}, {}, {}
 local sold = {} -- units of unlimited skus sold by this batch
 
 -- buy_one runs buy b; the lists of unknown, over-limit and short skus are
@@ -251,13 +317,14 @@ local function buy_one(b)
   local existing = record_of(id[b])
   if existing then return replay(id[b], existing, b, false) end
 
-  if rate[b] > 0 then
-    local ok, debt, state, ttl = gcra_take(throttled[u], now_us, rate[b], period[b], capacity[b], 1)
+  local t = throttle[b]
+  if t > 0 then
+    local ok, debt, state, ttl = gcra_take(throttled[u], now_us, rate[t], period[t], capacity[t], 1)
     if ok == nil then return {8, 'throttle:' .. u} end
     if not ok then return {9, debt} end
     throttled[u] = state
     if not throttle_ttl[u] then dirty_throttle[#dirty_throttle + 1] = u end
-    throttle_ttl[u] = ttl
+    throttle_ttl[u], throttle_window[u] = ttl, t
   end
   if token[b] ~= '' and spent[token[b]] then return {15} end
   if not_selling then return not_selling end
@@ -280,7 +347,7 @@ local function buy_one(b)
     return out
   end
   for i = 0, n - 1 do
-    local f, qty = bought_fields[bf[b] + i + 1], tonumber(ARGV[base + 2 * i + 1])
+    local f, qty = bought_fields[bf[b] + i + 1], qtys[bf[b] + i + 1]
     local h = held[f]
     if not h then return {8, 'bought:' .. f} end
     if h + qty > limit then over = true end
@@ -290,7 +357,7 @@ local function buy_one(b)
   if over then
     local out = {5, limit}
     for i = 0, n - 1 do
-      if held[bought_fields[bf[b] + i + 1]] + tonumber(ARGV[base + 2 * i + 1]) > limit then
+      if held[bought_fields[bf[b] + i + 1]] + qtys[bf[b] + i + 1] > limit then
         out[#out + 1] = ARGV[base + 2 * i]
       end
     end
@@ -299,7 +366,7 @@ local function buy_one(b)
   if short then
     local out = {6}
     for i = 0, n - 1 do
-      local sku, qty = ARGV[base + 2 * i], tonumber(ARGV[base + 2 * i + 1])
+      local sku, qty = ARGV[base + 2 * i], qtys[bf[b] + i + 1]
       local r = rem[sku]
       if r ~= -1 and r < qty then
         out[#out + 1] = sku
@@ -310,11 +377,11 @@ local function buy_one(b)
   end
 
   -- Every check passed: the event, then this buy's part of the writes.
-  redis.call('XADD', KEYS[5], '*', 'type', 'bought', 'order', id[b], 'user', u,
-    'items', lines[b], 'key', key[b], 'at', now)
+  local record = 'p|' .. u .. now_bar .. lines[b] .. '|' .. key[b]
+  redis.call('XADD', KEYS[5], '*', 'bought', id[b] .. '|' .. record)
   local reply = {0, now_ms}
   for i = 0, n - 1 do
-    local sku, qty, f = ARGV[base + 2 * i], tonumber(ARGV[base + 2 * i + 1]), bought_fields[bf[b] + i + 1]
+    local sku, qty, f = ARGV[base + 2 * i], qtys[bf[b] + i + 1], bought_fields[bf[b] + i + 1]
     if rem[sku] == -1 then
       sold[sku] = (sold[sku] or 0) + qty
       reply[i + 3] = -1
@@ -329,7 +396,6 @@ local function buy_one(b)
     end
     held[f] = held[f] + qty
   end
-  local record = 'p|' .. u .. '|' .. now .. '|' .. lines[b] .. '|' .. key[b]
   orders[id[b]] = record
   new_orders[#new_orders + 1] = id[b]
   new_orders[#new_orders + 1] = record
@@ -362,18 +428,47 @@ for _, sku in ipairs(skus) do
   end
 end
 if #sale_writes > 0 then hset(KEYS[1], sale_writes) end
-local held_writes = {}
+-- The counts held repeat a few small numbers: format each once.
+local held_writes, formatted = {}, {}
 for _, f in ipairs(dirty_held) do
+  local h = held[f]
+  local s = formatted[h]
+  if not s then
+    s = string.format('%d', h)
+    formatted[h] = s
+  end
   held_writes[#held_writes + 1] = f
-  held_writes[#held_writes + 1] = string.format('%d', held[f])
+  held_writes[#held_writes + 1] = s
 end
 if #held_writes > 0 then hset(KEYS[2], held_writes) end
 if #new_orders > 0 then hset(KEYS[3], new_orders) end
 if #new_idem > 0 then hset(KEYS[4], new_idem) end
--- A throttle's state is kept until its TAT has passed; a spent token as
--- long as it could still be presented.
+-- A throttle's state is kept until its TAT has passed, in the hash of the
+-- window its expiry falls in (see KEYS[6]); a spent token as long as it
+-- could still be presented.
+local tat_writes, tat_ttl, tats = {}, {}, {} -- by hash; tats[w][n]: its writes
 for _, u in ipairs(dirty_throttle) do
-  redis.call('SET', KEYS[6] .. u, throttled[u], 'PX', throttle_ttl[u])
+  local t = throttle_window[u]
+  local n = math.floor((now_ms + throttle_ttl[u]) / window_ms[t])
+  local in_w = tats[t]
+  if not in_w then
+    in_w = {}
+    tats[t] = in_w
+  end
+  local writes = in_w[n]
+  if not writes then
+    writes = {}
+    in_w[n] = writes
+    tat_writes[#tat_writes + 1] = writes
+    tat_ttl[#tat_ttl + 1] = (n + 1) * window_ms[t] - now_ms + 1
+    writes.key = KEYS[6] .. window[t] .. ':' .. string.format('%d', n)
+  end
+  writes[#writes + 1] = u
+  writes[#writes + 1] = throttled[u]
+end
+for i, writes in ipairs(tat_writes) do
+  hset(writes.key, writes)
+  redis.call('PEXPIRE', writes.key, string.format('%d', tat_ttl[i]))
 end
 for _, b in ipairs(new_spent) do
   redis.call('SET', KEYS[7] .. token[b], user[b], 'PX', token_ttl[b])

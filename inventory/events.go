@@ -3,6 +3,7 @@ package inventory
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,10 +13,17 @@ import (
 type EventType string
 
 // The events the scripts append, each in the same script as the change it
-// journals. Fields of each entry: "type" and "at" (unix ms) always; then
+// journals. A bought event is one field, "bought": "<order id>|<order
+// record>" (the record as the orders hash holds it, see record.go: status
+// "p", user, created (the event's time), lines, idempotency key), the
+// cheapest entry for the stream to take, one per order. Fields of every
+// other entry: "type" and "at" (unix ms) always; then
 //
 //	created:   items ("A=100,B=-1"), limit, start, end (unix ms, 0 none), paused ("1"/"0")
-//	bought:    order, user, items ("A=1,B=2"), key (idempotency key or "")
+//	bought:    order, user, items ("A=1,B=2"), key (idempotency key or ""),
+//	           as buy.lua wrote it before the one-field entry (a stream may
+//	           still hold such entries; they decode alike; a reader older
+//	           than the one-field entry fails on it, so readers upgrade first)
 //	cancelled: order, user, items, key, created (the order's creation, unix ms)
 //	restocked: sku, qty, remaining
 //	moved:     sku, qty (negative out of the sale, positive into it), move
@@ -55,6 +63,11 @@ type Event struct {
 // ParseEvent decodes one entry read from the stream at EventsKey(saleID).
 func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 	get := func(f string) string { s, _ := msg.Values[f].(string); return s }
+	if packed, ok := msg.Values[fieldBought]; ok {
+		if _, typed := msg.Values["type"]; !typed {
+			return parseBought(saleID, msg.ID, packed)
+		}
+	}
 	num := func(f string) (int64, error) {
 		n, err := strconv.ParseInt(get(f), 10, 64)
 		if err != nil {
@@ -115,4 +128,24 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 		return Event{}, fmt.Errorf("%w: event %s of sale %s: unknown type %q", ErrCorrupt, msg.ID, saleID, ev.Type)
 	}
 	return ev, nil
+}
+
+// fieldBought is the one field of a bought event.
+const fieldBought = "bought"
+
+// parseBought decodes a bought event's one field: "<order id>|<record>".
+func parseBought(saleID, id string, packed any) (Event, error) {
+	v, _ := packed.(string)
+	orderID, rec, ok := strings.Cut(v, "|")
+	if !ok || orderID == "" {
+		return Event{}, fmt.Errorf("%w: event %s of sale %s: bought %q", ErrCorrupt, id, saleID, truncate(v, 200))
+	}
+	o, err := decodeRecord(orderID, saleID, rec)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s of sale %s: %w", id, saleID, err)
+	}
+	if o.Status != OrderPending {
+		return Event{}, fmt.Errorf("%w: event %s of sale %s: bought %q is not pending", ErrCorrupt, id, saleID, truncate(v, 200))
+	}
+	return Event{ID: id, SaleID: saleID, Type: EventBought, At: o.CreatedAt, Order: o}, nil
 }

@@ -1,5 +1,12 @@
 package inventory
 
+import (
+	"strconv"
+	"time"
+
+	"github.com/seckill/seckill/ratelimit"
+)
+
 // ScriptSHA returns the SHA1 the engine runs the named script by ("buy",
 // "pause", ...), or "": tests that hook the client tell script calls apart
 // by it.
@@ -21,4 +28,14 @@ func (e *Engine) QueuedBuys() int {
 		n += len(b.waiters)
 	}
 	return n
+}
+
+// ThrottleKeys returns the keys of the two hashes buy.lua looks for a
+// buyer's throttle state of bucket b in at time now: the window now falls
+// in, then the next.
+func (e *Engine) ThrottleKeys(saleID string, b ratelimit.Bucket, now time.Time) []string {
+	w := throttleWindow(b)
+	n := now.UnixMilli() / w
+	k := e.keys(saleID).throttle + strconv.FormatInt(w, 10) + ":"
+	return []string{k + strconv.FormatInt(n, 10), k + strconv.FormatInt(n+1, 10)}
 }

@@ -20,7 +20,9 @@ import (
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order id>" -> order record (see record.go)
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
-//	{p:s}:throttle:<user>  string  a buyer's throttle state (BuyRequest.Throttle)
+//	{p:s}:tat:<w>:<n>  hash  "<user>" -> a buyer's throttle state
+//	                       (BuyRequest.Throttle) that passes in the n-th
+//	                       window of w ms; expires after it (see buy.lua)
 //	{p:s}:ptoken:<token>   string  a purchase token an accepted buy spent
 //	                       (BuyRequest.Token), kept while it can be presented
 //	{p:s}:events    stream every stock movement, in order (see events.go)
@@ -45,7 +47,7 @@ func (e *Engine) keys(saleID string) saleKeys {
 		idem:     tag + ":idem",
 		events:   tag + ":events",
 		initLock: tag + ":initlock",
-		throttle: tag + ":throttle:",
+		throttle: tag + ":tat:",
 		token:    tag + ":ptoken:",
 	}
 }
@@ -62,7 +64,8 @@ func (k saleKeys) stage(token, name string) string {
 // Key returns a key under the sale's hash tag for a caller's own per-sale
 // data ("{<prefix>:<sale>}:<name>"), so it shares the sale's cluster slot.
 // Names the engine uses itself: sale, bought, orders, idem, events,
-// initlock, op:*, stage:*, throttle:*, ptoken:*.
+// initlock, op:*, stage:*, tat:*, throttle:* (before the tat:* hashes),
+// ptoken:*.
 func (e *Engine) Key(saleID, name string) string { return e.keys(saleID).tag + ":" + name }
 
 // EventsKey is the Redis Stream holding the sale's stock movements, the

@@ -17,5 +17,5 @@ local ok, debt, state, ttl = gcra_take(redis.call('GET', KEYS[1]), script_now(AR
 if ok == nil then return {8} end
 if not ok then return {1, debt} end
 -- Kept until the TAT has passed; then no state is the same as this state.
-redis.call('SET', KEYS[1], state, 'PX', ttl)
+redis.call('SET', KEYS[1], state, 'PX', string.format('%d', ttl))
 return {0, debt}

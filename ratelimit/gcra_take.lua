@@ -18,7 +18,8 @@
 -- returns
 --   nil                          stored is not a TAT this function wrote
 --   true, debt, state, ttl       allowed: the debt after the hit; store
---                                state, kept ttl ms (until the TAT passes)
+--                                state, kept ttl ms (until the TAT passes;
+--                                a number: format it to hand it to Redis)
 --   false, debt                  refused: the debt now; store nothing
 local function gcra_take(stored, now, rate, period, capacity, n)
   local debt = 0
@@ -34,5 +35,5 @@ local function gcra_take(stored, now, rate, period, capacity, n)
   local us = (after - rest) / rate
   -- Redis before 7 formats Lua numbers handed to redis.call with 14
   -- significant digits: format exactly.
-  return true, after, string.format('%d:%d', now + us, rest), string.format('%d', math.floor(us / 1000) + 1)
+  return true, after, string.format('%d:%d', now + us, rest), math.floor(us / 1000) + 1
 end

@@ -82,11 +82,11 @@ func orderID(sale string, n uint64) string {
 // A by a user of its own with an order id of its own, no idempotency key and
 // no throttle.
 func appendBuys(args []string, sale string, n int) []string {
-	args = append(args, "", strconv.Itoa(n)) // "": the script reads Redis's clock
+	args = append(args, "", strconv.Itoa(n), "0") // "": the script reads Redis's clock; no throttles
 	for range n {
 		c := counter.Add(1)
 		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "", "A=1",
-			"0", "0", "0", "", "0", "1", "A", "1")
+			"0", "", "0", "1", "A", "1")
 	}
 	return args
 }

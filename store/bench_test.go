@@ -77,3 +77,36 @@ func BenchmarkDegradedBuy(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "buys/s")
 	})
 }
+
+// BenchmarkApplyCost is what storing an order costs PostgreSQL, on the
+// order consumer's path: b.N one-line bought events of one sale applied in
+// batches of the sizes the consumer reads (a batch is what one read of a
+// sale returned), one transaction each. pg-own-µs/order is the CPU
+// (utime+stime from /proc/PID/stat) of the benchmark's own backends per
+// order; pg-all-µs/order that of every postgres process (the WAL writer's
+// and checkpointer's share too, and any other client's: noisy on a shared
+// machine). allocs/op are per order.
+//
+//	go test -run '^$' -bench BenchmarkApplyCost -benchtime 40000x -count 3 ./store/
+func BenchmarkApplyCost(b *testing.B) {
+	for _, size := range []int{64, 256} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			u, m := meteredURL(b, dbtest.PostgresURL(b))
+			s := openStore(b, u)
+			ctx := context.Background()
+			must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "bench", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+			evs := boughtEvents("bench", b.N)
+			b.ReportAllocs()
+			m.start(b, s)
+			b.ResetTimer()
+			for i := 0; i < len(evs); i += size {
+				if err := s.Apply(ctx, "bench", evs[i:min(i+size, len(evs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			m.stop(b, s)
+			m.report(b, float64(b.N), "order")
+		})
+	}
+}

@@ -220,30 +220,46 @@ func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
 	return args
 }
 
-// applyBought applies a run of bought events with one multi-row statement
-// per table (more only past the parameter limit): the journal rows, then
-// the orders and order lines of the events whose journal rows are new.
+// applyBought applies a run of bought events with a few multi-row
+// statements. The order rows go first: the orders that are new are the
+// events not applied before, as an event's journal rows and its order are
+// written in one transaction and orders are never deleted. Those get their
+// lines and journal rows with plain inserts (nothing of them can be there
+// yet), which spares PostgreSQL a look-up per row in the journal's and the
+// lines' unique indexes. An order that was there already (its cancel was
+// applied first, or an instance handed it over) keeps its row and lines;
+// then the run's journal rows are written as before, each only if new.
 func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, saleID string, events []inventory.Event) error {
-	fresh, err := s.journal(ctx, tx, saleID, events)
-	if err != nil || len(fresh) == 0 {
-		return err
-	}
-	orders := make([]any, 0, 6*len(fresh))
-	var items []any
+	orders := make([]any, 0, 6*len(events))
 	for _, ev := range events {
-		if !fresh[ev.ID] {
-			continue
-		}
-		delete(fresh, ev.ID) // once, should the batch hold the event twice
 		o := ev.Order
 		orders = append(orders, o.ID, saleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt))
-		items = appendOrderItems(items, o)
 	}
+	inserted := make(map[string]bool, len(events))
 	if err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)",
-		6, orders, "ON CONFLICT (id) DO NOTHING", nil); err != nil {
+		6, orders, "ON CONFLICT (id) DO NOTHING RETURNING id", func(id string) { inserted[id] = true }); err != nil {
 		return err
 	}
-	return s.insertOrderItems(ctx, tx, items)
+	var items, journal []any
+	known := false // an order of the run was there before
+	for _, ev := range events {
+		if !inserted[ev.Order.ID] {
+			known = true
+			continue
+		}
+		delete(inserted, ev.Order.ID) // once, should the batch hold the event twice
+		items = appendOrderItems(items, ev.Order)
+		journal = appendJournalRows(journal, saleID, ev)
+	}
+	if err := s.insertRows(ctx, tx, "INSERT INTO order_items (order_id, sku, qty, position)", 4, items, "", nil); err != nil {
+		return err
+	}
+	if !known {
+		return s.insertRows(ctx, tx, journalInsert, 8, journal, "", nil)
+	}
+	// In stream order, the new ones among the others.
+	_, err := s.journal(ctx, tx, saleID, events)
+	return err
 }
 
 // appendOrderItems appends the order_items rows of o (4 values each).

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +48,8 @@ type Store struct {
 	dialect string
 	// maxParams is the most bind parameters one statement may carry.
 	maxParams int
+	// txs counts the transactions begun (for tests).
+	txs atomic.Int64
 }
 
 // Open opens and migrates the database named by url:
@@ -219,6 +222,7 @@ func numberPlaceholders(query string) string {
 
 // inTx runs f in a transaction and commits it if f returns nil.
 func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
+	s.txs.Add(1)
 	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return err

@@ -110,3 +110,51 @@ func BenchmarkApplyCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkApplySpread is orders spread over 1,000 live sales, one order
+// of a sale per read of 128 sales, as the consumer sees them then:
+// per-sale applies each sale's batch on its own (a transaction each), many
+// applies the read's batches in one ApplyMany. Metrics as in
+// BenchmarkApplyCost.
+//
+//	go test -run '^$' -bench BenchmarkApplySpread -benchtime 20000x -count 3 ./store/
+func BenchmarkApplySpread(b *testing.B) {
+	for _, mode := range []string{"per-sale", "many"} {
+		b.Run(mode, func(b *testing.B) {
+			u, m := meteredURL(b, dbtest.PostgresURL(b))
+			s := openStore(b, u)
+			ctx := context.Background()
+			const sales, perRead = 1000, 128
+			gens := make([]*events, sales)
+			for i := range gens {
+				id := "s" + strconv.Itoa(i)
+				must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: id, Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+				gens[i] = newEvents(id)
+			}
+			reads := make([][]SaleEvents, 0, b.N/perRead+1)
+			for i := 0; i < b.N; i += perRead {
+				var read []SaleEvents
+				for j := i; j < min(i+perRead, b.N); j++ {
+					e := gens[j%sales]
+					read = append(read, SaleEvents{e.sale, []inventory.Event{e.bought("u"+strconv.Itoa(j), line("A", 1))}})
+				}
+				reads = append(reads, read)
+			}
+			b.ReportAllocs()
+			m.start(b, s)
+			b.ResetTimer()
+			for _, read := range reads {
+				if mode == "many" {
+					must(b, s.ApplyMany(ctx, read))
+					continue
+				}
+				for _, se := range read {
+					must(b, s.Apply(ctx, se.SaleID, se.Events))
+				}
+			}
+			b.StopTimer()
+			m.stop(b, s)
+			m.report(b, float64(b.N), "order")
+		})
+	}
+}

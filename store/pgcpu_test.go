@@ -40,12 +40,12 @@ func procCPU(pid int) (float64, bool) {
 	return float64(ut+st) / clockTicks, true
 }
 
-// postgresCPU is the CPU time of every process named postgres on the
-// machine (server, backends, WAL writer, checkpointer...), in seconds.
-// Other clients' work counts too.
-func postgresCPU() float64 {
+// postgresCPU returns the CPU time of every process named postgres on the
+// machine (server, backends, WAL writer, checkpointer...), by pid, in
+// seconds. Other clients' backends count too.
+func postgresCPU() map[int]float64 {
 	ents, _ := os.ReadDir("/proc")
-	var sum float64
+	out := map[int]float64{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -56,8 +56,18 @@ func postgresCPU() float64 {
 			continue
 		}
 		if cpu, ok := procCPU(pid); ok {
-			sum += cpu
+			out[pid] = cpu
 		}
+	}
+	return out
+}
+
+// cpuSince sums what each process of now spent since then (a process
+// started meanwhile: all of it; one that ended meanwhile is lost).
+func cpuSince(then, now map[int]float64) float64 {
+	var sum float64
+	for pid, cpu := range now {
+		sum += cpu - then[pid]
 	}
 	return sum
 }
@@ -68,7 +78,7 @@ func postgresCPU() float64 {
 type pgMeter struct {
 	app          string
 	own, all     float64
-	ownAt, allAt map[int]float64
+	ownAt, allAt map[int]float64 // at start, by pid
 }
 
 // meteredURL returns url with an application_name of its own, for a pgMeter.
@@ -104,16 +114,12 @@ func (m *pgMeter) backends(tb testing.TB, s *Store) map[int]float64 {
 
 // start reads the counters; stop reads them again and keeps the difference.
 func (m *pgMeter) start(tb testing.TB, s *Store) {
-	m.ownAt, m.all = m.backends(tb, s), postgresCPU()
+	m.ownAt, m.allAt = m.backends(tb, s), postgresCPU()
 }
 
 func (m *pgMeter) stop(tb testing.TB, s *Store) {
-	all := postgresCPU()
-	m.all = all - m.all
-	m.own = 0
-	for pid, cpu := range m.backends(tb, s) {
-		m.own += cpu - m.ownAt[pid] // a backend opened meanwhile started at 0
-	}
+	m.all = cpuSince(m.allAt, postgresCPU())
+	m.own = cpuSince(m.ownAt, m.backends(tb, s))
 }
 
 // report adds the CPU per unit as metrics.

@@ -35,9 +35,10 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 // idempotently: applying events again (a consumer crashed after the commit,
 // before it acknowledged them) changes nothing.
 //
-// Each event first gets its journal rows (one per sku it moves; the
-// journal's unique key is (sale, event id, sku)); its effect is applied only
-// if those rows are new:
+// Each event gets its journal rows (one per sku it moves; the journal's
+// unique key is (sale, event id, sku)); its effect is applied only if those
+// rows are new (a bought event: if its order row is new, or the order was
+// there without them — see applyBought):
 //
 //   - created: inserts the sale and its items if the sale has no row (a sale
 //     created through the library rather than the service), counting in

@@ -12,24 +12,40 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// processAll applies the round's batches, Appliers at a time, then
-// acknowledges the stored ones in one pipeline.
+// processAll applies the round's batches, then acknowledges the stored
+// ones in one pipeline. With a store that applies several sales at once
+// (ManyStore), the batches of two or more sales go in one transaction;
+// if that fails (a permanent error in one sale's events, or the database),
+// each sale's batch is applied on its own, as without it, so that one
+// sale's poisoned event or retries hold up no other. Sales are applied
+// Appliers at a time.
 func (c *Consumer) processAll(ctx, stop context.Context, got []batch) {
 	if len(got) == 0 {
 		return
 	}
 	began := time.Now()
 	stored := make([]bool, len(got))
-	sem := make(chan struct{}, c.o.Appliers)
-	var wg sync.WaitGroup
+	events := make([][]inventory.Event, len(got))
 	for i, b := range got {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			stored[i] = c.apply(ctx, stop, b)
-		})
+		events[i] = c.parse(ctx, b)
 	}
-	wg.Wait()
+	if !c.applyMany(ctx, got, events) {
+		sem := make(chan struct{}, c.o.Appliers)
+		var wg sync.WaitGroup
+		for i, b := range got {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				stored[i] = c.apply(ctx, stop, b, events[i])
+			})
+		}
+		wg.Wait()
+	} else {
+		for i, b := range got {
+			stored[i] = true
+			b.sale.backoff.reset()
+		}
+	}
 	acks := make([]*redis.IntCmd, len(got))
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, b := range got {
@@ -63,10 +79,39 @@ func (c *Consumer) processAll(ctx, stop context.Context, got []batch) {
 	}
 }
 
-// apply writes one batch to the database and reports whether it may be
-// acknowledged. A failing database is tried again after the sale's backoff,
-// in a later round: the other sales go on meanwhile.
-func (c *Consumer) apply(ctx, stop context.Context, b batch) bool {
+// ManyStore is a Store that also applies the events of several sales in
+// one transaction (store.Store.ApplyMany). The consumer uses it when its
+// Store has it.
+type ManyStore interface {
+	ApplyMany(ctx context.Context, sales []store.SaleEvents) error
+}
+
+// applyMany applies the batches of two or more sales in one transaction,
+// if the store can, and reports whether it did.
+func (c *Consumer) applyMany(ctx context.Context, got []batch, events [][]inventory.Event) bool {
+	many, ok := c.db.(ManyStore)
+	if !ok {
+		return false
+	}
+	sales := make([]store.SaleEvents, 0, len(got))
+	for i, b := range got {
+		if len(events[i]) > 0 {
+			sales = append(sales, store.SaleEvents{SaleID: b.sale.id, Events: events[i]})
+		}
+	}
+	if len(sales) < 2 {
+		return false
+	}
+	if err := many.ApplyMany(ctx, sales); err != nil {
+		c.o.Logger.Debug("order pipeline: batches of several sales refused together; applying each on its own", "sales", len(sales), "err", err)
+		return false
+	}
+	return true
+}
+
+// parse decodes a batch's entries into events, dead-lettering the ones
+// that cannot be.
+func (c *Consumer) parse(ctx context.Context, b batch) []inventory.Event {
 	saleID := b.sale.id
 	events := make([]inventory.Event, 0, len(b.msgs))
 	for _, m := range b.msgs {
@@ -80,6 +125,14 @@ func (c *Consumer) apply(ctx, stop context.Context, b batch) bool {
 		}
 		events = append(events, ev)
 	}
+	return events
+}
+
+// apply writes one batch's events to the database and reports whether it
+// may be acknowledged. A failing database is tried again after the sale's
+// backoff, in a later round: the other sales go on meanwhile.
+func (c *Consumer) apply(ctx, stop context.Context, b batch, events []inventory.Event) bool {
+	saleID := b.sale.id
 	for len(events) > 0 {
 		err := c.db.Apply(ctx, saleID, events)
 		if err == nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/seckill/seckill/inventory"
 )
@@ -19,6 +18,7 @@ var ErrPermanent = errors.New("store: event can never be applied")
 // PermanentError names the event Apply refused and why. It matches
 // ErrPermanent. Apply refuses the whole batch before writing anything.
 type PermanentError struct {
+	SaleID  string
 	EventID string
 	Reason  string
 }
@@ -35,9 +35,10 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 // idempotently: applying events again (a consumer crashed after the commit,
 // before it acknowledged them) changes nothing.
 //
-// Each event first gets its journal rows (one per sku it moves; the
-// journal's unique key is (sale, event id, sku)); its effect is applied only
-// if those rows are new:
+// Each event gets its journal rows (one per sku it moves; the journal's
+// unique key is (sale, event id, sku)); its effect is applied only if those
+// rows are new (a bought event: if its order row is new, or the order was
+// there without them — see applyBought):
 //
 //   - created: inserts the sale and its items if the sale has no row (a sale
 //     created through the library rather than the service), counting in
@@ -66,42 +67,30 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 // matching inventory.ErrInvalid. Any other error is the database's (or the
 // context's), wrapped: retry.
 func (s *Store) Apply(ctx context.Context, saleID string, events []inventory.Event) error {
-	if !inventory.ValidID(saleID) {
-		return &inventory.InvalidError{Field: "sale", Reason: fmt.Sprintf("%q is not a sale id", truncate(saleID, 80))}
-	}
-	for _, ev := range events {
-		if reason := checkEvent(saleID, ev); reason != "" {
-			return &PermanentError{EventID: ev.ID, Reason: reason}
-		}
+	if err := checkSale(saleID, events); err != nil {
+		return err
 	}
 	if len(events) == 0 {
 		return nil
 	}
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		// Orders written here are not in degraded mode's counters.
-		if err := s.forgetDegradedStock(ctx, tx, saleID); err != nil {
-			return err
-		}
-		for rest := events; len(rest) > 0; {
-			n := 1
-			if rest[0].Type == inventory.EventBought {
-				for n < len(rest) && rest[n].Type == inventory.EventBought {
-					n++
-				}
-				if err := s.applyBought(ctx, tx, saleID, rest[:n]); err != nil {
-					return err
-				}
-			} else if err := s.applyOne(ctx, tx, saleID, rest[0]); err != nil {
-				return err
-			}
-			rest = rest[n:]
-		}
-		// Orders an instance handed over as of unknown outcome arrive
-		// voided: the database sold their units meanwhile.
-		return s.voidArrivedUnsure(ctx, tx, saleID, time.Now())
+		return s.applySales(ctx, tx, []SaleEvents{{SaleID: saleID, Events: events}})
 	})
 	if err != nil {
 		return fmt.Errorf("store: apply %d events of sale %s: %w", len(events), saleID, err)
+	}
+	return nil
+}
+
+// checkSale returns the error Apply refuses the events of saleID with, or nil.
+func checkSale(saleID string, events []inventory.Event) error {
+	if !inventory.ValidID(saleID) {
+		return &inventory.InvalidError{Field: "sale", Reason: fmt.Sprintf("%q is not a sale id", truncate(saleID, 80))}
+	}
+	for _, ev := range events {
+		if reason := checkEvent(saleID, ev); reason != "" {
+			return &PermanentError{SaleID: saleID, EventID: ev.ID, Reason: reason}
+		}
 	}
 	return nil
 }
@@ -220,30 +209,67 @@ func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
 	return args
 }
 
-// applyBought applies a run of bought events with one multi-row statement
-// per table (more only past the parameter limit): the journal rows, then
-// the orders and order lines of the events whose journal rows are new.
-func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, saleID string, events []inventory.Event) error {
-	fresh, err := s.journal(ctx, tx, saleID, events)
-	if err != nil || len(fresh) == 0 {
-		return err
+// applyBought applies runs of bought events (each of one sale) with a few
+// multi-row statements, whatever their number. The order rows go first:
+// the orders that are new are the events not applied before, as an
+// event's journal rows and its order are written in one transaction and
+// orders are never deleted. Those get their lines and journal rows with
+// plain inserts (nothing of them can be there yet), which spares
+// PostgreSQL a look-up per row in the journal's and the lines' unique
+// indexes. An order that was there already (its cancel was applied first,
+// or an instance handed it over) keeps its row and lines; then its run's
+// journal rows are written as before, each only if new, in stream order.
+func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) error {
+	n := 0
+	for _, r := range runs {
+		n += len(r.Events)
 	}
-	orders := make([]any, 0, 6*len(fresh))
-	var items []any
-	for _, ev := range events {
-		if !fresh[ev.ID] {
-			continue
+	orders := make([]any, 0, 6*n)
+	for _, r := range runs {
+		for _, ev := range r.Events {
+			o := ev.Order
+			orders = append(orders, o.ID, r.SaleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt))
 		}
-		delete(fresh, ev.ID) // once, should the batch hold the event twice
-		o := ev.Order
-		orders = append(orders, o.ID, saleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt))
-		items = appendOrderItems(items, o)
 	}
+	inserted := make(map[string]bool, n)
 	if err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)",
-		6, orders, "ON CONFLICT (id) DO NOTHING", nil); err != nil {
+		6, orders, "ON CONFLICT (id) DO NOTHING RETURNING id", func(id string) { inserted[id] = true }); err != nil {
 		return err
 	}
-	return s.insertOrderItems(ctx, tx, items)
+	items := make([]any, 0, 4*n)
+	journal := make([]any, 0, 8*n)
+	var known []SaleEvents // runs with an order that was there before (or twice)
+	taken := make(map[string]bool, len(inserted))
+	for _, r := range runs {
+		mark := len(journal)
+		for _, ev := range r.Events {
+			if id := ev.Order.ID; !inserted[id] || taken[id] {
+				journal = journal[:mark] // this run's rows go in with the others'
+				known = append(known, r)
+				break
+			}
+			taken[ev.Order.ID] = true
+			journal = appendJournalRows(journal, r.SaleID, ev)
+		}
+		for _, ev := range r.Events {
+			if inserted[ev.Order.ID] {
+				delete(inserted, ev.Order.ID) // once, should the batch hold the event twice
+				items = appendOrderItems(items, ev.Order)
+			}
+		}
+	}
+	if err := s.insertRows(ctx, tx, "INSERT INTO order_items (order_id, sku, qty, position)", 4, items, "", nil); err != nil {
+		return err
+	}
+	if err := s.insertRows(ctx, tx, journalInsert, 8, journal, "", nil); err != nil {
+		return err
+	}
+	for _, r := range known {
+		if _, err := s.journal(ctx, tx, r.SaleID, r.Events); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // appendOrderItems appends the order_items rows of o (4 values each).

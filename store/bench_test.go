@@ -77,3 +77,84 @@ func BenchmarkDegradedBuy(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "buys/s")
 	})
 }
+
+// BenchmarkApplyCost is what storing an order costs PostgreSQL, on the
+// order consumer's path: b.N one-line bought events of one sale applied in
+// batches of the sizes the consumer reads (a batch is what one read of a
+// sale returned), one transaction each. pg-own-µs/order is the CPU
+// (utime+stime from /proc/PID/stat) of the benchmark's own backends per
+// order; pg-all-µs/order that of every postgres process (the WAL writer's
+// and checkpointer's share too, and any other client's: noisy on a shared
+// machine). allocs/op are per order.
+//
+//	go test -run '^$' -bench BenchmarkApplyCost -benchtime 40000x -count 3 ./store/
+func BenchmarkApplyCost(b *testing.B) {
+	for _, size := range []int{64, 256} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			u, m := meteredURL(b, dbtest.PostgresURL(b))
+			s := openStore(b, u)
+			ctx := context.Background()
+			must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "bench", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+			evs := boughtEvents("bench", b.N)
+			b.ReportAllocs()
+			m.start(b, s)
+			b.ResetTimer()
+			for i := 0; i < len(evs); i += size {
+				if err := s.Apply(ctx, "bench", evs[i:min(i+size, len(evs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			m.stop(b, s)
+			m.report(b, float64(b.N), "order")
+		})
+	}
+}
+
+// BenchmarkApplySpread is orders spread over 1,000 live sales, one order
+// of a sale per read of 128 sales, as the consumer sees them then:
+// per-sale applies each sale's batch on its own (a transaction each), many
+// applies the read's batches in one ApplyMany. Metrics as in
+// BenchmarkApplyCost.
+//
+//	go test -run '^$' -bench BenchmarkApplySpread -benchtime 20000x -count 3 ./store/
+func BenchmarkApplySpread(b *testing.B) {
+	for _, mode := range []string{"per-sale", "many"} {
+		b.Run(mode, func(b *testing.B) {
+			u, m := meteredURL(b, dbtest.PostgresURL(b))
+			s := openStore(b, u)
+			ctx := context.Background()
+			const sales, perRead = 1000, 128
+			gens := make([]*events, sales)
+			for i := range gens {
+				id := "s" + strconv.Itoa(i)
+				must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: id, Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+				gens[i] = newEvents(id)
+			}
+			reads := make([][]SaleEvents, 0, b.N/perRead+1)
+			for i := 0; i < b.N; i += perRead {
+				var read []SaleEvents
+				for j := i; j < min(i+perRead, b.N); j++ {
+					e := gens[j%sales]
+					read = append(read, SaleEvents{e.sale, []inventory.Event{e.bought("u"+strconv.Itoa(j), line("A", 1))}})
+				}
+				reads = append(reads, read)
+			}
+			b.ReportAllocs()
+			m.start(b, s)
+			b.ResetTimer()
+			for _, read := range reads {
+				if mode == "many" {
+					must(b, s.ApplyMany(ctx, read))
+					continue
+				}
+				for _, se := range read {
+					must(b, s.Apply(ctx, se.SaleID, se.Events))
+				}
+			}
+			b.StopTimer()
+			m.stop(b, s)
+			m.report(b, float64(b.N), "order")
+		})
+	}
+}

@@ -295,26 +295,38 @@ func (s *Store) dropArrivedUnsure(ctx context.Context, tx *sql.Tx, saleID string
 }
 
 // voidArrivedUnsure writes cancelled, with a journal row that gives their
-// units back, the orders of the sale that arrived (through Apply) after
+// units back, the orders of the sales that arrived (through Apply) after
 // they were handed over as unsure, and forgets their records. The caller
-// holds the sale's lock.
-func (s *Store) voidArrivedUnsure(ctx context.Context, tx *sql.Tx, saleID string, now time.Time) error {
-	rows, err := s.query(ctx, tx, `DELETE FROM unsure_orders WHERE sale_id = ?
-		AND EXISTS (SELECT 1 FROM orders o WHERE o.id = unsure_orders.order_id) RETURNING order_id`, saleID)
-	if err != nil {
-		return err
+// holds the sales' locks.
+func (s *Store) voidArrivedUnsure(ctx context.Context, tx *sql.Tx, saleIDs []string, now time.Time) error {
+	const void = `DELETE FROM unsure_orders WHERE %s
+		AND EXISTS (SELECT 1 FROM orders o WHERE o.id = unsure_orders.order_id) RETURNING order_id, sale_id`
+	type arrived struct{ order, sale string }
+	var found []arrived
+	scan := func(rows *sql.Rows, err error) error {
+		if err != nil {
+			return err
+		}
+		return scanEach(rows, func() error {
+			var a arrived
+			err := rows.Scan(&a.order, &a.sale)
+			found = append(found, a)
+			return err
+		})
 	}
-	var ids []string
-	if err := scanEach(rows, func() error {
-		var id string
-		err := rows.Scan(&id)
-		ids = append(ids, id)
-		return err
-	}); err != nil || len(ids) == 0 {
-		return err
+	if s.dialect == Postgres { // one statement whatever the number of sales
+		if err := scan(tx.QueryContext(ctx, fmt.Sprintf(void, "sale_id = ANY($1::text[])"), saleIDs)); err != nil {
+			return err
+		}
+	} else {
+		for _, id := range saleIDs {
+			if err := scan(s.query(ctx, tx, fmt.Sprintf(void, "sale_id = ?"), id)); err != nil {
+				return err
+			}
+		}
 	}
-	for _, id := range ids {
-		orders, err := s.readOrders(ctx, tx, "o.id = ?", id)
+	for _, a := range found {
+		orders, err := s.readOrders(ctx, tx, "o.id = ?", a.order)
 		if err != nil {
 			return err
 		}
@@ -323,11 +335,11 @@ func (s *Store) voidArrivedUnsure(ctx context.Context, tx *sql.Tx, saleID string
 		}
 		o := orders[0]
 		if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = ? WHERE id = ?",
-			string(inventory.OrderCancelled), ms(now), id); err != nil {
+			string(inventory.OrderCancelled), ms(now), a.order); err != nil {
 			return err
 		}
-		ev := inventory.Event{ID: "void:" + id, Type: inventory.EventCancelled, At: now, Order: o}
-		if err := s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, saleID, ev), "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil); err != nil {
+		ev := inventory.Event{ID: "void:" + a.order, Type: inventory.EventCancelled, At: now, Order: o}
+		if err := s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, a.sale, ev), "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil); err != nil {
 			return err
 		}
 	}

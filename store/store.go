@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +48,8 @@ type Store struct {
 	dialect string
 	// maxParams is the most bind parameters one statement may carry.
 	maxParams int
+	// txs counts the transactions begun (for tests).
+	txs atomic.Int64
 }
 
 // Open opens and migrates the database named by url:
@@ -219,6 +222,7 @@ func numberPlaceholders(query string) string {
 
 // inTx runs f in a transaction and commits it if f returns nil.
 func (s *Store) inTx(ctx context.Context, opts *sql.TxOptions, f func(tx *sql.Tx) error) error {
+	s.txs.Add(1)
 	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
@@ -240,39 +244,104 @@ func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	return s.inTx(ctx, opts, f)
 }
 
-// insertRows runs "head VALUES (?, ...), (?, ...) ... tail" for rows of
-// ncols values each (args holds them one row after the other), in as many
-// statements as the dialect's parameter limit needs. If tail has a
-// RETURNING clause of one column, got is called with each returned value.
+// insertRows inserts rows of ncols values each (args holds them one row
+// after the other) with "head <rows> tail". If tail has a RETURNING clause
+// of one column, got is called with each returned value.
+//
+// On PostgreSQL the rows go as one array per column, "head SELECT * FROM
+// unnest($1::text[], $2::bigint[], ...) tail": the text of the statement
+// does not depend on how many rows there are, so the driver prepares it
+// once per connection (a multi-row VALUES list is a new statement for every
+// row count, and its cache of prepared statements grew by one each). On
+// SQLite, and for values of other types than string, int and int64, it is
+// "head VALUES (?, ...), (?, ...) ... tail", in as many statements as the
+// parameter limit needs.
 func (s *Store) insertRows(ctx context.Context, q querier, head string, ncols int, args []any, tail string, got func(string)) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if s.dialect == Postgres {
+		if cols, types, ok := columnArrays(ncols, args); ok {
+			return s.insertQuery(ctx, q, head+" SELECT * FROM unnest("+types+") "+tail, cols, got)
+		}
+	}
 	perStmt := s.maxParams / ncols
 	for len(args) > 0 {
 		n := min(len(args)/ncols, perStmt)
-		query := head + " VALUES " + placeholders(n, ncols) + " " + tail
 		chunk := args[:n*ncols]
 		args = args[n*ncols:]
-		if got == nil {
-			if _, err := s.exec(ctx, q, query, chunk...); err != nil {
-				return err
-			}
-			continue
-		}
-		rows, err := s.query(ctx, q, query, chunk...)
-		if err != nil {
-			return err
-		}
-		if err := scanEach(rows, func() error {
-			var v string
-			if err := rows.Scan(&v); err != nil {
-				return err
-			}
-			got(v)
-			return nil
-		}); err != nil {
+		if err := s.insertQuery(ctx, q, s.rebind(head+" VALUES "+placeholders(n, ncols)+" "+tail), chunk, got); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// insertQuery runs one insert statement (placeholders numbered already).
+func (s *Store) insertQuery(ctx context.Context, q querier, query string, args []any, got func(string)) error {
+	if got == nil {
+		_, err := q.ExecContext(ctx, query, args...)
+		return err
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	return scanEach(rows, func() error {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		got(v)
+		return nil
+	})
+}
+
+// columnArrays turns rows of ncols values (row after row in args) into one
+// slice per column, []string or []int64, and returns them with the unnest
+// arguments that take them ("$1::text[], $2::bigint[], ..."). ok is false
+// if a column holds a value of another type, or of two types.
+func columnArrays(ncols int, args []any) (cols []any, unnestArgs string, ok bool) {
+	nrows := len(args) / ncols
+	var b strings.Builder
+	cols = make([]any, ncols)
+	for c := range ncols {
+		if c > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(c + 1))
+		switch args[c].(type) {
+		case string:
+			col := make([]string, nrows)
+			for r := range nrows {
+				v, ok := args[r*ncols+c].(string)
+				if !ok {
+					return nil, "", false
+				}
+				col[r] = v
+			}
+			cols[c] = col
+			b.WriteString("::text[]")
+		case int, int64:
+			col := make([]int64, nrows)
+			for r := range nrows {
+				switch v := args[r*ncols+c].(type) {
+				case int:
+					col[r] = int64(v)
+				case int64:
+					col[r] = v
+				default:
+					return nil, "", false
+				}
+			}
+			cols[c] = col
+			b.WriteString("::bigint[]")
+		default:
+			return nil, "", false
+		}
+	}
+	return cols, b.String(), true
 }
 
 // scanEach calls scan for every row of rows, then closes them.

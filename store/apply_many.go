@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// SaleEvents is one sale's events, in stream order, for ApplyMany.
+type SaleEvents struct {
+	SaleID string
+	Events []inventory.Event
+}
+
+// ApplyMany applies the events of several sales in one transaction, each
+// sale's as Apply applies them, idempotently: with orders spread over many
+// sales, one transaction (and a few statements) instead of one per sale.
+// The bought events of every sale that has nothing else in the batch are
+// written together, a few multi-row statements in all.
+//
+// The sales' rows are locked in order of their ids (bytes), as every
+// writer that locks several sales does, so two of these (in other
+// consumers or instances) and a hand-over never deadlock. Naming a sale
+// twice applies its events of both, in turn.
+//
+// If an event of any sale can never be applied, ApplyMany writes nothing
+// and returns a *PermanentError (matching ErrPermanent) naming the sale and
+// the first such event of it: apply the sales one by one with Apply, which
+// leaves the others unharmed. An invalid sale id is an error matching
+// inventory.ErrInvalid. Any other error is the database's (or the
+// context's), wrapped: retry.
+func (s *Store) ApplyMany(ctx context.Context, sales []SaleEvents) error {
+	var todo []SaleEvents
+	n := 0
+	for _, se := range sales {
+		if err := checkSale(se.SaleID, se.Events); err != nil {
+			return err
+		}
+		if len(se.Events) > 0 {
+			todo = append(todo, se)
+			n += len(se.Events)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(todo, func(a, b SaleEvents) int { return strings.Compare(a.SaleID, b.SaleID) })
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applySales(ctx, tx, todo) })
+	if err != nil {
+		return fmt.Errorf("store: apply %d events of %d sales: %w", n, len(todo), err)
+	}
+	return nil
+}
+
+// applySales applies the events of sales (sorted by id, none empty, all
+// checked) in tx.
+func (s *Store) applySales(ctx context.Context, tx *sql.Tx, sales []SaleEvents) error {
+	ids := make([]string, 0, len(sales))
+	for _, se := range sales {
+		if len(ids) == 0 || ids[len(ids)-1] != se.SaleID {
+			ids = append(ids, se.SaleID)
+		}
+	}
+	// Orders written here are not in degraded mode's counters.
+	if err := s.forgetDegradedStocks(ctx, tx, ids); err != nil {
+		return err
+	}
+	var onlyBought []SaleEvents // applied together, after the others
+	for _, se := range sales {
+		if !slices.ContainsFunc(se.Events, func(ev inventory.Event) bool { return ev.Type != inventory.EventBought }) {
+			onlyBought = append(onlyBought, se)
+			continue
+		}
+		for rest := se.Events; len(rest) > 0; {
+			n := 1
+			if rest[0].Type == inventory.EventBought {
+				for n < len(rest) && rest[n].Type == inventory.EventBought {
+					n++
+				}
+				if err := s.applyBought(ctx, tx, []SaleEvents{{SaleID: se.SaleID, Events: rest[:n]}}); err != nil {
+					return err
+				}
+			} else if err := s.applyOne(ctx, tx, se.SaleID, rest[0]); err != nil {
+				return err
+			}
+			rest = rest[n:]
+		}
+	}
+	if len(onlyBought) > 0 {
+		if err := s.applyBought(ctx, tx, onlyBought); err != nil {
+			return err
+		}
+	}
+	// Orders an instance handed over as of unknown outcome arrive
+	// voided: the database sold their units meanwhile.
+	return s.voidArrivedUnsure(ctx, tx, ids, time.Now())
+}
+
+// forgetDegradedStocks takes the row locks of the sales (sorted ids) and
+// deletes their rows of degraded mode's counters: anything that writes a
+// sale's orders makes the next degraded buy count them again. On
+// PostgreSQL it is two statements whatever the number of sales.
+func (s *Store) forgetDegradedStocks(ctx context.Context, tx *sql.Tx, ids []string) error {
+	if s.dialect != Postgres {
+		for _, id := range ids {
+			if err := s.forgetDegradedStock(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Locked as sorted (LockRows takes the rows in the order the sort
+	// returns them); COLLATE "C" sorts by bytes, as Go does.
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM sales WHERE id = ANY($1::text[]) ORDER BY id COLLATE "C" FOR UPDATE`, ids)
+	if err != nil {
+		return err
+	}
+	if err := scanEach(rows, func() error { var id string; return rows.Scan(&id) }); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "DELETE FROM degraded_stock WHERE sale_id = ANY($1::text[])", ids)
+	return err
+}

@@ -195,7 +195,7 @@ func printableASCII(b []byte) bool {
 // its regular expressions and formatted field names; false sends the buy
 // to ValidateBuy for its message.
 func linesValid(saleID, userID string, lines []inventory.Line, key string) bool {
-	if !isID(saleID) || !isID(userID) || len(key) > inventory.MaxIdempotencyKey || len(lines) == 0 || len(lines) > inventory.MaxLines {
+	if !inventory.ValidID(saleID) || !inventory.ValidID(userID) || len(key) > inventory.MaxIdempotencyKey || len(lines) == 0 || len(lines) > inventory.MaxLines {
 		return false
 	}
 	for i := 0; i < len(key); i++ {
@@ -204,7 +204,7 @@ func linesValid(saleID, userID string, lines []inventory.Line, key string) bool 
 		}
 	}
 	for i, l := range lines {
-		if !isID(l.SKU) || l.Qty < 1 || l.Qty > inventory.MaxQty {
+		if !inventory.ValidID(l.SKU) || l.Qty < 1 || l.Qty > inventory.MaxQty {
 			return false
 		}
 		for _, prev := range lines[:i] {

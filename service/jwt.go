@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/seckill/seckill/inventory"
 )
 
 // hs256 verifies buyers' tokens: compact JWS (RFC 7515) signed with HMAC
@@ -255,7 +257,7 @@ func parseClaims(b []byte) (jwtClaims, error) {
 	if err != nil {
 		return jwtClaims{}, err
 	}
-	if !isID(sub) {
+	if !inventory.ValidID(sub) {
 		return jwtClaims{}, errJWTSubject
 	}
 	c.sub = string(sub)
@@ -303,19 +305,4 @@ func smallInt(b []byte) (int64, bool) {
 		n = -n
 	}
 	return n, true
-}
-
-// isID is inventory.ValidID without a regular expression:
-// ^[A-Za-z0-9_.:-]{1,64}$.
-func isID[T string | []byte](id T) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

@@ -281,17 +281,7 @@ func FuzzHS256(f *testing.F) {
 	})
 }
 
-// FuzzIsID: isID is inventory.ValidID.
-func FuzzIsID(f *testing.F) {
-	for _, s := range []string{"", "a", "u.1:x-y_z", "a b", strings.Repeat("x", 64), strings.Repeat("x", 65), "é"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if isID(s) != inventory.ValidID(s) || isID([]byte(s)) != inventory.ValidID(s) {
-			t.Fatalf("isID(%q) = %v, ValidID %v", s, isID(s), inventory.ValidID(s))
-		}
-	})
-}
+
 
 // BenchmarkJWTLibrary is the old path, for comparison with BenchmarkUserOf.
 func BenchmarkJWTLibrary(b *testing.B) {

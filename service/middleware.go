@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/store"
+
+	"github.com/seckill/seckill/inventory"
 )
 
 // harden wraps every request: a request id (the client's X-Request-Id if it
@@ -92,18 +94,7 @@ func requestID(r *http.Request) string {
 
 // validRequestID accepts 1 to 64 characters of A-Z a-z 0-9 _ . : - ; anything
 // else (log injection, huge values) is replaced.
-func validRequestID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func validRequestID(id string) bool { return inventory.ValidID(id) }
 
 func newRequestID() string {
 	var b [12]byte

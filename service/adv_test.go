@@ -1,0 +1,135 @@
+package service_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Adversarial bodies of a buy: each is a 400 invalid_argument that changes
+// nothing, whichever reader (fast or reflective) takes it.
+func TestAdvBuyBadBodiesChangeNothing(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		a.createSale("s1", 1000, "A", 1000, "B", 1000)
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		_, _ = zw.Write([]byte(`{"items":[{"sku":"A","qty":1}]}`))
+		_ = zw.Close()
+		bodies := []string{
+			`{"items":[{"sku":"A","qty":1,}]}`,
+			`{"items":[{"qty":1,"sku":"A",}]}`,
+			`{"items":[{"sku":"A","qty":1},{"sku":"B","qty":1,}]}`,
+			`{"items":[{"sku":"A","qty":1},]}`,
+			`{"items":[{"sku":"A","qty":1}],}`,
+			`{"items":[{"sku":"A","qty":1}]} x`,
+			`{"items":[{"sku":"A","qty":1}]}{"items":[{"sku":"B","qty":1}]}`,
+			`{"items":[{"sku":"A","qty":1}]} null`,
+			"\ufeff" + `{"items":[{"sku":"A","qty":1}]}`,
+			`{"items":[{"sku":"A","qty":1}] /* c */}`,
+			`{"items":[{"sku":"A","qty":01}]}`,
+			`{"items":[{"sku":"A","qty":+1}]}`,
+			`{"items":[{"sku":"A","qty":1e0}]}`,
+			`{"items":[{"sku":"A","qty":1.0}]}`,
+			`{"items":[{"sku":"A","qty":-1}]}`,
+			`{"items":[{"sku":"A","qty":-0}]}`,
+			`{"items":[{"sku":"A","qty":0}]}`,
+			`{"items":[{"sku":"A","qty":1000000001}]}`,
+			`{"items":[{"sku":"A","qty":999999999999999999}]}`,
+			`{"items":[{"sku":"A","qty":9223372036854775808}]}`,
+			`{"items":[{"sku":"A","qty":99999999999999999999999}]}`,
+			`{"items":[{"sku":"A","qty":NaN}]}`,
+			`{"items":[{"sku":"A","qty":null}]}`,
+			`{"items":[{"sku":null,"qty":1}]}`,
+			`{"items":[{"sku":"A"}]}`,
+			`{"items":[{"qty":1}]}`,
+			`{"items":[{"sku":"A","qty":1,"price":0}]}`,
+			`{"items":[{"sku":"A","qty":1}],"user":"bob"}`,
+			`{"items":[{"sku":"A","qty":1,"sku":"B"}]}`,
+			`{"items":[{"sku":"A","qty":1,"qty":2}]}`,
+			`{"items":[{"sku":"A","qty":1}],"items":[{"sku":"B","qty":1}]}`,
+			`{"Items":[{"sku":"A","qty":1}]}`,
+			`{"items":[{"SKU":"A","qty":1}]}`,
+			`{"items":[{"sku":"A","qty":1},{"sku":"A","qty":1}]}`,
+			`{"items":[]}`,
+			`{"items":null}`,
+			`{"items":{}}`,
+			`{}`,
+			`[]`,
+			`null`,
+			``,
+			` `,
+			`{"items":[{"sku":"A B","qty":1}]}`,
+			`{"items":[{"sku":"","qty":1}]}`,
+			`{"items":[{"sku":"A\n","qty":1}]}`,
+			`{"items":[{"sku":"A\u0000","qty":1}]}`,
+			`{"items":[{"sku":"` + strings.Repeat("A", 65) + `","qty":1}]}`,
+			`{"items":[{"sku":"é","qty":1}]}`,
+			`{"items":[{"sku":"A","qty":true}]}`,
+			`{"items":[{"sku":1,"qty":1}]}`,
+			`{"items":[["A",1]]}`,
+			`{"items":[{"sku":"A","qty":1}]`,
+			`{"items":[{"sku":"A","qty":1`,
+			gz.String(),
+		}
+		for i, body := range bodies {
+			a.settle("s1")
+			before := a.state("s1")
+			r := a.call("POST", "/v1/sales/s1/orders", a.token(fmt.Sprintf("adv%d", i)), body)
+			if r.status != http.StatusBadRequest || r.code(t) != "invalid_argument" {
+				t.Errorf("body %q: %d %s, want 400 invalid_argument", body, r.status, r.body)
+			}
+			a.settle("s1")
+			if after := a.state("s1"); !reflect.DeepEqual(before, after) {
+				t.Errorf("body %q changed the sale: %+v -> %+v", body, before, after)
+			}
+		}
+	})
+}
+
+// chunked is a reader of unknown length: the client sends it chunked,
+// without a Content-Length.
+type chunked struct{ io.Reader }
+
+// Bodies without a Content-Length (chunked) are read as those with one,
+// and over 64 KiB they are refused.
+func TestAdvBuyChunkedBodies(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		a.createSale("s1", 1000, "A", 1000)
+		send := func(user, body string) reply {
+			req, err := http.NewRequest("POST", a.svc.URL()+"/v1/sales/s1/orders", chunked{strings.NewReader(body)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+a.token(user))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			return reply{status: resp.StatusCode, header: resp.Header, body: raw}
+		}
+		if r := send("c1", `{"items":[{"sku":"A","qty":2}]}`); r.status != http.StatusCreated {
+			t.Fatalf("chunked buy: %d %s", r.status, r.body)
+		}
+		a.settle("s1")
+		before := a.state("s1")
+		big := `{"items":[{"sku":"A","qty":1}]}` + strings.Repeat(" ", 70<<10)
+		if r := send("c2", big); r.status != http.StatusBadRequest {
+			t.Errorf("chunked body over 64 KiB: %d %s", r.status, r.body)
+		}
+		spaced := `{"items":[{"sku":"A","qty":1}]}` + strings.Repeat(" ", 63<<10)
+		if r := send("c3", spaced); r.status != http.StatusCreated {
+			t.Errorf("chunked body under 64 KiB: %d %s", r.status, r.body)
+		}
+		a.settle("s1")
+		if after := a.state("s1"); reflect.DeepEqual(before, after) {
+			t.Errorf("the buy under 64 KiB changed nothing")
+		}
+	})
+}

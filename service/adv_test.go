@@ -133,3 +133,92 @@ func TestAdvBuyChunkedBodies(t *testing.T) {
 		}
 	})
 }
+
+// Many buys at once, of bodies of every size, some with a Content-Length
+// and some chunked, interleaved with short malformed ones: every answer
+// carries its own request id, user and items (the pooled buffers of the
+// body and of the answer never mix two requests), and every malformed
+// body is a 400. Run with -race.
+func TestAdvBuyConcurrentBodiesDoNotMix(t *testing.T) {
+	cfg := stacks[0].start(t)
+	cfg.RateLimitUser = "off"
+	a := startApp(t, cfg)
+	var skus []any
+	for i := range 20 {
+		skus = append(skus, fmt.Sprintf("S%02d", i), 1_000_000)
+	}
+	a.createSale("s1", 1_000_000, skus...)
+	const workers, each = 16, 12
+	errs := make(chan error, workers*each)
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for j := range each {
+				user := fmt.Sprintf("w%d-%d", w, j)
+				n := 1 + (w+j)%5
+				var items []string
+				var want []any
+				for k := range n {
+					sku := fmt.Sprintf("S%02d", (w*7+j*3+k)%20)
+					qty := 1 + (w*j+k)%9
+					items = append(items, fmt.Sprintf(`{"sku":%q,"qty":%d}`, sku, qty))
+					want = append(want, []any{sku, float64(qty)})
+				}
+				pad := strings.Repeat(" ", []int{0, 10, 900, 3000, 17000, 40000}[(w+j)%6])
+				body := `{"items":[` + strings.Join(items, ",") + `]}` + pad
+				bad := j%3 == 2
+				if bad {
+					body = `{"items":[{"sku":"S01","qty":1}` + pad // cut short: malformed
+				}
+				var rd io.Reader = strings.NewReader(body)
+				if (w+j)%2 == 1 {
+					rd = chunked{rd}
+				}
+				reqID := fmt.Sprintf("req-%d-%d", w, j)
+				req, _ := http.NewRequest("POST", a.svc.URL()+"/v1/sales/s1/orders", rd)
+				req.Header.Set("Authorization", "Bearer "+a.token(user))
+				req.Header.Set("X-Request-Id", reqID)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if got := resp.Header.Get("X-Request-Id"); got != reqID {
+					errs <- fmt.Errorf("%s: X-Request-Id %q", reqID, got)
+				}
+				if bad {
+					if resp.StatusCode != http.StatusBadRequest {
+						errs <- fmt.Errorf("%s: malformed body: %d %s", reqID, resp.StatusCode, raw)
+					}
+					continue
+				}
+				if resp.StatusCode != http.StatusCreated {
+					errs <- fmt.Errorf("%s: %d %s", reqID, resp.StatusCode, raw)
+					continue
+				}
+				r := reply{status: resp.StatusCode, body: raw}
+				o := r.json(t)
+				var got []any
+				lines, _ := o["items"].([]any)
+				for _, l := range lines {
+					m, _ := l.(map[string]any)
+					got = append(got, []any{m["sku"], m["qty"]})
+				}
+				if o["user_id"] != user || !reflect.DeepEqual(got, want) {
+					errs <- fmt.Errorf("%s: user %v items %v, want %s %v: %s", reqID, o["user_id"], got, user, want, raw)
+				}
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	a.settle("s1")
+}

@@ -5,10 +5,12 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Adversarial bodies of a buy: each is a 400 invalid_argument that changes
@@ -221,4 +223,50 @@ func TestAdvBuyConcurrentBodiesDoNotMix(t *testing.T) {
 		t.Error(err)
 	}
 	a.settle("s1")
+}
+
+// A Content-Length longer than the body sent (the client then stops
+// writing) is a 400 or a dropped connection, never an order; one shorter
+// than the body buys what it covers, and the rest is the next request on
+// the connection (HTTP's framing), answered on its own.
+func TestAdvBuyLyingContentLength(t *testing.T) {
+	cfg := stacks[0].start(t)
+	a := startApp(t, cfg)
+	a.createSale("s1", 1000, "A", 1000)
+	addr := strings.TrimPrefix(a.svc.URL(), "http://")
+	raw := func(req string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte(req))
+		_ = c.(*net.TCPConn).CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		out, _ := io.ReadAll(c)
+		return string(out)
+	}
+	body := `{"items":[{"sku":"A","qty":1}]}`
+	a.settle("s1")
+	before := a.state("s1")
+	out := raw("POST /v1/sales/s1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + a.token("liar1") +
+		"\r\nContent-Length: " + fmt.Sprint(len(body)+20) + "\r\n\r\n" + body)
+	if strings.Contains(out, " 201 ") {
+		t.Errorf("a body shorter than its Content-Length bought: %q", out)
+	}
+	a.settle("s1")
+	if after := a.state("s1"); !reflect.DeepEqual(before, after) {
+		t.Errorf("a short body changed the sale: %+v -> %+v", before, after)
+	}
+	// Shorter: the first 20 bytes are malformed JSON: 400; the rest is not
+	// a request: 400 from net/http.
+	out = raw("POST /v1/sales/s1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + a.token("liar2") +
+		"\r\nContent-Length: 20\r\n\r\n" + body)
+	if strings.Contains(out, " 201 ") || !strings.Contains(out, " 400 ") {
+		t.Errorf("a body longer than its Content-Length: %q", out)
+	}
+	a.settle("s1")
+	if after := a.state("s1"); !reflect.DeepEqual(before, after) {
+		t.Errorf("a long body changed the sale: %+v -> %+v", before, after)
+	}
 }

@@ -145,8 +145,9 @@ func fastLine(s *jsonScanner) (inventory.Line, bool) {
 	if !s.consume('{') {
 		return l, false
 	}
-	for range 2 {
-		if s.peek() != '"' {
+	for n := 0; ; n++ {
+		// Two members at most; a ',' must be followed by another.
+		if n == 2 || s.peek() != '"' {
 			return l, false
 		}
 		key, esc, ok := s.str()

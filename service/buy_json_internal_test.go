@@ -35,6 +35,7 @@ func sameOutcome(t *testing.T, body []byte, got, want []inventory.Line, gotErr, 
 
 var buyBodySeeds = []string{
 	`{"items":[{"sku":"A","qty":1}]}`,
+	`{"items":[{"sku":"A","qty":1,}]}`, `{"items":[{"qty":1,"sku":"A",}]}`, // trailing commas: malformed
 	` { "items" : [ { "qty" : 2 , "sku" : "B" } , {"sku":"A","qty":1000000000} ] } `,
 	`{"items":[]}`, `{"items":null}`, `{"items":[null]}`, `{}`, `null`, `[]`, `"x"`, `1`, ``, ` `,
 	`{"items":[{"sku":"A","qty":0}]}`, `{"items":[{"sku":"A","qty":-0}]}`, `{"items":[{"sku":"A","qty":-5}]}`,

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,6 +173,76 @@ func TestSlowClusterNodeStallsNoOtherNode(t *testing.T) {
 	for range 2 {
 		if err := <-stalled; err != nil {
 			t.Errorf("a buy of the paused master, once unpaused: %v", err)
+		}
+	}
+}
+
+// TestPipelinedCancellationsLeakNothing: many buyers over many sales, a
+// third of whom give up at random moments (queued in their sale, queued for
+// a pipeline, in flight, after the reply), under -race: every call returns,
+// no goroutine is left behind once all have, nothing stays queued, and each
+// sale's books add up: every unit held by a buyer is one bought event, the
+// remaining stock is the stock less what is held, and no buyer exceeds the
+// limit. (A buyer that gave up has an unknown outcome: its buy may or may
+// not have run, but exactly once if it did.)
+func TestPipelinedCancellationsLeakNothing(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{MaxBatch: 4}})
+	const sales, buyers, stock = 20, 40, 25
+	for i := range sales {
+		r.create(inventory.Sale{ID: fmt.Sprintf("s%d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: stock}}})
+	}
+	base := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	var accepted [sales]atomic.Int64
+	for b := range buyers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(b), 7))
+			for range 30 {
+				s := rng.IntN(sales)
+				ctx, cancel := context.WithCancel(r.ctx)
+				if rng.IntN(3) == 0 {
+					d := time.Duration(rng.IntN(400)) * time.Microsecond
+					time.AfterFunc(d, cancel)
+				}
+				rc, err := r.eng.Buy(ctx, fmt.Sprintf("s%d", s), fmt.Sprintf("u%d", rng.IntN(10)), lines("A", 1), "")
+				cancel()
+				if err == nil && !rc.Replayed {
+					accepted[s].Add(1)
+				}
+				if err != nil && ctx.Err() == nil && !errors.Is(err, inventory.ErrSoldOut) && !errors.Is(err, inventory.ErrLimitExceeded) {
+					t.Errorf("buy: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitfor.Until(t, waitfor.Patience, "the engine's goroutines gone", func() error {
+		if n := runtime.NumGoroutine(); n > base {
+			return fmt.Errorf("%d goroutines, %d before the buys", n, base)
+		}
+		if n := r.eng.QueuedBuys(); n != 0 {
+			return fmt.Errorf("%d buys still queued", n)
+		}
+		return nil
+	})
+	for i := range sales {
+		id := fmt.Sprintf("s%d", i)
+		held, total := r.held(id), int64(0)
+		for u, n := range held {
+			if n > 2 {
+				t.Errorf("sale %s: %s holds %d, limit 2", id, u, n)
+			}
+			total += n
+		}
+		bought := int64(0)
+		for _, ev := range r.events(id) {
+			if ev.Type == inventory.EventBought {
+				bought++
+			}
+		}
+		if rem := r.remaining(id)["A"]; rem != stock-total || bought != total || total < accepted[i].Load() {
+			t.Errorf("sale %s: %d remain, %d held, %d bought events, %d accepted answers; want remain %d-held, events = held >= accepted",
+				id, rem, total, bought, accepted[i].Load(), stock)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/clusterclient"
+	"github.com/seckill/seckill/internal/redistest"
 
 	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
@@ -243,6 +244,64 @@ func TestPipelinedCancellationsLeakNothing(t *testing.T) {
 		if rem := r.remaining(id)["A"]; rem != stock-total || bought != total || total < accepted[i].Load() {
 			t.Errorf("sale %s: %d remain, %d held, %d bought events, %d accepted answers; want remain %d-held, events = held >= accepted",
 				id, rem, total, bought, accepted[i].Load(), stock)
+		}
+	}
+}
+
+// TestClientClosedUnderPipelines: the Redis client is closed (the service
+// shutting down) while buys of many sales are queued and in pipelines:
+// every caller returns, with its order or an error, and every buy that
+// returned an order holds its unit (no accepted buy lost).
+func TestClientClosedUnderPipelines(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1, MaxBatch: 3}})
+	rdb := redistest.Standalone(t)
+	eng := inventory.New(rdb, inventory.Options{Prefix: r.prefix, Coalesce: inventory.Coalesce{Pipelines: 1, MaxBatch: 3}})
+	const sales = 10
+	for i := range sales {
+		r.create(inventory.Sale{ID: fmt.Sprintf("s%d", i), PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 1000}}})
+	}
+	type got struct {
+		sale string
+		rc   inventory.Receipt
+		err  error
+	}
+	out := make(chan got, 400)
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	for b := range 400 {
+		wg.Go(func() {
+			if b == 200 {
+				close(started)
+			}
+			id := fmt.Sprintf("s%d", b%sales)
+			rc, err := eng.Buy(r.ctx, id, fmt.Sprintf("u%d", b%7), lines("A", 1), "")
+			out <- got{id, rc, err}
+		})
+	}
+	<-started
+	_ = rdb.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(waitfor.Patience): // a liveness bound, not a timing
+		t.Fatal("callers still wait after the client was closed")
+	}
+	close(out)
+	ok := map[string]int64{}
+	for g := range out {
+		if g.err == nil {
+			ok[g.sale]++
+		}
+	}
+	for i := range sales {
+		id := fmt.Sprintf("s%d", i)
+		total := int64(0)
+		for _, n := range r.held(id) {
+			total += n
+		}
+		if total < ok[id] || r.remaining(id)["A"] != 1000-total {
+			t.Errorf("sale %s: %d held, %d orders returned, %d remain", id, total, ok[id], r.remaining(id)["A"])
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/clusterclient"
+	"github.com/seckill/seckill/internal/faultnet"
 	"github.com/seckill/seckill/internal/redistest"
 
 	"github.com/seckill/seckill/internal/waitfor"
@@ -303,5 +304,135 @@ func TestClientClosedUnderPipelines(t *testing.T) {
 		if total < ok[id] || r.remaining(id)["A"] != 1000-total {
 			t.Errorf("sale %s: %d held, %d orders returned, %d remain", id, total, ok[id], r.remaining(id)["A"])
 		}
+	}
+}
+
+// TestPipelineRepliesLostOnTheWire: a real network failure, not a hook: a
+// pipeline of several sales' calls reaches Redis and runs, and its replies
+// are lost on the wire (faultnet drops them); go-redis reads a timeout,
+// may send the pipeline again (it retries pipelines on a broken
+// connection), and the engine then finishes each buy alone. Once replies
+// flow again, every buyer has its own order (not a replay of another's),
+// and each sale sold exactly one unit, with one bought event.
+func TestPipelineRepliesLostOnTheWire(t *testing.T) {
+	for _, v := range []struct {
+		name    string
+		retries int
+	}{{"go-redis resends the pipeline", 0}, {"the engine finishes each buy alone", -1}} {
+		t.Run(v.name, func(t *testing.T) { pipelineRepliesLostOnTheWire(t, v.retries) })
+	}
+}
+
+func pipelineRepliesLostOnTheWire(t *testing.T, retries int) {
+	srv := redistest.StartServer(t)
+	proxy := faultnet.Start(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 100 * time.Millisecond,
+		WriteTimeout: 100 * time.Millisecond, DialTimeout: 100 * time.Millisecond, MaxRetries: retries})
+	t.Cleanup(func() { _ = rdb.Close() })
+	journal := srv.Client(t)
+	prefix := redistest.Prefix(t, journal)
+	eng := inventory.New(rdb, inventory.Options{Prefix: prefix, Coalesce: inventory.Coalesce{Pipelines: 1}})
+	ctx := context.Background()
+	sales := []string{"s1", "s2", "s3", "s4", "s5"}
+	for _, id := range append([]string{"s0"}, sales...) {
+		if err := eng.CreateSale(ctx, inventory.Sale{ID: id, PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trips := countRoundTrips(rdb, prefix, "s0")
+	type outcome struct {
+		sale string
+		rc   inventory.Receipt
+		err  error
+	}
+	outcomes := make(chan outcome, len(sales)+1)
+	buy := func(sale string) {
+		go func() {
+			rc, err := eng.Buy(ctx, sale, "u1", lines("A", 1), "")
+			outcomes <- outcome{sale, rc, err}
+		}()
+	}
+	buy("s0")
+	<-trips.enter
+	for i, id := range sales {
+		buy(id)
+		waitfor.Until(t, waitfor.Patience, "the buy queued for the next pipeline", func() error {
+			if n := eng.QueuedBuys(); n != i+1 {
+				return fmt.Errorf("%d queued", n)
+			}
+			return nil
+		})
+	}
+	// Replies are dropped from the moment the pipeline is written, on its
+	// connection (warm from s0's call) and on any new one.
+	rdb.AddHook(&dropFromPipeline{proxy: proxy})
+	close(trips.gate)
+	// Every sale's buy ran (its event is there), its replies lost.
+	waitfor.Until(t, waitfor.Patience, "every buy ran", func() error {
+		for _, id := range append([]string{"s0"}, sales...) {
+			n, err := journal.XLen(ctx, eng.EventsKey(id)).Result()
+			if err != nil {
+				return err
+			}
+			if n < 2 { // created, bought
+				return fmt.Errorf("sale %s: %d events", id, n)
+			}
+		}
+		return nil
+	})
+	proxy.DropReplies(false)
+	for range len(sales) + 1 {
+		o := <-outcomes
+		if o.err != nil && (errors.Is(o.err, inventory.ErrLimitExceeded) || errors.Is(o.err, inventory.ErrSoldOut)) {
+			t.Errorf("%s: %v; want its order (it ran once)", o.sale, o.err)
+			continue
+		}
+		if o.err != nil {
+			// The buy's retries may run out while replies are dropped: its
+			// outcome is unknown to the caller, and the books below still
+			// must show it exactly once.
+			t.Logf("%s: %v (unknown outcome)", o.sale, o.err)
+			continue
+		}
+		if o.rc.Order.SaleID != o.sale || o.rc.Replayed || o.sale != "s0" && !o.rc.Retried {
+			t.Errorf("%s: %+v; want its own order", o.sale, o.rc)
+		}
+	}
+	for _, id := range append([]string{"s0"}, sales...) {
+		msgs, err := journal.XRange(ctx, eng.EventsKey(id), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bought := 0
+		for _, m := range msgs {
+			if fmt.Sprint(m.Values["type"]) == string(inventory.EventBought) {
+				bought++
+			}
+		}
+		st, err := eng.Stock(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bought != 1 || st.Items[0].Remaining != 9 {
+			t.Errorf("sale %s: %d bought events, %d remain; want 1 and 9", id, bought, st.Items[0].Remaining)
+		}
+	}
+}
+
+// dropFromPipeline makes proxy drop every reply from the first pipeline on.
+type dropFromPipeline struct {
+	proxy *faultnet.Proxy
+	once  sync.Once
+}
+
+func (d *dropFromPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (d *dropFromPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dropFromPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		d.once.Do(func() { d.proxy.DropReplies(true) })
+		return next(ctx, cmds)
 	}
 }

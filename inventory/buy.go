@@ -301,7 +301,19 @@ func (e *Engine) runBuys(ctx context.Context, bcs []buyCall) ([][]any, error) {
 	return buyReplies(reply, err, len(bcs))
 }
 
-// errSaleMissing is runBuysPipelined's error for a batch whose sale is
+// runBuysOnce runs bcs, all of one sale, as one buy.lua call, with no
+// rebuild and no transport retries: a sale missing from Redis fails with
+// errSaleMissing, so that the caller can rebuild it off the pipeline.
+func (e *Engine) runBuysOnce(ctx context.Context, bcs []buyCall) ([][]any, error) {
+	c := e.batchCall(bcs, e.scriptNow())
+	reply, err := e.run.run(ctx, c.s, c.keys, c.args...)
+	if err == nil && code(reply) == codeMissing {
+		return nil, errSaleMissing
+	}
+	return buyReplies(reply, err, len(bcs))
+}
+
+// errSaleMissing is runBuysPipelined's (and runBuysOnce's) error for a batch whose sale is
 // missing from Redis: it did not run, and runBuys can rebuild the sale.
 var errSaleMissing = errors.New("seckill: sale missing from redis")
 

@@ -62,7 +62,8 @@ func (p *pipeliner) send(ctx context.Context, batches []batch) {
 
 // run sends the live buys of batches, each batch as one script call of its
 // sale: a lone call alone, several in one pipeline. Each buy gets its
-// outcome, and each sale's next call is queued behind this pipeline.
+// outcome, and each sale's next call is queued behind this pipeline. A
+// sale missing from Redis, lone or not, is rebuilt off the pipeline.
 func (p *pipeliner) run(ctx context.Context, batches []batch) {
 	ctx = context.WithoutCancel(ctx)
 	live := batches[:0]
@@ -76,20 +77,22 @@ func (p *pipeliner) run(ctx context.Context, batches []batch) {
 		}
 		live, lives, bcss = append(live, b), append(lives, ws), append(bcss, bcs)
 	}
+	var results []batchReplies
 	switch len(live) {
 	case 0:
 		return
 	case 1:
-		replies, err := p.e.runBuys(ctx, bcss[0])
-		live[0].c.deliver(lives[0], bcss[0], replies, err)
-		p.enqueueNext(live[0].c)
-		return
+		replies, err := p.e.runBuysOnce(ctx, bcss[0])
+		results = []batchReplies{{replies: replies, err: err}}
+	default:
+		results = p.e.runBuysPipelined(ctx, bcss)
 	}
-	for i, res := range p.e.runBuysPipelined(ctx, bcss) {
+	for i, res := range results {
 		c, ws, bcs := live[i].c, lives[i], bcss[i]
 		if res.err == errSaleMissing {
-			// Rebuilt through the Loader, which may take long: alone, so
-			// that the other sales' buyers need not wait for it.
+			// Rebuilt through the Loader, which may take long (up to
+			// InitTimeout): alone, off this pipeline, so that the other
+			// sales' buyers need not wait for it.
 			go func() {
 				replies, err := p.e.runBuys(ctx, bcs)
 				c.deliver(ws, bcs, replies, err)

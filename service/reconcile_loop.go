@@ -74,9 +74,15 @@ func newReconciler(s *Service) *reconciler {
 //   - every live sale that would otherwise go unreconciled for longer than
 //     reconcileSweep;
 //   - up to a budget of live sales, len(live) × ReconcileEvery /
-//     reconcileSweep: first the ones whose stream moved since their last
-//     visit (a buy, a cancel, a restock...; one command per sale, in one
-//     pipeline, tells), then the ones visited longest ago.
+//     reconcileSweep, whose stream moved since their last visit (a buy, a
+//     cancel, a restock...; one command per sale, in one pipeline, tells),
+//     the longest unvisited first;
+//   - then, if fewer than the budget were taken by the two above, the
+//     sales visited longest ago, up to the budget.
+//
+// So idle sales cost a budget of visits per pass, busy ones up to twice
+// that, and drift that appears without a change (Redis data lost, a hand
+// edit) is found within reconcileSweep.
 //
 // The sales are visited evenly over half the period.
 func (rc *reconciler) pass(ctx context.Context) {
@@ -153,7 +159,7 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 	}
 	// Due: the next pass would come too late for them.
 	var moved, rest []int
-	taken := 0
+	due := 0
 	for i, id := range ids {
 		if _, ok := visit[id]; ok {
 			continue
@@ -164,9 +170,9 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 			last = v.seen
 		}
 		switch {
-		case every <= 0 || !now.Add(every).Before(last.Add(reconcileSweep)):
+		case every <= 0 || now.Add(every).After(last.Add(reconcileSweep)):
 			visit[id] = mark(i)
-			taken++
+			due++
 		case v.mark != mark(i):
 			moved = append(moved, i)
 		default:
@@ -176,7 +182,15 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 	oldest := func(a, b int) int { return rc.visited[ids[a]].at.Compare(rc.visited[ids[b]].at) }
 	slices.SortStableFunc(moved, oldest)
 	slices.SortStableFunc(rest, oldest)
-	for _, i := range append(moved, rest...) {
+	// The moved ones take up to a budget beside the due ones; the longest
+	// unvisited then fill this pass up to the budget.
+	taken := 0
+	for _, i := range moved[:min(len(moved), budget)] {
+		visit[ids[i]] = mark(i)
+		taken++
+	}
+	taken = max(taken, due)
+	for _, i := range rest {
 		if taken >= budget {
 			break
 		}

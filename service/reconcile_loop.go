@@ -10,7 +10,8 @@ import (
 )
 
 // The reconciliation loop: every Config.ReconcileEvery it compares Redis,
-// the order stream and the database for every live sale. Each pass's drift feeds
+// the order stream and the database for the live sales due (every one at
+// least every reconcileSweep; see pass). Each pass's drift feeds
 // the live view (the dashboard and the seckill_reconcile_*drift gauges).
 // Drift that two passes in a row find is repaired from the database
 // (reconcile.Repair: journaled, never while orders are in flight): under
@@ -33,6 +34,12 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 	}
 }
 
+// reconcileSweep: every live sale is reconciled at least this often (every
+// pass, when Config.ReconcileEvery is longer). A pass visits a share of the
+// live sales, round-robin, so that a thousand of them cost a steady trickle,
+// not a thousand reconciliations every period.
+const reconcileSweep = time.Minute
+
 // reconciler is what the loop remembers from one pass to the next.
 type reconciler struct {
 	s *Service
@@ -40,18 +47,44 @@ type reconciler struct {
 	drifted map[string]bool
 	// live holds the sales the previous pass found live.
 	live map[string]bool
+	// visited holds, per live sale, when it was last reconciled (zero:
+	// never) and its stream's position then (see streamMarks); and when the
+	// loop first saw it live.
+	visited map[string]visited
+}
+
+type visited struct {
+	at, seen time.Time
+	mark     string
 }
 
 func newReconciler(s *Service) *reconciler {
-	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}}
+	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}, visited: map[string]visited{}}
 }
 
-// pass reconciles every live sale once (not ended and drained; plus the
-// ones that were live at the previous pass, so that each has a last pass
-// after its stream drained, and the ones that drifted), and repairs the
-// ones that drifted in this pass and the one before. A sale that has ended
-// and is drained changes no more: it costs the loop nothing. The sales are
-// visited evenly over half the period.
+// pass reconciles the live sales (not ended and drained) due this pass, and
+// repairs the ones that drifted in this pass and the one before. A sale that
+// has ended and is drained changes no more: it costs the loop nothing. Each
+// pass visits:
+//
+//   - every sale the previous pass found drift in (so that drift two passes
+//     in a row find is repaired a period after it was first found), and
+//     every sale that was live at the previous pass and is no more (a last
+//     pass after its stream drained);
+//   - every live sale that would otherwise go unreconciled for longer than
+//     reconcileSweep;
+//   - up to a budget of live sales, len(live) × ReconcileEvery /
+//     reconcileSweep, whose stream moved since their last visit (a buy, a
+//     cancel, a restock...; one command per sale, in one pipeline, tells),
+//     the longest unvisited first;
+//   - then, if fewer than the budget were taken by the two above, the
+//     sales visited longest ago, up to the budget.
+//
+// So idle sales cost a budget of visits per pass, busy ones up to twice
+// that, and drift that appears without a change (Redis data lost, a hand
+// edit) is found within reconcileSweep.
+//
+// The sales are visited evenly over half the period.
 func (rc *reconciler) pass(ctx context.Context) {
 	ids, err := rc.s.liveSaleIDs(ctx)
 	if err != nil {
@@ -61,11 +94,7 @@ func (rc *reconciler) pass(ctx context.Context) {
 	for _, id := range ids {
 		live[id] = true
 	}
-	visit := maps.Clone(live)
-	maps.Copy(visit, rc.live)
-	for id, d := range rc.drifted {
-		visit[id] = visit[id] || d
-	}
+	visit := rc.choose(ctx, ids, live, time.Now())
 	drifted := make(map[string]bool, len(visit))
 	// Paced over half the period: a thousand live sales are a steady
 	// trickle of reads, not a burst every period that buys queue behind.
@@ -83,12 +112,92 @@ func (rc *reconciler) pass(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if !visit[id] {
-			continue
+		if live[id] {
+			v := rc.visited[id]
+			v.at, v.mark = time.Now(), visit[id]
+			rc.visited[id] = v
 		}
 		drifted[id] = rc.sale(ctx, id)
 	}
+	maps.DeleteFunc(rc.visited, func(id string, _ visited) bool { return !live[id] })
 	rc.drifted, rc.live = drifted, live
+}
+
+// choose returns the sales this pass visits (see pass), each with its
+// stream's position as read before the visit.
+func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]bool, now time.Time) map[string]string {
+	visit := map[string]string{}
+	for id := range rc.live {
+		if !live[id] {
+			visit[id] = ""
+		}
+	}
+	for id, d := range rc.drifted {
+		if d {
+			visit[id] = ""
+		}
+	}
+	marks, markErr := streamMarks(ctx, rc.s.rdb, rc.s.eng, ids)
+	mark := func(i int) string {
+		if markErr != nil {
+			return "?" // unknown: counts as moved
+		}
+		return marks[i]
+	}
+	for i, id := range ids {
+		if _, ok := rc.visited[id]; !ok {
+			rc.visited[id] = visited{seen: now, mark: "?"}
+		}
+		if _, ok := visit[id]; ok {
+			visit[id] = mark(i)
+		}
+	}
+	every := rc.s.cfg.ReconcileEvery
+	budget := len(ids)
+	if every > 0 && every < reconcileSweep {
+		budget = int((int64(len(ids))*int64(every) + int64(reconcileSweep) - 1) / int64(reconcileSweep))
+	}
+	// Due: the next pass would come too late for them.
+	var moved, rest []int
+	due := 0
+	for i, id := range ids {
+		if _, ok := visit[id]; ok {
+			continue
+		}
+		v := rc.visited[id]
+		last := v.at
+		if last.IsZero() {
+			last = v.seen
+		}
+		switch {
+		case every <= 0 || now.Add(every).After(last.Add(reconcileSweep)):
+			visit[id] = mark(i)
+			due++
+		case v.mark != mark(i):
+			moved = append(moved, i)
+		default:
+			rest = append(rest, i)
+		}
+	}
+	oldest := func(a, b int) int { return rc.visited[ids[a]].at.Compare(rc.visited[ids[b]].at) }
+	slices.SortStableFunc(moved, oldest)
+	slices.SortStableFunc(rest, oldest)
+	// The moved ones take up to a budget beside the due ones; the longest
+	// unvisited then fill this pass up to the budget.
+	taken := 0
+	for _, i := range moved[:min(len(moved), budget)] {
+		visit[ids[i]] = mark(i)
+		taken++
+	}
+	taken = max(taken, due)
+	for _, i := range rest {
+		if taken >= budget {
+			break
+		}
+		visit[ids[i]] = mark(i)
+		taken++
+	}
+	return visit
 }
 
 // sale reconciles one sale and reports whether drift remains.
@@ -105,6 +214,7 @@ func (rc *reconciler) sale(ctx context.Context, id string) bool {
 	}
 	res, err := reconcile.Repair(ctx, s.eng, s.rdb, s.db, id)
 	if len(res.Changes) > 0 {
+		s.live.dirty.Store(id, struct{}{}) // the live view reads it again
 		repairs.Inc()
 		s.log.Warn("reconcile: repaired drift from the database", "sale", id, "changes", reconcile.Describe(res.Changes))
 	}

@@ -142,6 +142,9 @@ func TestReconcileLoopRepairsDriftTwoPassesFind(t *testing.T) {
 			if remaining() != 8 || shown() != ([2]int64{}) || journaled() != 1 || counted() != 1 {
 				t.Fatalf("after two passes with drift: remaining %d, live drift %v, %d journaled, %v counted", remaining(), shown(), journaled(), counted())
 			}
+			if _, ok := s.live.dirty.Load("s1"); !ok {
+				t.Error("the repair did not ask the live sampler to read the sale again")
+			}
 			if n := strings.Count(logs.String(), "reconcile: repaired drift from the database"); n != 1 ||
 				!strings.Contains(logs.String(), `changes="A remaining 11->8"`) {
 				t.Errorf("%d repair lines logged:\n%s", n, logs.String())

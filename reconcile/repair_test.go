@@ -114,7 +114,11 @@ func (r *rig) sale() map[string]inventory.Receipt {
 // settle waits until the database has every event of the stream.
 func (r *rig) settle() {
 	r.t.Helper()
-	for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	// Twice the usual patience: under the race detector on a loaded 2-core
+	// machine the consumer has taken over 30 s to drain the load tests'
+	// thousands of events (TestStockedIsExactUnderLoad); it returns as soon
+	// as the stream is drained.
+	for deadline := time.Now().Add(2 * waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		lag, err := pipeline.ReadLag(r.ctx, r.rdb, r.eng, "s1")
 		r.must(err)
 		if lag.Entries == 0 && lag.Oldest.IsZero() {

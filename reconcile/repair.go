@@ -32,10 +32,28 @@ type Repaired struct {
 // Repair reconciles the sale and, if the pass finds drift, sets Redis's
 // state of the sale back to the database's (inventory.Engine.Repair) and
 // journals every change in the database's repairs table. It never repairs
-// while events of the sale are in flight to the database: then the drift is
-// left, and Skipped says why. Errors are failures to compare, to repair, or
-// to journal a repair that was made (Changes then says what it changed).
+// while events of the sale are in flight to the database, nor unless Redis
+// is the seller (the sell mode is redis, the same epoch from before the
+// comparison until after the database was read): then the drift is left,
+// and Skipped says why. Errors are failures to compare, to repair, or to
+// journal a repair that was made (Changes then says what it changed).
+//
+// Why the sell mode: Engine.Repair writes only if the sale's stream has not
+// moved since it found it settled, which proves the database's snapshot
+// current only while the database changes through the stream alone. In
+// degraded mode the database sells by itself (its buys never touch the
+// stream) and is ahead of Redis by design, not drift; the recovery repairs
+// Redis once nobody sells (recovering), and a repair of the loop's meanwhile
+// could write a snapshot older than the recovery's over it, handing the
+// units the database sold in between to Redis to sell again.
 func Repair(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient, db *store.Store, saleID string) (Repaired, error) {
+	mode, err := db.SellMode(ctx)
+	if err != nil {
+		return Repaired{}, fmt.Errorf("reconcile %s: %w", saleID, err)
+	}
+	if mode.Mode != store.ModeRedis {
+		return Repaired{Skipped: notSelling(mode)}, nil
+	}
 	before, err := Sale(ctx, eng, rdb, db, saleID)
 	if err != nil {
 		return Repaired{}, err
@@ -44,11 +62,32 @@ func Repair(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClien
 	if !before.Drifted() {
 		return out, nil
 	}
-	rep, err := eng.Repair(ctx, saleID, inventory.LoaderFunc(db.Snapshot))
+	// The snapshot counts only if Redis sold all along: the mode read after
+	// it is still redis at the epoch read before the comparison (epochs
+	// only grow, so no switch came in between).
+	snapshot := inventory.LoaderFunc(func(ctx context.Context, id string) (inventory.Snapshot, error) {
+		snap, err := db.Snapshot(ctx, id)
+		if err != nil {
+			return snap, err
+		}
+		now, err := db.SellMode(ctx)
+		if err != nil {
+			return inventory.Snapshot{}, err
+		}
+		if now.Mode != store.ModeRedis || now.Epoch != mode.Epoch {
+			return inventory.Snapshot{}, &modeSwitched{now: now}
+		}
+		return snap, nil
+	})
+	rep, err := eng.Repair(ctx, saleID, snapshot)
 	var inflight *inventory.InFlightError
+	var switched *modeSwitched
 	switch {
 	case errors.As(err, &inflight):
 		out.Skipped = skipReason(inflight)
+		return out, nil
+	case errors.As(err, &switched):
+		out.Skipped = "the sell mode switched while comparing; nothing was written: " + notSelling(switched.now)
 		return out, nil
 	case err != nil:
 		return out, fmt.Errorf("reconcile %s: repair: %w", saleID, err)
@@ -64,6 +103,22 @@ func Repair(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClien
 		return out, err
 	}
 	return out, nil
+}
+
+// modeSwitched: the sell mode left redis, or its epoch moved on, while
+// Repair compared the sale; the snapshot may miss what the database sold.
+type modeSwitched struct{ now store.SellMode }
+
+func (e *modeSwitched) Error() string {
+	return fmt.Sprintf("the sell mode switched to %s (epoch %d) while repairing", e.now.Mode, e.now.Epoch)
+}
+
+// notSelling says why Repair does not judge drift while Redis is not the seller.
+func notSelling(m store.SellMode) string {
+	if m.Mode == store.ModeRedis {
+		return fmt.Sprintf("degraded mode came and went (now epoch %d)", m.Epoch)
+	}
+	return fmt.Sprintf("degraded mode (%s, epoch %d): Redis is not the seller; the recovery repairs it from the database", m.Mode, m.Epoch)
 }
 
 func skipReason(e *inventory.InFlightError) string {

@@ -361,3 +361,54 @@ func TestStockInFlightIsNotDrift(t *testing.T) {
 		}
 	})
 }
+
+// TestRepairOnlyWhileRedisSells: while the database sells (degraded mode,
+// the sale fenced in Redis) and while Redis is being recovered, the
+// database is ahead of Redis by design: Repair writes nothing and journals
+// nothing, and says why. Once the mode is redis again, the same difference
+// is drift (no recovery repaired it here) and Repair repairs it.
+func TestRepairOnlyWhileRedisSells(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		r.sale()
+		remaining := func() int64 {
+			t.Helper()
+			st, err := r.eng.Stock(r.ctx, "s1")
+			r.must(err)
+			return st.Items[0].Remaining
+		}
+		m, err := r.db.SellMode(r.ctx)
+		r.must(err)
+		now := time.Now()
+		dbMode, err := r.db.SwitchMode(r.ctx, m.Epoch, store.ModeDB, now, now, "test: the database sells")
+		r.must(err)
+		_, err = r.eng.Fence(r.ctx, "s1", dbMode.Epoch)
+		r.must(err)
+		_, err = r.db.Buy(r.ctx, store.DegradedBuy{Epoch: dbMode.Epoch, SaleID: "s1", UserID: "u4",
+			Lines: []inventory.Line{{SKU: "A", Qty: 2}}, IdempotencyKey: "k4", Now: time.Now()})
+		r.must(err)
+		if rep, err := reconcile.Sale(r.ctx, r.eng, r.rdb, r.db, "s1"); err != nil || rep.Items[0].Drift != 2 {
+			t.Fatalf("the comparison while the database sells: %+v, %v; want drift 2 (it reports, it does not repair)", rep, err)
+		}
+		noRepair := func(when, skipped string) {
+			t.Helper()
+			res, err := reconcile.Repair(r.ctx, r.eng, r.rdb, r.db, "s1")
+			if err != nil || len(res.Changes) != 0 || !strings.Contains(res.Skipped, skipped) {
+				t.Errorf("Repair %s: %+v, %v; want skipped %q", when, res, err, skipped)
+			}
+			if got := r.repairs(); remaining() != 7 || len(got) != 0 {
+				t.Errorf("after Repair %s: remaining %d (want 7, untouched), repairs %+v", when, remaining(), got)
+			}
+		}
+		noRepair("while the database sells", "degraded mode (db")
+		rec, err := r.db.SwitchMode(r.ctx, dbMode.Epoch, store.ModeRecovering, time.Now(), time.Time{}, "test: recovering")
+		r.must(err)
+		noRepair("while recovering", "degraded mode (recovering")
+		back, err := r.db.SwitchMode(r.ctx, rec.Epoch, store.ModeRedis, time.Now(), time.Time{}, "test: redis sells, not repaired")
+		r.must(err)
+		r.must(r.eng.Unfence(r.ctx, "s1", back.Epoch))
+		res, err := reconcile.Repair(r.ctx, r.eng, r.rdb, r.db, "s1")
+		if err != nil || len(res.Changes) == 0 || res.After.Drifted() || remaining() != 5 {
+			t.Errorf("Repair once Redis sells: %+v, %v; remaining %d, want 5", res, err, remaining())
+		}
+	})
+}

@@ -128,6 +128,14 @@ func newDegraded(s *Service) *degraded {
 // by every buy: one atomic load.
 func (d *degraded) redisSells() bool { return d.fromRedis.Load() }
 
+// heldBack reports whether this instance holds Redis back after seeing it
+// restart or fail over, until a recovery has repaired it.
+func (d *degraded) heldBack() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.restarted
+}
+
 // redisUnreachable reports whether this instance's last ping of Redis went
 // unanswered.
 func (d *degraded) redisUnreachable() bool {

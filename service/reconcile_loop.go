@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/store"
 )
 
 // The reconciliation loop: every Config.ReconcileEvery it compares Redis,
@@ -18,6 +19,14 @@ import (
 // load the three sources are read at slightly different moments, so one
 // pass alone can see numbers in motion. Each repair is one log line and
 // counts in seckill_reconcile_repairs_total.
+//
+// Only while Redis sells: in degraded mode (the database sells, or Redis is
+// being recovered), and while this instance holds Redis back after seeing
+// it restart, the database is ahead of Redis by design and the recovery
+// repairs Redis once nobody sells; a pass then judges nothing, and drift a
+// pass found before a switch does not count with one after it (the two
+// passes that repair are of one epoch of the sell mode). reconcile.Repair
+// checks the mode again around its read of the database.
 
 // reconcileLoop runs a pass every period until ctx ends.
 func (s *Service) reconcileLoop(ctx context.Context) {
@@ -51,6 +60,9 @@ type reconciler struct {
 	// never) and its stream's position then (see streamMarks); and when the
 	// loop first saw it live.
 	visited map[string]visited
+	// epoch is the sell mode's epoch the previous pass judged drift in
+	// (-1: it judged none).
+	epoch int64
 }
 
 type visited struct {
@@ -59,7 +71,7 @@ type visited struct {
 }
 
 func newReconciler(s *Service) *reconciler {
-	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}, visited: map[string]visited{}}
+	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}, visited: map[string]visited{}, epoch: -1}
 }
 
 // pass reconciles the live sales (not ended and drained) due this pass, and
@@ -86,6 +98,20 @@ func newReconciler(s *Service) *reconciler {
 //
 // The sales are visited evenly over half the period.
 func (rc *reconciler) pass(ctx context.Context) {
+	mode, err := rc.s.db.SellMode(ctx)
+	if err != nil {
+		return // the database is away; the live view says so
+	}
+	if mode.Mode != store.ModeRedis || rc.s.deg.heldBack() {
+		// Not drift: the recovery brings Redis back to the database.
+		clear(rc.drifted)
+		rc.epoch = -1
+		return
+	}
+	if mode.Epoch != rc.epoch {
+		clear(rc.drifted) // found before a switch: not this epoch's drift
+		rc.epoch = mode.Epoch
+	}
 	ids, err := rc.s.liveSaleIDs(ctx)
 	if err != nil {
 		return // the database is away; the live view says so

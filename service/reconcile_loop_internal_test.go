@@ -169,3 +169,126 @@ func TestReconcileLoopRepairsDriftTwoPassesFind(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcileLoopLeavesDegradedModeToTheRecovery: while the database
+// sells (mode db, the sale fenced in Redis) and while Redis is being
+// recovered, the database is ahead of Redis by design, and only the
+// recovery, once nobody sells, may set Redis from the database: the loop's
+// passes find nothing to repair then, however many run, and the drift one
+// pass saw before a switch does not count with a pass after it. Once the
+// recovery has repaired Redis and it sells again, the loop repairs nothing.
+// (Seen under load in TestServiceKilledTwiceDuringSellOut: an automatic
+// switch to the database, and the loop "repaired" the units the database
+// sold, 44 ms before the recovery did.)
+func TestReconcileLoopLeavesDegradedModeToTheRecovery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
+	cfg.Addr, cfg.ReconcileEvery, cfg.SampleEvery = "127.0.0.1:0", -1, -1 // passes by hand, below
+	// Degraded mode on, its ticks by hand: the tick at start only.
+	cfg.DegradedTick, cfg.DegradedGrace = time.Hour, 20*time.Millisecond
+	cfg.Pipeline = pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}
+	var logs logBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sale := inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+	must(s.db.CreateSale(ctx, store.Sale{Sale: sale}))
+	must(s.eng.CreateSale(ctx, sale))
+	_, err = s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "k1")
+	must(err)
+	settle := func() {
+		t.Helper()
+		for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if lag, err := pipeline.ReadLag(ctx, s.rdb, s.eng, "s1"); err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
+				return
+			}
+		}
+		t.Fatal("the consumer did not catch up")
+	}
+	settle()
+	remaining := func() int64 {
+		t.Helper()
+		st, err := s.eng.Stock(ctx, "s1")
+		must(err)
+		return st.Items[0].Remaining
+	}
+	repairs := func() []store.RepairEntry {
+		t.Helper()
+		got, err := s.db.Repairs(ctx, "s1")
+		must(err)
+		return got
+	}
+	rc := newReconciler(s)
+	rc.pass(ctx)
+	if remaining() != 9 || len(repairs()) != 0 {
+		t.Fatalf("consistent sale: remaining %d, repairs %+v", remaining(), repairs())
+	}
+
+	// The database sells: Redis is fenced, the database sells 2 units.
+	m, err := s.db.SellMode(ctx)
+	must(err)
+	now := time.Now()
+	db, err := s.db.SwitchMode(ctx, m.Epoch, store.ModeDB, now, now, "test: the database sells")
+	must(err)
+	_, err = s.eng.Fence(ctx, "s1", db.Epoch)
+	must(err)
+	_, err = s.db.Buy(ctx, store.DegradedBuy{Epoch: db.Epoch, SaleID: "s1", UserID: "u2", Lines: []inventory.Line{{SKU: "A", Qty: 2}},
+		IdempotencyKey: "k2", Now: time.Now()})
+	must(err)
+	for range 3 {
+		rc.pass(ctx)
+	}
+	if got := repairs(); remaining() != 9 || len(got) != 0 {
+		t.Fatalf("while the database sells: Redis remaining %d (want 9, as fenced), repairs %+v", remaining(), got)
+	}
+
+	// Recovering: nobody sells, the recovery has not repaired yet.
+	rec, err := s.db.SwitchMode(ctx, db.Epoch, store.ModeRecovering, time.Now(), time.Time{}, "test: recovering")
+	must(err)
+	for range 3 {
+		rc.pass(ctx)
+	}
+	if got := repairs(); remaining() != 9 || len(got) != 0 {
+		t.Fatalf("while recovering: Redis remaining %d (want 9), repairs %+v", remaining(), got)
+	}
+	// Nothing judged: no drift "not repaired", as if something were wrong.
+	if strings.Contains(logs.String(), "reconcile:") {
+		t.Errorf("the loop judged drift in degraded mode:\n%s", logs.String())
+	}
+
+	// The recovery repairs Redis from the database and Redis sells again.
+	s.deg.recover(ctx, rec)
+	if m, err := s.db.SellMode(ctx); err != nil || m.Mode != store.ModeRedis {
+		t.Fatalf("after the recovery: %+v, %v", m, err)
+	}
+	got := repairs()
+	if remaining() != 7 || len(got) == 0 {
+		t.Fatalf("after the recovery: remaining %d, repairs %+v", remaining(), got)
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(r.Reason, "degraded mode ended") {
+			t.Errorf("a repair not the recovery's: %+v", r)
+		}
+	}
+	for range 3 {
+		rc.pass(ctx)
+	}
+	if n := len(repairs()); n != len(got) || remaining() != 7 {
+		t.Errorf("passes after the recovery repaired: %d repairs (the recovery's %d), remaining %d", n, len(got), remaining())
+	}
+}

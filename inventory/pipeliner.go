@@ -37,8 +37,11 @@ type masterFinder interface {
 // Cluster, keyed by its address, or a single one for a client that talks to
 // one node (or routes by itself, as a Ring). A sale's call goes to the
 // pipeliner of the master its slot map names at the time; after a failover
-// or a resharding the next call finds the new one. A stale pick only costs
-// batching: go-redis still routes each command (and follows MOVED).
+// or a resharding the next call finds the new one. (A sale that stays busy
+// keeps its calls on the pipeliner of its first: each call that completes
+// queues the next behind it; the pick is made again once the sale was idle,
+// and after a rebuild.) A stale pick only costs batching and isolation:
+// go-redis still routes each command (and follows MOVED).
 type pipeliners struct {
 	finder masterFinder // nil: every call goes to one
 	one    pipeliner    // the single one, and the fallback when the slot map is unknown

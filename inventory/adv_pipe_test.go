@@ -408,7 +408,12 @@ func pipelineRepliesLostOnTheWire(t *testing.T, retries int) {
 		}
 		bought := 0
 		for _, m := range msgs {
-			if fmt.Sprint(m.Values["type"]) == string(inventory.EventBought) {
+			// Through ParseEvent: a bought event is one packed field.
+			ev, err := inventory.ParseEvent(id, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type == inventory.EventBought {
 				bought++
 			}
 		}

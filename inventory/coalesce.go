@@ -14,12 +14,14 @@ import (
 // under a crowd. A queued buy waits at most for one call of its sale to
 // complete before its own is sent.
 //
-// Calls of different sales that are ready at the same time go to Redis
-// together, as one pipeline (one round trip to each node), by the same
-// rule: a call that finds fewer than Pipelines pipelines in flight is sent
-// at once, and each pipeline that completes sends every call that became
-// ready meanwhile. Buys spread over many sales so share round trips as the
-// buys of one sale share script calls.
+// Calls of different sales on the same Redis node that are ready at the
+// same time go to it together, as one pipeline (one round trip), by the
+// same rule: a call that finds fewer than Pipelines pipelines in flight to
+// its node is sent at once, and each pipeline that completes sends every
+// call for that node that became ready meanwhile. Buys spread over many
+// sales so share round trips as the buys of one sale share script calls.
+// On a Redis Cluster each master has its own pipelines, so that a slow or
+// unanswering master stalls only the buys of its own sales.
 type Coalesce struct {
 	// Off sends every Buy as its own script call.
 	Off bool
@@ -28,8 +30,8 @@ type Coalesce struct {
 	// InFlight bounds the calls of one sale in flight at once, so that
 	// Redis works on one while the next is on its way. Default 2.
 	InFlight int
-	// Pipelines bounds the pipelines in flight at once, each carrying the
-	// ready calls of any number of sales. Default 2.
+	// Pipelines bounds the pipelines in flight at once to each Redis node,
+	// each carrying the ready calls of any number of its sales. Default 2.
 	Pipelines int
 }
 
@@ -89,7 +91,7 @@ func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
 	}
 	c.mu.Unlock()
 	if ready != nil {
-		c.e.pipes.submit(ctx, batch{c: c, waiters: ready})
+		c.e.pipes.of(ctx, c.sale).submit(ctx, batch{c: c, waiters: ready})
 	}
 	select {
 	case <-w.done:

@@ -85,7 +85,7 @@ type Engine struct {
 
 	coalesce   Coalesce
 	coalescers sync.Map // sale id -> *coalescer
-	pipes      pipeliner
+	pipes      pipeliners
 	soldOut    *soldOutFlags
 }
 
@@ -103,7 +103,10 @@ func New(rdb Client, opts Options) *Engine {
 		coalesce:    opts.Coalesce.withDefaults(),
 		soldOut:     newSoldOutFlags(opts.SoldOut, opts.Clock),
 	}
-	e.pipes.e = e
+	e.pipes.one.e = e
+	if f, ok := rdb.(masterFinder); ok {
+		e.pipes.finder = f
+	}
 	if e.prefix == "" {
 		e.prefix = "seckill"
 	}

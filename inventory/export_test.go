@@ -19,14 +19,17 @@ func ScriptSHA(name string) string {
 	return ""
 }
 
-// QueuedBuys counts the buys whose calls wait for the next pipeline.
+// QueuedBuys counts the buys whose calls wait for the next pipeline of
+// their node, over every node.
 func (e *Engine) QueuedBuys() int {
-	e.pipes.mu.Lock()
-	defer e.pipes.mu.Unlock()
 	n := 0
-	for _, b := range e.pipes.queue {
-		n += len(b.waiters)
-	}
+	e.pipes.each(func(p *pipeliner) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, b := range p.queue {
+			n += len(b.waiters)
+		}
+	})
 	return n
 }
 

@@ -3,22 +3,76 @@ package inventory
 import (
 	"context"
 	"sync"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// pipeliner sends the calls of different sales that are ready at the same
-// time together, as one pipeline: one round trip to each Redis node the
-// sales live on, however many sales. Each sale's coalescer still decides
-// what goes into its calls and how many of them are under way; the
-// pipeliner only decides when a call goes, with the same rule and no
-// timer: a call that finds fewer than Coalesce.Pipelines pipelines in
-// flight is sent at once (alone, at low load), and calls that become ready
-// meanwhile queue; each pipeline that completes sends everything queued as
-// the next one.
+// pipeliner sends the calls of different sales of one Redis node that are
+// ready at the same time together, as one pipeline: one round trip,
+// however many sales. Each sale's coalescer still decides what goes into
+// its calls and how many of them are under way; the pipeliner only decides
+// when a call goes, with the same rule and no timer: a call that finds
+// fewer than Coalesce.Pipelines pipelines in flight is sent at once
+// (alone, at low load), and calls that become ready meanwhile queue; each
+// pipeline that completes sends everything queued as the next one.
+//
+// There is one pipeliner per node (see pipeliners): a node that is slow or
+// does not answer holds only its own pipelines, and the sales of the other
+// nodes never queue behind it nor share a pipeline with it (a pipeline over
+// several nodes returns only when the slowest has answered).
 type pipeliner struct {
 	e        *Engine
 	mu       sync.Mutex
 	queue    []batch
 	inFlight int
+}
+
+// masterFinder is the part of a *redis.ClusterClient (or of a wrapper that
+// embeds one) that names the master owning a key's hash slot.
+type masterFinder interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// pipeliners holds an engine's pipeliners: one per master of a Redis
+// Cluster, keyed by its address, or a single one for a client that talks to
+// one node (or routes by itself, as a Ring). A sale's call goes to the
+// pipeliner of the master its slot map names at the time; after a failover
+// or a resharding the next call finds the new one. (A sale that stays busy
+// keeps its calls on the pipeliner of its first: each call that completes
+// queues the next behind it; the pick is made again once the sale was idle,
+// and after a rebuild.) A stale pick only costs batching and isolation:
+// go-redis still routes each command (and follows MOVED).
+type pipeliners struct {
+	finder masterFinder // nil: every call goes to one
+	one    pipeliner    // the single one, and the fallback when the slot map is unknown
+	byNode sync.Map     // node address -> *pipeliner
+}
+
+// of returns the pipeliner for the calls of saleID.
+func (ps *pipeliners) of(ctx context.Context, saleID string) *pipeliner {
+	if ps.finder == nil {
+		return &ps.one
+	}
+	// Every key of a sale shares its hash tag, so the tag names its slot.
+	node, err := ps.finder.MasterForKey(ctx, "{"+ps.one.e.prefix+":"+saleID+"}")
+	if err != nil {
+		return &ps.one // no slot map (yet): the call itself reports the trouble
+	}
+	addr := node.Options().Addr
+	if p, ok := ps.byNode.Load(addr); ok {
+		return p.(*pipeliner)
+	}
+	p, _ := ps.byNode.LoadOrStore(addr, &pipeliner{e: ps.one.e})
+	return p.(*pipeliner)
+}
+
+// each calls f with every pipeliner.
+func (ps *pipeliners) each(f func(p *pipeliner)) {
+	f(&ps.one)
+	ps.byNode.Range(func(_, p any) bool {
+		f(p.(*pipeliner))
+		return true
+	})
 }
 
 // batch is one sale's next call: its queued buys, in their order.
@@ -97,7 +151,9 @@ func (p *pipeliner) run(ctx context.Context, batches []batch) {
 				replies, err := p.e.runBuys(ctx, bcs)
 				c.deliver(ws, bcs, replies, err)
 				if next := c.next(); next != nil {
-					p.submit(ctx, batch{c: c, waiters: next})
+					// The rebuild may have followed a failover: ask again
+					// which node holds the sale.
+					p.e.pipes.of(ctx, c.sale).submit(ctx, batch{c: c, waiters: next})
 				}
 			}()
 			continue

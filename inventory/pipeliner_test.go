@@ -18,22 +18,27 @@ import (
 
 // roundTrips counts the script calls of a test's sales (their first key
 // under prefix) sent alone, by the sale in their first key, and the
-// pipelines that carried the others; it can hold the calls of one sale,
-// sent alone, until released.
+// pipelines that carried the others, and records each pipeline's sales; it
+// can hold the calls of some sales, sent alone, until released.
 type roundTrips struct {
 	prefix    string
 	mu        sync.Mutex
-	alone     map[string]int // sale -> calls sent alone
-	pipelines atomic.Int64   // pipelines with at least one call
-	pipelined atomic.Int64   // calls in them
-	hold      string         // the sale whose lone calls are held
-	gate      chan struct{}  // closed: held calls go on
-	enter     chan struct{}
+	alone     map[string]int  // sale -> calls sent alone
+	sent      [][]string      // the sales of each pipeline's calls, in order
+	pipelines atomic.Int64    // pipelines with at least one call
+	pipelined atomic.Int64    // calls in them
+	hold      map[string]bool // the sales whose lone calls are held
+	holdAfter bool            // held calls are held once they ran, not before
+	gate      chan struct{}   // closed: held calls go on
+	enter     chan struct{}   // one signal per held call
 }
 
-func countRoundTrips(rdb redis.UniversalClient, prefix, hold string) *roundTrips {
-	c := &roundTrips{prefix: prefix, alone: map[string]int{}, hold: hold,
-		gate: make(chan struct{}), enter: make(chan struct{}, 1)}
+func countRoundTrips(rdb redis.UniversalClient, prefix string, hold ...string) *roundTrips {
+	c := &roundTrips{prefix: prefix, alone: map[string]int{}, hold: map[string]bool{},
+		gate: make(chan struct{}), enter: make(chan struct{}, 16)}
+	for _, h := range hold {
+		c.hold[h] = true
+	}
 	rdb.AddHook(c)
 	return c
 }
@@ -61,7 +66,13 @@ func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			c.mu.Lock()
 			c.alone[sale]++
 			c.mu.Unlock()
-			if sale == c.hold {
+			if c.hold[sale] {
+				if c.holdAfter {
+					err := next(ctx, cmd)
+					c.enter <- struct{}{}
+					<-c.gate
+					return err
+				}
 				select {
 				case c.enter <- struct{}{}:
 				default:
@@ -75,13 +86,16 @@ func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		n := 0
+		var sales []string
 		for _, cmd := range cmds {
-			if c.saleOf(cmd) != "" {
-				n++
+			if sale := c.saleOf(cmd); sale != "" {
+				sales = append(sales, sale)
 			}
 		}
-		if n > 0 {
+		if n := len(sales); n > 0 {
+			c.mu.Lock()
+			c.sent = append(c.sent, sales)
+			c.mu.Unlock()
 			c.pipelines.Add(1)
 			c.pipelined.Add(int64(n))
 		}
@@ -95,10 +109,93 @@ func (c *roundTrips) aloneOf(sale string) int {
 	return c.alone[sale]
 }
 
+// entered waits for a held call to reach the hook.
+func (c *roundTrips) entered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.enter:
+	case <-time.After(waitfor.Patience): // a liveness bound, not a timing
+		t.Fatal("a held call was never sent")
+	}
+}
+
+// pipelinesSent returns the sales of each pipeline sent so far.
+func (c *roundTrips) pipelinesSent() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([][]string(nil), c.sent...)
+}
+
+// masterOf names the cluster master that owns sale's slot, or "" on a
+// backend that is not a cluster.
+func (r *rig) masterOf(sale string) string {
+	r.t.Helper()
+	cc, ok := r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(r.ctx, r.key(sale, "sale"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return node.Options().Addr
+}
+
+// firstPerMaster creates a sale on each master (one on a backend that is not
+// a cluster), named "first...": a test holds their calls to take the one
+// pipeline of every node.
+func (r *rig) firstPerMaster(stock int64) []string {
+	r.t.Helper()
+	masters := 1
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		slots, err := cc.ClusterSlots(r.ctx).Result()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		addrs := map[string]bool{}
+		for _, s := range slots {
+			addrs[s.Nodes[0].Addr] = true
+		}
+		masters = len(addrs)
+	}
+	var firsts []string
+	seen := map[string]bool{}
+	for i := 0; len(firsts) < masters; i++ {
+		id := fmt.Sprintf("first%d", i)
+		if m := r.masterOf(id); !seen[m] {
+			seen[m] = true
+			firsts = append(firsts, id)
+			r.create(inventory.Sale{ID: id, PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: stock}}})
+		}
+	}
+	return firsts
+}
+
+// onOneNodeEach checks that every pipeline sent carried the calls of one
+// node only, and returns how many each node got.
+func (r *rig) onOneNodeEach(t *testing.T, sent [][]string) map[string]int {
+	t.Helper()
+	per := map[string]int{}
+	for _, sales := range sent {
+		nodes := map[string]bool{}
+		for _, s := range sales {
+			nodes[r.masterOf(s)] = true
+		}
+		if len(nodes) != 1 {
+			t.Errorf("a pipeline of sales %v spans nodes %v, want one node", sales, nodes)
+		}
+		for n := range nodes {
+			per[n]++
+		}
+	}
+	return per
+}
+
 // TestSalesReadyTogetherShareAPipeline: buys of many sales that become
-// ready while a call is in flight (one pipeline at a time here) go to
-// Redis together, in one pipeline (and one more, for the script cache
-// flushed meanwhile: every node answers NOSCRIPT), not as a call each. Each
+// ready while a call is in flight (one pipeline at a time per node here)
+// go to Redis together, in one pipeline per node (and one more, for the
+// script cache flushed meanwhile: every node answers NOSCRIPT), not as a
+// call each; on a cluster, a pipeline carries the calls of one node. Each
 // buy gets its own outcome: a sale whose key holds the wrong type fails
 // with ErrCorrupt, a sale missing from Redis (no Loader) with ErrNotFound,
 // the second buyer of a sale's last unit with ErrSoldOut, while the other
@@ -107,7 +204,7 @@ func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1}, SoldOut: inventory.SoldOut{Off: true}})
 		oks := []string{"ok1", "ok2", "ok3", "ok4"}
-		for _, id := range append(oks, "first", "last", "bad") {
+		for _, id := range append(oks, "last", "bad") {
 			stock := int64(10)
 			if id == "last" {
 				stock = 1
@@ -117,7 +214,8 @@ func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 		if err := r.rdb.Set(r.ctx, r.key("bad", "bought"), "not a hash", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		trips := countRoundTrips(r.rdb, r.prefix, "first")
+		firsts := r.firstPerMaster(10)
+		trips := countRoundTrips(r.rdb, r.prefix, firsts...)
 
 		type outcome struct {
 			sale, user string
@@ -131,8 +229,10 @@ func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 				outcomes <- outcome{sale, user, rc, err}
 			}()
 		}
-		buy("first", "u1")
-		<-trips.enter // its call is in flight, held: the pipeline is taken
+		for _, id := range firsts {
+			buy(id, "u1")
+			trips.entered(t) // its call is in flight, held: its node's pipeline is taken
+		}
 		queued := 0
 		for _, s := range [][2]string{{"ok1", "u1"}, {"last", "u1"}, {"ok2", "u1"}, {"bad", "u1"},
 			{"last", "u2"}, {"ok3", "u1"}, {"gone", "u1"}, {"ok4", "u1"}} {
@@ -151,11 +251,12 @@ func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 		close(trips.gate)
 
 		got := map[string]outcome{}
-		for range queued + 1 {
+		for range queued + len(firsts) {
 			o := <-outcomes
 			got[o.sale+"/"+o.user] = o
 		}
-		for _, k := range []string{"first/u1", "ok1/u1", "ok2/u1", "ok3/u1", "ok4/u1", "last/u1"} {
+		for _, id := range append(append([]string{}, firsts...), "ok1", "ok2", "ok3", "ok4", "last") {
+			k := id + "/u1"
 			if o := got[k]; o.err != nil || len(o.rc.Remaining) != 1 || o.rc.Order.SaleID != o.sale || o.rc.Order.UserID != o.user {
 				t.Errorf("%s: %+v, %v; want its own order", k, o.rc, o.err)
 			}
@@ -168,7 +269,7 @@ func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 				t.Errorf("%s: %v, want %v", k, err, want)
 			}
 		}
-		for _, id := range append(oks, "first", "last") {
+		for _, id := range append(append(oks, firsts...), "last") {
 			if held := r.held(id); held["u1|A"] != 1 || len(held) != 1 {
 				t.Errorf("sale %s: held %v, want u1 1", id, held)
 			}
@@ -176,14 +277,33 @@ func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 
 		// The queued sales' calls: none alone (the missing sale's second
 		// try, after its failed rebuild, aside: none here, it has no
-		// Loader), all in one pipeline and its NOSCRIPT reload.
-		for _, id := range append(oks, "last", "bad") {
-			if n := trips.aloneOf(id); n != 0 {
-				t.Errorf("sale %s: %d calls sent alone, want 0 (pipelined)", id, n)
+		// Loader), all in one pipeline per node and its NOSCRIPT reload.
+		// On a cluster, a node that got only one of the 8 calls sends it
+		// alone (a pipeline of one).
+		queuedOn := map[string]int{}
+		for _, id := range append(oks, "last", "last", "bad", "gone") {
+			queuedOn[r.masterOf(id)]++
+		}
+		shared, wantPipelined := 0, 0
+		for _, n := range queuedOn {
+			if n > 1 {
+				shared++
+				wantPipelined += n
 			}
 		}
-		if p, n := trips.pipelines.Load(), trips.pipelined.Load(); p < 1 || p > 2 || n < 8 {
-			t.Errorf("%d pipelines carrying %d calls, want 1 and its reload, with the 8 calls", p, n)
+		for _, id := range append(oks, "last", "bad") {
+			if n, q := trips.aloneOf(id), queuedOn[r.masterOf(id)]; n != 0 && (q > 1 || n > 1) {
+				t.Errorf("sale %s: %d calls sent alone, want 0 (pipelined with the %d of its node)", id, n, q)
+			}
+		}
+		per := r.onOneNodeEach(t, trips.pipelinesSent())
+		for node, q := range queuedOn {
+			if p := per[node]; q > 1 && (p < 1 || p > 2) {
+				t.Errorf("node %q: %d pipelines, want 1 and its reload", node, p)
+			}
+		}
+		if p, n := trips.pipelines.Load(), trips.pipelined.Load(); len(per) != shared || n < int64(wantPipelined) {
+			t.Errorf("%d pipelines to %d nodes carrying %d calls, want to the %d nodes of the %d calls, with them", p, len(per), n, shared, wantPipelined)
 		}
 	})
 }
@@ -303,39 +423,40 @@ func TestPipelineLostRepliesFinishEachBuyAlone(t *testing.T) {
 	}
 }
 
-// TestClusterPipelineReloadsOnlyWhereMissing: on a Redis Cluster a pipeline
-// of sales on every master is split by node; with the script cache of one
-// master flushed, only that master's calls answer NOSCRIPT and are sent
-// again by their source, and every buy succeeds.
+// TestClusterPipelineReloadsOnlyWhereMissing: on a Redis Cluster the calls
+// of sales on every master go in one pipeline per master; with the script
+// cache of one master flushed, only that master's calls answer NOSCRIPT and
+// are sent again by their source, and every buy succeeds.
 func TestClusterPipelineReloadsOnlyWhereMissing(t *testing.T) {
 	b := backends[2]
 	r := newRig(t, b, inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1}})
-	cc := r.rdb.(*redis.ClusterClient)
 	if err := r.eng.Preload(r.ctx); err != nil {
 		t.Fatal(err)
 	}
 	var sales []string
 	byNode := map[string]int{}
-	var flushed *redis.Client
+	flushed := ""
 	for i := 0; len(byNode) < 3 || len(sales) < 12; i++ {
 		id := fmt.Sprintf("s%d", i)
 		r.create(inventory.Sale{ID: id, PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
-		node, err := cc.MasterForKey(r.ctx, r.key(id, "sale"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if flushed == nil {
+		node := r.masterOf(id)
+		if flushed == "" {
 			flushed = node
 		}
 		sales = append(sales, id)
-		byNode[node.Options().Addr]++
+		byNode[node]++
 	}
-	r.create(inventory.Sale{ID: "first", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
-	trips := countRoundTrips(r.rdb, r.prefix, "first")
+	// A held call on every master takes its one pipeline. It is held once
+	// it ran, so that it reloads nothing into the flushed master's cache.
+	firsts := r.firstPerMaster(10)
+	trips := countRoundTrips(r.rdb, r.prefix, firsts...)
+	trips.holdAfter = true
 
-	errs := make(chan error, len(sales)+1)
-	go func() { _, err := r.eng.Buy(r.ctx, "first", "u1", lines("A", 1), ""); errs <- err }()
-	<-trips.enter
+	errs := make(chan error, len(sales)+len(firsts))
+	for _, id := range firsts {
+		go func() { _, err := r.eng.Buy(r.ctx, id, "u1", lines("A", 1), ""); errs <- err }()
+		trips.entered(t)
+	}
 	for i, id := range sales {
 		go func() { _, err := r.eng.Buy(r.ctx, id, "u1", lines("A", 1), ""); errs <- err }()
 		waitfor.Until(t, waitfor.Patience, "the buy queued for the next pipeline", func() error {
@@ -345,12 +466,18 @@ func TestClusterPipelineReloadsOnlyWhereMissing(t *testing.T) {
 			return nil
 		})
 	}
-	if err := flushed.ScriptFlush(r.ctx).Err(); err != nil {
+	err := r.rdb.(*redis.ClusterClient).ForEachMaster(r.ctx, func(ctx context.Context, n *redis.Client) error {
+		if n.Options().Addr != flushed {
+			return nil
+		}
+		return n.ScriptFlush(ctx).Err()
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	reloads := r.eng.ScriptReloads()
 	close(trips.gate)
-	for range len(sales) + 1 {
+	for range len(sales) + len(firsts) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
@@ -363,13 +490,18 @@ func TestClusterPipelineReloadsOnlyWhereMissing(t *testing.T) {
 			t.Errorf("sale %s: %d calls alone, want 0", id, n)
 		}
 	}
-	// The held call of "first" may be on the flushed node too: it reloads
-	// alone, through luascript.Run.
-	want := int64(byNode[flushed.Options().Addr])
-	if got := r.eng.ScriptReloads() - reloads; got != want && got != want+1 {
+	want := int64(byNode[flushed])
+	if got := r.eng.ScriptReloads() - reloads; got != want {
 		t.Errorf("%d calls reloaded, want the %d of the flushed master (%v)", got, want, byNode)
 	}
-	if p := trips.pipelines.Load(); p != 2 {
-		t.Errorf("%d pipelines, want 2: all the sales, then the flushed master's again", p)
+	sent := trips.pipelinesSent()
+	per := r.onOneNodeEach(t, sent)
+	if p := trips.pipelines.Load(); p != 4 || len(per) != 3 || per[flushed] != 2 {
+		t.Errorf("%d pipelines, per node %v: want 4, one per master, then the flushed master's again", p, per)
+	}
+	if len(sent) > 0 {
+		if again := sent[len(sent)-1]; len(again) != byNode[flushed] || r.masterOf(again[0]) != flushed {
+			t.Errorf("the last pipeline carried %v, want the %d calls of the flushed master", again, byNode[flushed])
+		}
 	}
 }

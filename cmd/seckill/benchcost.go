@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seckill/seckill/bench/http/cost"
+	"github.com/seckill/seckill/cmd/seckill/cost"
 )
 
 // costMode reports whether bench's arguments ask for --cost (before any

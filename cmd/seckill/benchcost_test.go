@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/seckill/bench/http/cost"
+	"github.com/seckill/seckill/cmd/seckill/cost"
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
 )

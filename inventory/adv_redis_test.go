@@ -505,3 +505,29 @@ func TestAdvThrottleLongWindowOnMiniredis(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvLargeHeldCountOnMiniredis: a buy that leaves a buyer holding many
+// units (a per-user limit of a million, one order of 5e6... here 4e6 units)
+// allocates no more than a few MB on miniredis. buy.lua memoizes the held
+// counts it formats in a table indexed by the count: gopher-lua fills every
+// array slot below an integer key under 2^26.
+func TestAdvLargeHeldCountOnMiniredis(t *testing.T) {
+	c, _ := redistest.Mini(t)
+	eng := inventory.New(c, inventory.Options{Prefix: redistest.Prefix(t, c)})
+	ctx := t.Context()
+	if err := eng.CreateSale(ctx, inventory.Sale{ID: "s1", PerUserLimit: 1e8, Items: []inventory.Item{{SKU: "A", Stock: 1e8}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.BuyWith(ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u0", Lines: lines("A", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := eng.BuyWith(ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 4000000)}); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+		t.Errorf("one buy of 4e6 units allocated %d MB", got>>20)
+	}
+}

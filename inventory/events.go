@@ -22,7 +22,8 @@ type EventType string
 //	created:   items ("A=100,B=-1"), limit, start, end (unix ms, 0 none), paused ("1"/"0")
 //	bought:    order, user, items ("A=1,B=2"), key (idempotency key or ""),
 //	           as buy.lua wrote it before the one-field entry (a stream may
-//	           still hold such entries; they decode alike)
+//	           still hold such entries; they decode alike; a reader older
+//	           than the one-field entry fails on it, so readers upgrade first)
 //	cancelled: order, user, items, key, created (the order's creation, unix ms)
 //	restocked: sku, qty, remaining
 //	moved:     sku, qty (negative out of the sale, positive into it), move

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +92,39 @@ func FuzzParseEvent(f *testing.F) {
 	})
 }
 
+// FuzzParseBoughtEvent: any one-field bought entry (buy.lua's, "<order
+// id>|<record>") either fails with ErrCorrupt or decodes to a pending order
+// of the id before the first '|', whose record (the rest) decodes alike and
+// whose time is the event's; with a "type" field it is read the old way.
+func FuzzParseBoughtEvent(f *testing.F) {
+	for _, v := range []string{"s1.01JD0000000000000000000000|p|u1|1700000000000|A=1,B=2|k", "o|p|u|1|A=1|",
+		"o|c|u|1|A=1|", "|p|u|1|A=1|", "o|p|u|x|A=1|", "o|p|u|1|A=-1|", "o", "o|p|u|1|A=1|k|with|bars", ""} {
+		f.Add(v, false)
+	}
+	f.Fuzz(func(t *testing.T, v string, typed bool) {
+		values := map[string]any{"bought": v}
+		if typed {
+			values["type"] = "bought" // an old entry: no "at", no order
+		}
+		ev, err := ParseEvent("s1", redis.XMessage{ID: "1-0", Values: values})
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not match ErrCorrupt", err)
+			}
+			return
+		}
+		if typed {
+			t.Fatalf("an entry typed bought with no at decoded as %+v", ev)
+		}
+		id, rec, _ := strings.Cut(v, "|")
+		want, err := decodeRecord(id, "s1", rec)
+		if err != nil || ev.Type != EventBought || ev.ID != "1-0" || ev.SaleID != "s1" || id == "" ||
+			!reflect.DeepEqual(ev.Order, want) || want.Status != OrderPending || !ev.At.Equal(want.CreatedAt) {
+			t.Fatalf("bought %q decoded as %+v; the record decodes as %+v, %v", v, ev, want, err)
+		}
+	})
+}
+
 // FuzzEventRoundTrip: the events the scripts write (the fields of
 // buy.lua's, cancel.lua's and create.lua's XADD) decode to the order or
 // sale they were written for.
@@ -111,6 +145,13 @@ func FuzzEventRoundTrip(f *testing.F) {
 		ev, err := ParseEvent("s1", redis.XMessage{ID: "1-1", Values: bought})
 		if err != nil || ev.Type != EventBought || !reflect.DeepEqual(ev.Order, o) {
 			t.Fatalf("bought event of %+v decoded as %+v, %v", o, ev.Order, err)
+		}
+		// buy.lua's one-field entry: the order id and the record.
+		packed := map[string]any{"bought": id + "|" + encodeRecord(o)}
+		ev, err = ParseEvent("s1", redis.XMessage{ID: "1-4", Values: packed})
+		if err != nil || ev.Type != EventBought || !reflect.DeepEqual(ev.Order, o) || !ev.At.Equal(o.CreatedAt) ||
+			ev.ID != "1-4" || ev.SaleID != "s1" {
+			t.Fatalf("one-field bought event of %+v decoded as %+v, %v", o, ev, err)
 		}
 		cancelled := map[string]any{"type": "cancelled", "order": id, "user": user, "items": formatLines(lines), "key": key,
 			"at": strconv.FormatInt(ms+1, 10), "created": strconv.FormatInt(ms, 10)}

@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,6 +64,72 @@ func TestBuyThrottle(t *testing.T) {
 		_, err = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u4", Lines: lines("A", 1), Throttle: &bucket})
 		if !errors.Is(err, inventory.ErrCorrupt) {
 			t.Errorf("junk throttle state: %v, want ErrCorrupt", err)
+		}
+	})
+}
+
+// TestThrottleStateAcrossWindows: a buyer's throttle state is kept in the
+// hash of the window its TAT passes in, and found from the window before:
+// a burst spent just before a window's end, or whose TAT passes in the
+// next window, still throttles the next buy. The hashes expire once their
+// states have passed, so the state of buyers gone is not kept.
+func TestThrottleStateAcrossWindows(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		bucket, err := ratelimit.PerSecond(2, 2).Bucket() // 3 at once, then 2 a second: a TAT 1.5 s ahead
+		if err != nil {
+			t.Fatal(err)
+		}
+		const window = 2048 // ms: the power of two past 1.5 s (throttleWindow)
+		base := r.clock.Now().UnixMilli()/window*window + 10*window
+		var hashes, users []string // the hashes the states can be in; the buyers
+		for _, c := range []struct {
+			name      string
+			at, after int64 // ms past a window's start: the burst, the next buy
+		}{
+			{"TAT in the next window", 1000, 1001},
+			{"burst at a window's end, next buy in the next window", window - 10, window + 5},
+		} {
+			user := fmt.Sprintf("u%d", base)
+			users = append(users, user)
+			base += 4 * window
+			r.clock.Set(time.UnixMilli(base + c.at))
+			req := inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: lines("A", 1), Throttle: &bucket}
+			for i := range 3 {
+				if _, err := r.eng.BuyWith(r.ctx, req); err != nil {
+					t.Fatalf("%s: buy %d of the burst: %v", c.name, i+1, err)
+				}
+			}
+			hashes = append(hashes, r.eng.ThrottleKeys("s1", bucket, r.clock.Now())...)
+			r.clock.Set(time.UnixMilli(base + c.after))
+			if _, err := r.eng.BuyWith(r.ctx, req); !errors.Is(err, inventory.ErrThrottled) {
+				t.Errorf("%s: the buy after the burst: %v, want ErrThrottled", c.name, err)
+			}
+			r.clock.Set(time.UnixMilli(base + c.at + 500))
+			if _, err := r.eng.BuyWith(r.ctx, req); err != nil {
+				t.Errorf("%s: half a second after the burst: %v", c.name, err)
+			}
+		}
+		// Every hash holding states expires, within two windows.
+		found := 0
+		for _, k := range hashes {
+			ttl, err := r.rdb.PTTL(r.ctx, k).Result()
+			if err != nil || ttl == -2*time.Nanosecond { // no such key
+				continue
+			}
+			found++
+			if ttl <= 0 || ttl > 2*window*time.Millisecond+time.Millisecond {
+				t.Errorf("%s: PTTL %v; want (0, two windows]", k, ttl)
+			}
+		}
+		if found == 0 {
+			t.Errorf("none of the hashes %v holds a state", hashes)
+		}
+		for _, u := range users {
+			if n, err := r.rdb.Exists(r.ctx, r.key("s1", "throttle:"+u)).Result(); err != nil || n != 0 {
+				t.Errorf("a per-buyer throttle key of %s: %d, %v; want none", u, n, err)
+			}
 		}
 	})
 }

@@ -531,3 +531,80 @@ func TestAdvLargeHeldCountOnMiniredis(t *testing.T) {
 		t.Errorf("one buy of 4e6 units allocated %d MB", got>>20)
 	}
 }
+
+// TestAdvBatchEqualsSequence: a batch runs its buys in order as if each
+// were alone: random batches mixing repeats (idempotency keys and resent
+// order ids), purchase tokens, throttled and unthrottled buyers, the same
+// buyer several times, short stock and the per-user limit, are answered
+// as the same buys sent one at a time (at the same script time) on a twin
+// sale; the stock, quotas and events end alike.
+func TestAdvBatchEqualsSequence(t *testing.T) {
+	bucket, err := ratelimit.PerSecond(1, 2).Bucket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		rng := rand.New(rand.NewPCG(7, 15))
+		batch, seq := newRig(t, b, inventory.Options{}), newRig(t, b, inventory.Options{})
+		seq.clock = batch.clock
+		seq.eng = inventory.New(seq.rdb, inventory.Options{Prefix: seq.prefix, Clock: batch.clock, ScriptClock: batch.clock})
+		sale := inventory.Sale{ID: "s1", PerUserLimit: 40, Items: []inventory.Item{{SKU: "A", Stock: 150}, {SKU: "B", Stock: 40}}}
+		batch.create(sale)
+		seq.create(sale)
+		describe := func(rc inventory.Receipt, err error) string {
+			if err != nil {
+				return err.Error()
+			}
+			return fmt.Sprintf("ok items %v remaining %v replayed %v retried %v", rc.Order.Items, rc.Remaining, rc.Replayed, rc.Retried)
+		}
+		var sent []inventory.BuyRequest // earlier requests, to resend
+		for round := 0; round < 60; round++ {
+			n := 1 + rng.IntN(6)
+			reqs := make([]inventory.BuyRequest, n)
+			for i := range reqs {
+				if len(sent) > 0 && rng.IntN(5) == 0 {
+					reqs[i] = sent[rng.IntN(len(sent))] // a resend: same order id, key, token
+					continue
+				}
+				u := rng.IntN(6)
+				req := inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprint("u", u), IgnoreSoldOutFlags: true,
+					OrderID: inventory.NewOrderID("s1")}
+				if rng.IntN(2) == 0 {
+					req.Lines = lines("A", 1+rng.IntN(2))
+				} else {
+					req.Lines = lines("A", 1, "B", 1)
+				}
+				if rng.IntN(3) == 0 {
+					req.IdempotencyKey = fmt.Sprint("k", rng.IntN(3))
+				}
+				if rng.IntN(3) == 0 {
+					req.Token, req.TokenTTL = fmt.Sprint("t", round, "-", rng.IntN(2)), time.Minute
+				}
+				if u < 3 {
+					req.Throttle = &bucket
+				}
+				reqs[i] = req
+			}
+			sent = append(sent, reqs...)
+			res := batch.eng.BuyMany(batch.ctx, reqs)
+			for i, req := range reqs {
+				rc, err := seq.eng.BuyWith(seq.ctx, req)
+				got, want := describe(res[i].Receipt, res[i].Err), describe(rc, err)
+				if got != want {
+					t.Errorf("round %d buy %d of %d (%s %v key %q token %q throttled %v): in the batch %s; alone %s",
+						round, i+1, n, req.UserID, req.Lines, req.IdempotencyKey, req.Token, req.Throttle != nil, got, want)
+				}
+			}
+			batch.clock.Set(batch.clock.Now().Add(time.Duration(rng.IntN(1500)) * time.Millisecond))
+		}
+		if a, b := fmt.Sprint(batch.remaining("s1")), fmt.Sprint(seq.remaining("s1")); a != b {
+			t.Errorf("remaining: batched %s, one at a time %s", a, b)
+		}
+		if a, b := fmt.Sprint(batch.held("s1")), fmt.Sprint(seq.held("s1")); a != b {
+			t.Errorf("held: batched %s, one at a time %s", a, b)
+		}
+		if a, b := len(batch.events("s1")), len(seq.events("s1")); a != b {
+			t.Errorf("events: batched %d, one at a time %d", a, b)
+		}
+	})
+}

@@ -69,10 +69,12 @@ type BuyRequest struct {
 	// a field of "{<prefix>:<sale>}:tat:<window>:<n>", a hash of the states
 	// that pass in one window of time, which expires once they all have:
 	// see buy.lua), so it works on Redis Cluster alike. A buyer's state is
-	// found by buckets whose window (throttleWindow) is the same: changing
-	// a sale's limit so that its longest wait crosses a power of two ms
-	// starts its buyers afresh. A sold-out flag may refuse a buy before it
-	// counts (see SoldOut).
+	// found only by buckets whose window (throttleWindow) is the same,
+	// whoever else shares the buy's batch: changing a sale's limit so that
+	// its longest wait crosses a power of two ms starts its buyers afresh.
+	// A state survives a step back of Redis's clock of up to its window (1
+	// s at least). A sold-out flag may refuse a buy before it counts (see
+	// SoldOut).
 	Throttle *ratelimit.Bucket
 	// Token, when set, is the id of a single-use purchase token the buy
 	// must spend (1 to 64 characters from A-Z a-z 0-9 _ . : -). The buy is
@@ -216,7 +218,9 @@ const maxThrottleUnits = 1 << 52
 // throttle states in for bucket b (0 for none): the smallest power of two,
 // at least 1024, no shorter than the longest a state of b is kept (its
 // whole capacity's wait, plus the ms gcra_take rounds up), so that a live
-// state is in the hash of the window now falls in or the next one.
+// state is in the hash of the window now falls in or the next one (or the
+// one after, when the clock has stepped back by up to a window since the
+// state was written: buy.lua reads all three).
 func throttleWindow(b ratelimit.Bucket) int64 {
 	if b.Rate == 0 {
 		return 0

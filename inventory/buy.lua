@@ -9,12 +9,19 @@
 --         maps a user to their rate-limit state (a GCRA TAT, see gcra_take,
 --         prepended with script_now) for the states whose TAT passes
 --         (expiry, in unix ms, see below) in [n*w, (n+1)*w), and expires
---         at (n+1)*w, when every state it holds has passed. w is the buy's
+--         at (n+1)*w, when every state it holds has passed (by the server's
+--         clock, which both TIME and key expiry read). w is the buy's
 --         throttle window: a power of two ms no shorter than the longest a
 --         state of its bucket can be needed (throttleWindow, in buy.go), so
---         a buyer's live state is in one of the two hashes n = now/w and
---         now/w + 1; of two states found, the later TAT is the buyer's
---         (a buyer's TAT only ever moves forward)
+--         on a clock that only moves forward a buyer's live state is in one
+--         of the hashes n = now/w and now/w + 1. The script reads now/w + 2
+--         too, so that after the clock steps back by up to a window (TIME
+--         after a failover to a server whose clock is behind, an NTP step)
+--         a state filed before the step is still found. Of the states
+--         found, the later TAT is the buyer's (a buyer's TAT only ever moves
+--         forward). A buy's state is looked up in its own throttle's
+--         window's hashes only, so that its decision never depends on who
+--         else is in the batch
 -- KEYS[7] the start of the spent purchase tokens' keys: KEYS[7] .. token
 --         exists once an accepted buy has spent the token
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
@@ -132,21 +139,25 @@ end
 -- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i] and
 -- its quantities qtys[bf[b] + i].
 local user, id, key, lines, nlines, at, bf = {}, {}, {}, {}, {}, {}, {}
-local rate, period, capacity, window, window_ms = {}, {}, {}, {}, {} -- by throttle
+local rate, period, capacity, window = {}, {}, {}, {} -- by throttle
 local throttle, token, token_ttl = {}, {}, {} -- by buy
 local skus, sku_seen = {}, {}
 local bought_fields, qtys, idem_fields = {}, {}, {}
-local throttled, throttle_users = {}, {} -- users with a throttle, once each
-local windows, window_seen = {}, {} -- the throttles' windows, once each
+-- The throttles' windows, once each: windows[i] (ms, a string), and for
+-- each its users, once each (win_users[i]), and their states (win_state[i],
+-- by user). wi[t] is throttle t's window's place i.
+local windows, window_at, win_users, win_state, wi = {}, {}, {}, {}, {}
 local spent, token_keys = {}, {} -- tokens to spend, once each
 local a = 4
 for t = 1, tonumber(ARGV[3]) do
   rate[t], period[t], capacity[t], window[t] = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3]
-  window_ms[t] = tonumber(window[t])
-  if not window_seen[window[t]] then
-    window_seen[window[t]] = true
-    windows[#windows + 1] = window[t]
+  local i = window_at[window[t]]
+  if not i then
+    i = #windows + 1
+    windows[i], win_users[i], win_state[i] = window[t], {}, {}
+    window_at[window[t]] = i
   end
+  wi[t] = i
   a = a + 4
 end
 for b = 1, count do
@@ -154,9 +165,12 @@ for b = 1, count do
   user[b], id[b], key[b], lines[b] = u, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   throttle[b], token[b], token_ttl[b] = num(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
   nlines[b] = num(ARGV[a + 7])
-  if throttle[b] > 0 and throttled[u] == nil then
-    throttled[u] = false
-    throttle_users[#throttle_users + 1] = u
+  if throttle[b] > 0 then
+    local i = wi[throttle[b]]
+    if win_state[i][u] == nil then
+      win_state[i][u] = false
+      win_users[i][#win_users[i] + 1] = u
+    end
   end
   a = a + 8
   if token[b] ~= '' and spent[token[b]] == nil then
@@ -220,8 +234,9 @@ v = hmget(KEYS[3], id)
 for b = 1, count do orders[id[b]] = v[b] or false end
 v = hmget(KEYS[4], idem_fields)
 for i, f in ipairs(idem_fields) do idem[f] = v[i] or false end
--- throttled[user]: the buyer's stored TAT, false for none; of two, the
--- later (or one gcra_take does not parse, so that it is found corrupt)
+-- win_state[i][user]: the buyer's stored TAT in window i's hashes, false
+-- for none; of several, the latest (or one gcra_take does not parse, so
+-- that it is found corrupt)
 local function later(a, b)
   if not a then return b end
   local ua, ra = string.match(a, '^(%d+):(%d+)$')
@@ -232,12 +247,13 @@ local function later(a, b)
   if ub > ua or ub == ua and rb > ra then return b end
   return a
 end
-for _, w in ipairs(windows) do
+for i, w in ipairs(windows) do
   local n = math.floor(now_ms / tonumber(w))
-  for d = 0, 1 do
-    v = hmget(KEYS[6] .. w .. ':' .. string.format('%d', n + d), throttle_users)
-    for i, u in ipairs(throttle_users) do
-      if v[i] then throttled[u] = later(throttled[u], v[i]) end
+  local users, state = win_users[i], win_state[i]
+  for d = 0, 2 do
+    v = hmget(KEYS[6] .. w .. ':' .. string.format('%d', n + d), users)
+    for j, u in ipairs(users) do
+      if v[j] then state[u] = later(state[u], v[j]) end
     end
   end
 end
@@ -301,7 +317,10 @@ end
 -- Writes, gathered for the end; dirty lists each changed key once.
 local new_orders, new_idem, new_spent = {}, {}, {}
 local dirty_rem, dirty_held = {}, {}
-local dirty_throttle, throttle_ttl, throttle_window = {}, {}, {}
+-- dirty_throttle: the states to write, as window place, user, window
+-- place, user, ...; throttle_ttl[i][user]: how long its state is needed
+local dirty_throttle, throttle_ttl = {}, {}
+for i = 1, #windows do throttle_ttl[i] = {} end
 local sold = {} -- units of unlimited skus sold by this batch
 
 -- buy_one runs buy b; the lists of unknown, over-limit and short skus are
@@ -319,12 +338,16 @@ local function buy_one(b)
 
   local t = throttle[b]
   if t > 0 then
-    local ok, debt, state, ttl = gcra_take(throttled[u], now_us, rate[t], period[t], capacity[t], 1)
+    local i = wi[t]
+    local ok, debt, state, ttl = gcra_take(win_state[i][u], now_us, rate[t], period[t], capacity[t], 1)
     if ok == nil then return {8, 'throttle:' .. u} end
     if not ok then return {9, debt} end
-    throttled[u] = state
-    if not throttle_ttl[u] then dirty_throttle[#dirty_throttle + 1] = u end
-    throttle_ttl[u], throttle_window[u] = ttl, t
+    win_state[i][u] = state
+    if not throttle_ttl[i][u] then
+      dirty_throttle[#dirty_throttle + 1] = i
+      dirty_throttle[#dirty_throttle + 1] = u
+    end
+    throttle_ttl[i][u] = ttl
   end
   if token[b] ~= '' and spent[token[b]] then return {15} end
   if not_selling then return not_selling end
@@ -428,17 +451,13 @@ for _, sku in ipairs(skus) do
   end
 end
 if #sale_writes > 0 then hset(KEYS[1], sale_writes) end
--- The counts held repeat a few small numbers: format each once.
-local held_writes, formatted = {}, {}
+-- (No table here is indexed by a count or a window's number: the embedded
+-- server's Lua, gopher-lua, fills every array slot below an integer key
+-- under 2^26, so such a table would take GBs.)
+local held_writes = {}
 for _, f in ipairs(dirty_held) do
-  local h = held[f]
-  local s = formatted[h]
-  if not s then
-    s = string.format('%d', h)
-    formatted[h] = s
-  end
   held_writes[#held_writes + 1] = f
-  held_writes[#held_writes + 1] = s
+  held_writes[#held_writes + 1] = string.format('%d', held[f])
 end
 if #held_writes > 0 then hset(KEYS[2], held_writes) end
 if #new_orders > 0 then hset(KEYS[3], new_orders) end
@@ -446,25 +465,22 @@ if #new_idem > 0 then hset(KEYS[4], new_idem) end
 -- A throttle's state is kept until its TAT has passed, in the hash of the
 -- window its expiry falls in (see KEYS[6]); a spent token as long as it
 -- could still be presented.
-local tat_writes, tat_ttl, tats = {}, {}, {} -- by hash; tats[w][n]: its writes
-for _, u in ipairs(dirty_throttle) do
-  local t = throttle_window[u]
-  local n = math.floor((now_ms + throttle_ttl[u]) / window_ms[t])
-  local in_w = tats[t]
-  if not in_w then
-    in_w = {}
-    tats[t] = in_w
-  end
-  local writes = in_w[n]
+local tat_writes, tat_ttl, tats = {}, {}, {} -- by hash; tats[key]: its writes
+for j = 1, #dirty_throttle, 2 do
+  local i, u = dirty_throttle[j], dirty_throttle[j + 1]
+  local w = tonumber(windows[i])
+  local n = math.floor((now_ms + throttle_ttl[i][u]) / w)
+  local hkey = KEYS[6] .. windows[i] .. ':' .. string.format('%d', n)
+  local writes = tats[hkey]
   if not writes then
     writes = {}
-    in_w[n] = writes
+    tats[hkey] = writes
     tat_writes[#tat_writes + 1] = writes
-    tat_ttl[#tat_ttl + 1] = (n + 1) * window_ms[t] - now_ms + 1
-    writes.key = KEYS[6] .. window[t] .. ':' .. string.format('%d', n)
+    tat_ttl[#tat_ttl + 1] = (n + 1) * w - now_ms + 1
+    writes.key = hkey
   end
   writes[#writes + 1] = u
-  writes[#writes + 1] = throttled[u]
+  writes[#writes + 1] = win_state[i][u]
 end
 for i, writes in ipairs(tat_writes) do
   hset(writes.key, writes)

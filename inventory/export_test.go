@@ -33,12 +33,12 @@ func (e *Engine) QueuedBuys() int {
 	return n
 }
 
-// ThrottleKeys returns the keys of the two hashes buy.lua looks for a
+// ThrottleKeys returns the keys of the three hashes buy.lua looks for a
 // buyer's throttle state of bucket b in at time now: the window now falls
-// in, then the next.
+// in, then the next two.
 func (e *Engine) ThrottleKeys(saleID string, b ratelimit.Bucket, now time.Time) []string {
 	w := throttleWindow(b)
 	n := now.UnixMilli() / w
 	k := e.keys(saleID).throttle + strconv.FormatInt(w, 10) + ":"
-	return []string{k + strconv.FormatInt(n, 10), k + strconv.FormatInt(n+1, 10)}
+	return []string{k + strconv.FormatInt(n, 10), k + strconv.FormatInt(n+1, 10), k + strconv.FormatInt(n+2, 10)}
 }

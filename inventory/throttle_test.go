@@ -133,3 +133,44 @@ func TestThrottleStateAcrossWindows(t *testing.T) {
 		}
 	})
 }
+
+// TestThrottleClockStepBackOfAWindow: the script's clock (Redis's TIME)
+// may step back, after a failover to a server whose clock is behind or an
+// NTP step. A buyer's state filed before the step is still found after a
+// step back of up to a window (the script reads the window now falls in
+// and the next two): a buyer who has just spent PerSecond(1, 0)'s burst,
+// whose TAT is filed in the next window, is refused at the first ms of
+// the window before (a step back of a whole window and 30 ms), as the old
+// per-key state refused it (a debt only grows when the clock goes back).
+func TestThrottleClockStepBackOfAWindow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		bucket, err := ratelimit.PerSecond(1, 0).Bucket()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const window = 1024 // ms: the power of two past 1 s (throttleWindow)
+		edge := r.clock.Now().UnixMilli()/window*window + 10*window
+		r.clock.Set(time.UnixMilli(edge + 30)) // the TAT, ~edge+1030, is in the next window
+		req := inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), Throttle: &bucket}
+		if _, err := r.eng.BuyWith(r.ctx, req); err != nil {
+			t.Fatalf("first buy: %v", err)
+		}
+		for _, back := range []int64{1, 31, window, window + 30} {
+			r.clock.Set(time.UnixMilli(edge + 30 - back))
+			_, err := r.eng.BuyWith(r.ctx, req)
+			var te *inventory.ThrottledError
+			if !errors.As(err, &te) {
+				t.Errorf("a buy %d ms earlier by the script's clock: %v, want throttled", back, err)
+				continue
+			}
+			if want := time.Duration(1000+back) * time.Millisecond; te.RetryAfter < want {
+				t.Errorf("a buy %d ms earlier: retry after %v, want at least %v", back, te.RetryAfter, want)
+			}
+		}
+		if rem := r.remaining("s1")["A"]; rem != 99 {
+			t.Errorf("remaining %d, want 99: the buyer bought more than PerSecond(1, 0) allows", rem)
+		}
+	})
+}

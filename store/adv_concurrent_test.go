@@ -139,3 +139,33 @@ func TestAdvConcurrentOverlappingApplies(t *testing.T) {
 		}
 	})
 }
+
+// TestAdvReusedStreamIDStoresTheOrder: a stream id seen before comes again
+// with another order (Redis lost the stream's tail or all of it, and the
+// new master's clock is behind: XADD * hands out ids the consumer applied
+// already, and nothing moves the new stream past the journal's newest id).
+// The second order is an accepted buy: it must be stored, once. Before
+// migration 008's plain inserts it was dropped silently (its journal rows
+// "were there"); now Apply fails with a unique violation on every retry, so
+// the consumer never acknowledges the batch and none of its orders land.
+func TestAdvReusedStreamIDStoresTheOrder(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		must(t, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "r", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}}}))
+		e := newEvents("r")
+		first := e.bought("u1", line("A", 1))
+		must(t, s.Apply(ctx, "r", []inventory.Event{first}))
+		again := e.bought("u2", line("A", 1))
+		again.ID, again.At = first.ID, first.At // the same id, another buy
+		other := e.bought("u3", line("A", 1))   // and a buy after it
+		err := s.Apply(ctx, "r", []inventory.Event{again, other})
+		if err != nil && !errors.Is(err, ErrPermanent) {
+			t.Errorf("Apply of a reused stream id: %v (retryable: the consumer retries it forever and stores nothing of the batch)", err)
+		}
+		for _, ev := range []inventory.Event{first, again, other} {
+			if _, err := s.Order(ctx, ev.Order.ID); err != nil {
+				t.Errorf("order %s of an accepted buy: %v", ev.Order.ID, err)
+			}
+		}
+	})
+}

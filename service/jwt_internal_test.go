@@ -281,8 +281,6 @@ func FuzzHS256(f *testing.F) {
 	})
 }
 
-
-
 // BenchmarkJWTLibrary is the old path, for comparison with BenchmarkUserOf.
 func BenchmarkJWTLibrary(b *testing.B) {
 	now := time.Now().Unix()

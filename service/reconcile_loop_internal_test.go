@@ -55,40 +55,11 @@ func TestReconcileLoopRepairsDriftTwoPassesFind(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			var logs logBuffer
 			cfg := stack(t)
-			cfg.Addr, cfg.ReconcileEvery, cfg.SampleEvery = "127.0.0.1:0", -1, -1 // passes by hand, below
-			cfg.Pipeline = pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}
-			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			s, err := Start(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				_ = s.Shutdown(sctx)
-			})
-			must := func(err error) {
-				t.Helper()
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			sale := inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
-			must(s.db.CreateSale(ctx, store.Sale{Sale: sale}))
-			must(s.eng.CreateSale(ctx, sale))
-			_, err = s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 2}}, "")
+			s, logs, must := startByHand(t, cfg)
+			_, err := s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 2}}, "")
 			must(err)
-			settle := func() {
-				t.Helper()
-				for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-					if lag, err := pipeline.ReadLag(ctx, s.rdb, s.eng, "s1"); err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
-						return
-					}
-				}
-				t.Fatal("the consumer did not catch up")
-			}
+			settle := func() { t.Helper(); settleS1(t, s) }
 			settle()
 			remaining := func() int64 {
 				t.Helper()
@@ -185,41 +156,12 @@ func TestReconcileLoopLeavesDegradedModeToTheRecovery(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Standalone(t)
 	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
-	cfg.Addr, cfg.ReconcileEvery, cfg.SampleEvery = "127.0.0.1:0", -1, -1 // passes by hand, below
 	// Degraded mode on, its ticks by hand: the tick at start only.
 	cfg.DegradedTick, cfg.DegradedGrace = time.Hour, 20*time.Millisecond
-	cfg.Pipeline = pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}
-	var logs logBuffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	sale := inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
-	must(s.db.CreateSale(ctx, store.Sale{Sale: sale}))
-	must(s.eng.CreateSale(ctx, sale))
-	_, err = s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "k1")
+	s, logs, must := startByHand(t, cfg)
+	_, err := s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "k1")
 	must(err)
-	settle := func() {
-		t.Helper()
-		for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if lag, err := pipeline.ReadLag(ctx, s.rdb, s.eng, "s1"); err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
-				return
-			}
-		}
-		t.Fatal("the consumer did not catch up")
-	}
+	settle := func() { t.Helper(); settleS1(t, s) }
 	settle()
 	remaining := func() int64 {
 		t.Helper()
@@ -291,4 +233,47 @@ func TestReconcileLoopLeavesDegradedModeToTheRecovery(t *testing.T) {
 	if n := len(repairs()); n != len(got) || remaining() != 7 {
 		t.Errorf("passes after the recovery repaired: %d repairs (the recovery's %d), remaining %d", n, len(got), remaining())
 	}
+}
+
+// startByHand starts a service on cfg whose reconcile passes and samples
+// the test runs by hand, logging into the returned buffer, with sale s1
+// (item A, stock 10, limit 2) in the database and Redis; must fails the
+// test on an error.
+func startByHand(t *testing.T, cfg Config) (*Service, *logBuffer, func(error)) {
+	t.Helper()
+	ctx := context.Background()
+	logs := &logBuffer{}
+	cfg.Addr, cfg.ReconcileEvery, cfg.SampleEvery = "127.0.0.1:0", -1, -1
+	cfg.Pipeline = pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sale := inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+	must(s.db.CreateSale(ctx, store.Sale{Sale: sale}))
+	must(s.eng.CreateSale(ctx, sale))
+	return s, logs, must
+}
+
+// settleS1 waits until the consumer has stored everything s1's stream holds.
+func settleS1(t *testing.T, s *Service) {
+	t.Helper()
+	for deadline := time.Now().Add(waitfor.Patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if lag, err := pipeline.ReadLag(context.Background(), s.rdb, s.eng, "s1"); err == nil && lag.Entries == 0 && lag.Oldest.IsZero() {
+			return
+		}
+	}
+	t.Fatal("the consumer did not catch up")
 }

@@ -19,6 +19,14 @@
 -- ARGV[1] owner token
 -- ARGV[2] id of the last event the snapshot reflects: every event up to it
 --         is in the snapshot ("" none, "+" do not check)
+-- ARGV[3] the floor: the newest event id the system of record has seen
+--         ("" none). The live sale's stream generates ids above it only:
+--         a stream lost with Redis and made again on a clock behind the
+--         lost ids would hand out ids the system of record already holds
+--         (and skips as applied). The stream's last generated id is moved
+--         up to the floor by adding an entry with the floor's id and
+--         deleting it at once (XSETID does the same, but the embedded
+--         server lacks it); the consumer group, if any, never sees it.
 --
 -- Reply: {0} live now, {1} the sale was there already (staging discarded),
 --        {12, id} the stream generated an event newer than the snapshot; id
@@ -64,6 +72,22 @@ end
 if redis.call('EXISTS', KEYS[7]) == 0 then
   discard()
   return {13}
+end
+
+-- The floor: the first write. Its id is above the stream's last, so the
+-- XADD cannot fail on it.
+if ARGV[3] ~= '' then
+  local last = ''
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    local info = redis.call('XINFO', 'STREAM', KEYS[5])
+    for i = 1, #info - 1, 2 do
+      if info[i] == 'last-generated-id' then last = info[i + 1] end
+    end
+  end
+  if newer(ARGV[3], last) then
+    redis.call('XADD', KEYS[5], ARGV[3], 'floor', '1')
+    redis.call('XDEL', KEYS[5], ARGV[3])
+  end
 end
 
 -- Whatever is left of the lost sale is replaced by the snapshot.

@@ -50,6 +50,13 @@ type Snapshot struct {
 	// EventsIgnored skips the check, for a system of record that is not fed
 	// from the stream.
 	EventsApplied string
+	// NewestEvent is the id of the newest event of the sale's stream the
+	// system of record has seen ("" for none). The rebuilt sale's stream
+	// never hands out an id at or below it: were the stream lost with
+	// Redis and generated again on a server whose clock is behind the old
+	// ids, new events would take ids the system of record already holds,
+	// and one that tells events apart by id would skip them as applied.
+	NewestEvent string
 	// Moves are the sale's records of moves of units out of it and into it
 	// (Engine.Move) that the system of record holds. A rebuilt sale gets
 	// them back, so that a move that reached it is not applied again and a
@@ -118,6 +125,9 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 	if err != nil {
 		return false, err
 	}
+	if snap.NewestEvent != "" && !isEventID(snap.NewestEvent) {
+		return false, fmt.Errorf("%w: snapshot of sale %s: newest event id %q", ErrCorrupt, saleID, snap.NewestEvent)
+	}
 	stageKeys := [4]string{k.stage(token, "sale"), k.stage(token, "bought"), k.stage(token, "orders"), k.stage(token, "idem")}
 	ttl := max(2*e.lockTTL, time.Minute).Milliseconds()
 	var calls []call
@@ -135,7 +145,7 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 	}
 	reply, err := e.run.run(ctx, commitScript,
 		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3]},
-		token, snap.EventsApplied)
+		token, snap.EventsApplied, snap.NewestEvent)
 	if err != nil {
 		return false, err
 	}
@@ -243,6 +253,15 @@ func validateSnapshotSale(s Sale) error {
 	}
 	s.Items = items
 	return ValidateSale(s)
+}
+
+// isEventID: id is a stream entry id as Redis generates them, "<ms>-<seq>"
+// with both parts in uint64 and not 0-0.
+func isEventID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	m, err1 := strconv.ParseUint(ms, 10, 64)
+	n, err2 := strconv.ParseUint(seq, 10, 64)
+	return ok && err1 == nil && err2 == nil && (m > 0 || n > 0) && ms == strconv.FormatUint(m, 10) && seq == strconv.FormatUint(n, 10)
 }
 
 func newToken() string {

@@ -249,13 +249,42 @@ func (s *Store) Snapshot(ctx context.Context, saleID string) (inventory.Snapshot
 		if snap.Orders, err = s.readOrders(ctx, tx, "o.sale_id = ?", saleID); err != nil {
 			return err
 		}
-		snap.Moves, err = s.readMoves(ctx, tx, saleID)
+		if snap.Moves, err = s.readMoves(ctx, tx, saleID); err != nil {
+			return err
+		}
+		snap.NewestEvent, err = s.newestEvent(ctx, tx, saleID)
 		return err
 	})
 	if err != nil && !errors.Is(err, inventory.ErrNotFound) {
 		return inventory.Snapshot{}, fmt.Errorf("store: snapshot of sale %s: %w", saleID, err)
 	}
 	return snap, err
+}
+
+// newestEventSQL orders a sale's event ids ("<ms>-<seq>") as numbers, the
+// newest first: ids are text, and "9-0" sorts after "10-0" as text.
+var newestEventSQL = map[string]string{
+	Postgres: `SELECT event_id FROM (
+		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?) e
+		WHERE event_id ~ '^[0-9]{1,19}-[0-9]{1,19}$'
+		ORDER BY split_part(event_id, '-', 1)::numeric DESC, split_part(event_id, '-', 2)::numeric DESC LIMIT 1`,
+	SQLite: `SELECT event_id FROM (
+		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?)
+		WHERE event_id GLOB '[0-9]*-[0-9]*' AND event_id NOT GLOB '*[^0-9-]*'
+		ORDER BY CAST(substr(event_id, 1, instr(event_id, '-') - 1) AS INTEGER) DESC,
+			CAST(substr(event_id, instr(event_id, '-') + 1) AS INTEGER) DESC LIMIT 1`,
+}
+
+// newestEvent returns the id of the newest event of the sale's stream the
+// database has seen, applied (the journal) or dead-lettered; "" for none.
+func (s *Store) newestEvent(ctx context.Context, q querier, saleID string) (string, error) {
+	rows, err := s.query(ctx, q, newestEventSQL[s.dialect], saleID, saleID)
+	if err != nil {
+		return "", err
+	}
+	var id string
+	err = scanEach(rows, func() error { return rows.Scan(&id) })
+	return id, err
 }
 
 // readMoves returns the sale's moves; a move out has arrived when its peer

@@ -103,7 +103,7 @@ type saleJSON struct {
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	var st inventory.SaleState
 	var err error
-	if s.deg.redisSells() {
+	if s.seller.RedisSells() {
 		st, err = s.eng.Stock(ctx, id)
 	} else {
 		st, err = s.stockInDB(ctx, id) // the database sells: its numbers are the live ones
@@ -314,28 +314,9 @@ func (s *Service) setPaused(paused bool) handler {
 	}
 }
 
-// pauseSale pauses or resumes the sale where it sells: in Redis (the
-// database follows through the stream), or, in degraded mode, in the
-// database, whose buys read the flag under the sale's lock (Redis gets it
-// with the repair that ends degraded mode). While nobody sells (the grace
-// period after a switch, a recovery) it answers 503: a recovery may have
-// repaired the sale in Redis already.
+// pauseSale pauses or resumes the sale where it sells (failover.Seller.Pause).
 func (s *Service) pauseSale(ctx context.Context, id string, paused bool) error {
-	if s.deg.redisSells() {
-		if paused {
-			return s.eng.Pause(ctx, id)
-		}
-		return s.eng.Resume(ctx, id)
-	}
-	m, _ := s.deg.sells()
-	if m.Mode != store.ModeDB {
-		return errUnavailable
-	}
-	err := s.db.SetPaused(ctx, m.Epoch, id, paused, time.Now())
-	if errors.Is(err, store.ErrModeChanged) {
-		return errUnavailable
-	}
-	return err
+	return s.seller.Pause(ctx, id, paused)
 }
 
 func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
@@ -395,7 +376,7 @@ func (s *Service) ready(w http.ResponseWriter, r *http.Request) error {
 	// the last tick, so that a check can tell an instance that still sells
 	// from the database (degraded mode) from one that cannot sell at all.
 	sells := "redis"
-	if m, redis := s.deg.sells(); !redis {
+	if m, redis := s.seller.Sells(); !redis {
 		sells = m.Mode
 	}
 	if redisErr != nil || dbErr != nil {

@@ -150,20 +150,20 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 // A buy's user limit is left to the buy itself when sale.userInBuy is set.
 func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string) error {
 	if sale.user != nil && (what != "u" || sale.userInBuy == nil) {
-		if err := s.allow(r, "user", what+":"+user, sale.user); err != nil {
+		if err := s.allow(r.Context(), "user", what+":"+user, sale.user); err != nil {
 			return err
 		}
 	}
 	if sale.ip != nil {
 		// No address when not over TCP (a test's fake request): nothing to limit.
 		if ip := s.clientIP(r); ip.IsValid() {
-			if err := s.allow(r, "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
+			if err := s.allow(r.Context(), "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
 				return err
 			}
 		}
 	}
 	if sale.sale != nil {
-		return s.allow(r, "sale", "s:"+sale.ID, sale.sale)
+		return s.allow(r.Context(), "sale", "s:"+sale.ID, sale.sale)
 	}
 	return nil
 }
@@ -172,14 +172,14 @@ func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string
 // did not answer this instance's last ping, the in-process fallback
 // answers at once: buys from the database (degraded mode) must not wait
 // for Redis's timeouts.
-func (s *Service) allow(r *http.Request, scope, key string, limit *ratelimit.Limit) error {
+func (s *Service) allow(ctx context.Context, scope, key string, limit *ratelimit.Limit) error {
 	var res ratelimit.Result
 	var err error
-	if s.deg.redisUnreachable() {
-		res, err = s.local.Allow(r.Context(), key, *limit)
+	if s.seller.RedisUnreachable() {
+		res, err = s.local.Allow(ctx, key, *limit)
 		s.live.lastFallback.Store(time.Now().UnixNano())
 	} else {
-		res, err = s.limiter.Allow(r.Context(), key, *limit)
+		res, err = s.limiter.Allow(ctx, key, *limit)
 	}
 	if err != nil {
 		return err

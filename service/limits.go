@@ -102,7 +102,7 @@ func trustedPrefix(p string) (netip.Prefix, error) {
 }
 
 // checkSaleLimits validates a sale's own limits, as given at its creation.
-func checkSaleLimits(r store.RateLimits) error {
+func checkSaleLimits(r RateLimits) error {
 	for _, c := range []struct{ field, spec string }{{"per_user", r.PerUser}, {"per_ip", r.PerIP}, {"per_sale", r.PerSale}} {
 		if c.spec == "" {
 			continue
@@ -119,6 +119,7 @@ func checkSaleLimits(r store.RateLimits) error {
 // nil is off.
 type saleSettings struct {
 	store.Sale
+	SaleSettings
 	user, ip, sale *ratelimit.Limit
 	// userInBuy is the user limit's bucket when buy.lua checks it itself,
 	// in the buy's own call, after answering a repeat (a GCRA limit); nil:
@@ -126,7 +127,7 @@ type saleSettings struct {
 	userInBuy *ratelimit.Bucket
 }
 
-func (s *Service) resolve(sale store.Sale) saleSettings {
+func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
 	own := func(spec string, def *ratelimit.Limit) *ratelimit.Limit {
 		if spec == "" {
 			return def
@@ -134,8 +135,9 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 		l, _ := parseLimitSpec(spec) // checked at creation
 		return l
 	}
-	st := saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
-		ip: own(sale.RateLimits.PerIP, s.limits.ip), sale: own(sale.RateLimits.PerSale, s.limits.sale)}
+	rl := settings.RateLimits
+	st := saleSettings{Sale: sale, SaleSettings: settings, user: own(rl.PerUser, s.limits.user),
+		ip: own(rl.PerIP, s.limits.ip), sale: own(rl.PerSale, s.limits.sale)}
 	if st.user != nil {
 		if b, err := st.user.Bucket(); err == nil { // a GCRA limit
 			st.userInBuy = &b

@@ -224,6 +224,22 @@ func (f *Seller) Sells() (store.SellMode, bool) {
 	return f.mode, f.fromRedis.Load()
 }
 
+// MayRebuild says whether a sale lost from Redis may be rebuilt there from
+// the database now: only while the mode row says Redis sells (read now, not
+// as of the last tick). Otherwise it is inventory.ErrFenced: never rebuild a
+// sale in Redis while the database sells it; Redis gets it back through the
+// repair that ends degraded mode.
+func (f *Seller) MayRebuild(ctx context.Context) error {
+	m, err := f.db.SellMode(ctx)
+	if err != nil {
+		return err
+	}
+	if m.Mode != store.ModeRedis {
+		return inventory.ErrFenced
+	}
+	return nil
+}
+
 // changed recomputes fromRedis; f.mu is held.
 func (f *Seller) changed() {
 	f.fromRedis.Store((!f.known || f.mode.Mode == store.ModeRedis) && !f.restarted)

@@ -411,12 +411,8 @@ func (s *Service) secrets() {
 // stream is read first: if every entry is acknowledged (so committed), the
 // database holds everything the stream said.
 func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapshot, error) {
-	// Never rebuild a sale in Redis while the database sells it: Redis gets
-	// it back through the repair that ends degraded mode.
-	if m, err := s.db.SellMode(ctx); err != nil {
+	if err := s.seller.MayRebuild(ctx); err != nil {
 		return inventory.Snapshot{}, err
-	} else if m.Mode != store.ModeRedis {
-		return inventory.Snapshot{}, inventory.ErrFenced
 	}
 	applied, err := pipeline.Applied(ctx, s.rdb, s.eng, saleID)
 	if err != nil {

@@ -90,20 +90,20 @@ type itemJSON struct {
 }
 
 type saleJSON struct {
-	ID                   string            `json:"id"`
-	Status               string            `json:"status"`
-	PerUserLimit         int64             `json:"per_user_limit"`
-	StartsAt             *time.Time        `json:"starts_at,omitempty"`
-	EndsAt               *time.Time        `json:"ends_at,omitempty"`
-	RequirePurchaseToken bool              `json:"require_purchase_token"`
-	RateLimits           *store.RateLimits `json:"rate_limits,omitempty"`
-	Items                []itemJSON        `json:"items"`
+	ID                   string      `json:"id"`
+	Status               string      `json:"status"`
+	PerUserLimit         int64       `json:"per_user_limit"`
+	StartsAt             *time.Time  `json:"starts_at,omitempty"`
+	EndsAt               *time.Time  `json:"ends_at,omitempty"`
+	RequirePurchaseToken bool        `json:"require_purchase_token"`
+	RateLimits           *RateLimits `json:"rate_limits,omitempty"`
+	Items                []itemJSON  `json:"items"`
 }
 
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	var st inventory.SaleState
 	var err error
-	if s.deg.redisSells() {
+	if s.seller.RedisSells() {
 		st, err = s.eng.Stock(ctx, id)
 	} else {
 		st, err = s.stockInDB(ctx, id) // the database sells: its numbers are the live ones
@@ -117,7 +117,7 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	}
 	b := saleJSON{ID: id, Status: string(st.Status), PerUserLimit: st.Sale.PerUserLimit,
 		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items))}
-	if settings.RateLimits != (store.RateLimits{}) {
+	if settings.RateLimits != (RateLimits{}) {
 		b.RateLimits = &settings.RateLimits
 	}
 	if t := st.Sale.StartsAt; !t.IsZero() {
@@ -154,20 +154,27 @@ func (s *Service) stockInDB(ctx context.Context, id string) (inventory.SaleState
 }
 
 type createSaleRequest struct {
-	ID                   *string           `json:"id"`
-	PerUserLimit         *int64            `json:"per_user_limit"`
-	StartsAt             *string           `json:"starts_at"`
-	EndsAt               *string           `json:"ends_at"`
-	RequirePurchaseToken *bool             `json:"require_purchase_token"`
-	RateLimits           *store.RateLimits `json:"rate_limits"`
+	ID                   *string     `json:"id"`
+	PerUserLimit         *int64      `json:"per_user_limit"`
+	StartsAt             *string     `json:"starts_at"`
+	EndsAt               *string     `json:"ends_at"`
+	RequirePurchaseToken *bool       `json:"require_purchase_token"`
+	RateLimits           *RateLimits `json:"rate_limits"`
 	Items                []struct {
 		SKU   *string `json:"sku"`
 		Stock *int64  `json:"stock"`
 	} `json:"items"`
 }
 
-func (req createSaleRequest) sale() (store.Sale, error) {
-	var sale store.Sale
+// newSale is a sale to create: the engine's definition and the service's
+// settings.
+type newSale struct {
+	inventory.Sale
+	SaleSettings
+}
+
+func (req createSaleRequest) sale() (newSale, error) {
+	var sale newSale
 	if req.ID == nil {
 		return sale, errInvalid("id is required")
 	}
@@ -218,11 +225,11 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	sale, err := req.sale()
+	def, err := req.sale()
 	if err != nil {
 		return err
 	}
-	sale.CreatedAt = time.Now().UTC()
+	sale := store.Sale{Sale: def.Sale, Settings: def.SaleSettings.encode(), CreatedAt: time.Now().UTC()}
 	// The database first: it is the system of record, and the one that says
 	// whether the id is taken. Then Redis; if Redis holds a sale of that id
 	// already (left from an earlier database), the create is undone.
@@ -314,28 +321,9 @@ func (s *Service) setPaused(paused bool) handler {
 	}
 }
 
-// pauseSale pauses or resumes the sale where it sells: in Redis (the
-// database follows through the stream), or, in degraded mode, in the
-// database, whose buys read the flag under the sale's lock (Redis gets it
-// with the repair that ends degraded mode). While nobody sells (the grace
-// period after a switch, a recovery) it answers 503: a recovery may have
-// repaired the sale in Redis already.
+// pauseSale pauses or resumes the sale where it sells (failover.Seller.Pause).
 func (s *Service) pauseSale(ctx context.Context, id string, paused bool) error {
-	if s.deg.redisSells() {
-		if paused {
-			return s.eng.Pause(ctx, id)
-		}
-		return s.eng.Resume(ctx, id)
-	}
-	m, _ := s.deg.sells()
-	if m.Mode != store.ModeDB {
-		return errUnavailable
-	}
-	err := s.db.SetPaused(ctx, m.Epoch, id, paused, time.Now())
-	if errors.Is(err, store.ErrModeChanged) {
-		return errUnavailable
-	}
-	return err
+	return s.seller.Pause(ctx, id, paused)
 }
 
 func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
@@ -375,7 +363,11 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 		}
 		return saleSettings{}, err
 	}
-	settings := s.resolve(sale)
+	own, err := settingsOf(sale)
+	if err != nil {
+		return saleSettings{}, err
+	}
+	settings := s.resolve(sale, own)
 	s.saleCache.Set(saleID, settings, now+int64(cachedSettingsTTL), now)
 	return settings, nil
 }
@@ -395,7 +387,7 @@ func (s *Service) ready(w http.ResponseWriter, r *http.Request) error {
 	// the last tick, so that a check can tell an instance that still sells
 	// from the database (degraded mode) from one that cannot sell at all.
 	sells := "redis"
-	if m, redis := s.deg.sells(); !redis {
+	if m, redis := s.seller.Sells(); !redis {
 		sells = m.Mode
 	}
 	if redisErr != nil || dbErr != nil {

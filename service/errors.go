@@ -2,15 +2,13 @@ package service
 
 import (
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/failover"
 	"github.com/seckill/seckill/inventory"
 )
 
@@ -40,6 +38,10 @@ var (
 	errUnauthenticated = &apiError{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
 	errForbidden       = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "this token does not grant that"}
 	errTokenDenied     = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "a valid, unused X-Purchase-Token for this sale is required"}
+	// errTokensNeedRedis refuses a buy of a sale that requires purchase
+	// tokens while the database sells: a token's single use is kept in Redis.
+	errTokensNeedRedis = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 1,
+		Message: "this sale requires purchase tokens, which are checked in redis; it does not sell while the database sells (degraded mode): retry when redis is back"}
 )
 
 // toAPI is the one table from errors to HTTP answers. Anything it does not
@@ -76,22 +78,13 @@ func toAPI(err error) *apiError {
 			Message: "this Idempotency-Key was used for a buy of other items; resend the same items, or use a new key"}
 	case errors.As(err, &inactive):
 		return &apiError{Status: http.StatusConflict, Code: "sale_not_active", Message: "the sale is " + string(inactive.Status)}
-	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, errRedisRestarted),
-		isRedisDown(err), isPoolBusy(err):
+	case errors.Is(err, failover.ErrTokensNeedRedis):
+		return errTokensNeedRedis
+	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, failover.ErrRedisRestarted),
+		failover.RedisDown(err), isPoolBusy(err):
 		return errUnavailable
 	}
 	return errInternal
-}
-
-// isRedisDown: a dial error, a timeout, a broken or closed connection —
-// Redis (or the database) did not answer. Not a pool timeout (isPoolBusy).
-func isRedisDown(err error) bool {
-	var netErr net.Error
-	if isPoolBusy(err) {
-		return false
-	}
-	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // isPoolBusy: every connection of the client's pool stayed busy for its

@@ -36,7 +36,7 @@ import (
 //
 //   - every acknowledged order is confirmed in the database, also the ones
 //     Redis lost before the order consumer had read them: the instance that
-//     acknowledged them is alive and hands them over (degraded.go's ring)
+//     acknowledged them is alive and hands them over (failover's ack ring)
 //     before the restarted or promoted Redis sells again;
 //   - the reconciliation loop repairs Redis from the database, so that its
 //     counters, order records and buyers' counts equal the database's;

@@ -175,7 +175,7 @@ func FuzzSaleRateLimits(f *testing.F) {
 	f.Add("5/day", "x", "-1/s")
 	f.Add("off ", "OFF", "100/m,alg=sliding-window")
 	f.Fuzz(func(t *testing.T, perUser, perIP, perSale string) {
-		rl := store.RateLimits{PerUser: perUser, PerIP: perIP, PerSale: perSale}
+		rl := RateLimits{PerUser: perUser, PerIP: perIP, PerSale: perSale}
 		err := checkSaleLimits(rl)
 		valid := func(spec string) bool {
 			_, perr := ratelimit.ParseLimit(spec)
@@ -190,7 +190,7 @@ func FuzzSaleRateLimits(f *testing.F) {
 		}
 		def := ratelimit.PerSecond(1, 1)
 		s := &Service{limits: limits{user: &def, ip: &def, sale: &def}}
-		got := s.resolve(store.Sale{RateLimits: rl})
+		got := s.resolve(store.Sale{}, SaleSettings{RateLimits: rl})
 		for _, c := range []struct {
 			spec string
 			got  *ratelimit.Limit

@@ -102,7 +102,7 @@ func trustedPrefix(p string) (netip.Prefix, error) {
 }
 
 // checkSaleLimits validates a sale's own limits, as given at its creation.
-func checkSaleLimits(r store.RateLimits) error {
+func checkSaleLimits(r RateLimits) error {
 	for _, c := range []struct{ field, spec string }{{"per_user", r.PerUser}, {"per_ip", r.PerIP}, {"per_sale", r.PerSale}} {
 		if c.spec == "" {
 			continue
@@ -119,6 +119,7 @@ func checkSaleLimits(r store.RateLimits) error {
 // nil is off.
 type saleSettings struct {
 	store.Sale
+	SaleSettings
 	user, ip, sale *ratelimit.Limit
 	// userInBuy is the user limit's bucket when buy.lua checks it itself,
 	// in the buy's own call, after answering a repeat (a GCRA limit); nil:
@@ -126,7 +127,7 @@ type saleSettings struct {
 	userInBuy *ratelimit.Bucket
 }
 
-func (s *Service) resolve(sale store.Sale) saleSettings {
+func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
 	own := func(spec string, def *ratelimit.Limit) *ratelimit.Limit {
 		if spec == "" {
 			return def
@@ -134,8 +135,9 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 		l, _ := parseLimitSpec(spec) // checked at creation
 		return l
 	}
-	st := saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
-		ip: own(sale.RateLimits.PerIP, s.limits.ip), sale: own(sale.RateLimits.PerSale, s.limits.sale)}
+	rl := settings.RateLimits
+	st := saleSettings{Sale: sale, SaleSettings: settings, user: own(rl.PerUser, s.limits.user),
+		ip: own(rl.PerIP, s.limits.ip), sale: own(rl.PerSale, s.limits.sale)}
 	if st.user != nil {
 		if b, err := st.user.Bucket(); err == nil { // a GCRA limit
 			st.userInBuy = &b
@@ -150,20 +152,20 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 // A buy's user limit is left to the buy itself when sale.userInBuy is set.
 func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string) error {
 	if sale.user != nil && (what != "u" || sale.userInBuy == nil) {
-		if err := s.allow(r, "user", what+":"+user, sale.user); err != nil {
+		if err := s.allow(r.Context(), "user", what+":"+user, sale.user); err != nil {
 			return err
 		}
 	}
 	if sale.ip != nil {
 		// No address when not over TCP (a test's fake request): nothing to limit.
 		if ip := s.clientIP(r); ip.IsValid() {
-			if err := s.allow(r, "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
+			if err := s.allow(r.Context(), "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
 				return err
 			}
 		}
 	}
 	if sale.sale != nil {
-		return s.allow(r, "sale", "s:"+sale.ID, sale.sale)
+		return s.allow(r.Context(), "sale", "s:"+sale.ID, sale.sale)
 	}
 	return nil
 }
@@ -172,14 +174,14 @@ func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string
 // did not answer this instance's last ping, the in-process fallback
 // answers at once: buys from the database (degraded mode) must not wait
 // for Redis's timeouts.
-func (s *Service) allow(r *http.Request, scope, key string, limit *ratelimit.Limit) error {
+func (s *Service) allow(ctx context.Context, scope, key string, limit *ratelimit.Limit) error {
 	var res ratelimit.Result
 	var err error
-	if s.deg.redisUnreachable() {
-		res, err = s.local.Allow(r.Context(), key, *limit)
+	if s.seller.RedisUnreachable() {
+		res, err = s.local.Allow(ctx, key, *limit)
 		s.live.lastFallback.Store(time.Now().UnixNano())
 	} else {
-		res, err = s.limiter.Allow(r.Context(), key, *limit)
+		res, err = s.limiter.Allow(ctx, key, *limit)
 	}
 	if err != nil {
 		return err

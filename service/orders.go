@@ -37,6 +37,10 @@ func orderBody(o inventory.Order, remaining []int64) orderJSON {
 	return b
 }
 
+// buy decodes a buy, checks what the service checks (the buyer, the
+// request, the per-IP and per-sale limits, the purchase token's signature)
+// and makes it with one call to the seller, which sells it from Redis or,
+// in degraded mode, from the database.
 func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	user, err := s.auth.buyer(r)
 	if err != nil {
@@ -63,26 +67,18 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if err := s.throttle(r, settings, user, "u"); err != nil {
 		return err
 	}
-	if !s.deg.beginRedisBuy() {
-		return s.buyOnDB(w, r, settings, user, lines, key)
+	var token purchaseToken // spent by the buy itself, only if it is accepted
+	if settings.RequirePurchaseToken {
+		if token, err = s.checkPurchaseToken(settings.ID, user, r.Header.Get("X-Purchase-Token")); err != nil {
+			return err
+		}
 	}
-	began := time.Now()
-	rc, err := s.buyOnRedis(r, settings, user, lines, key)
+	rc, err := s.seller.Buy(r.Context(), inventory.BuyRequest{SaleID: settings.ID, UserID: user, Lines: lines,
+		IdempotencyKey: key, Throttle: settings.userInBuy, Token: token.nonce, TokenTTL: token.ttl})
 	if err != nil {
 		if retry, ok := throttledFor(err); ok {
 			return s.limited("user", settings.user, retry)
 		}
-	}
-	if err == nil || !isAPIError(err) {
-		s.metrics.observeBuy(err, time.Since(began))
-	}
-	if errors.Is(err, inventory.ErrFenced) || err != nil && isRedisDown(err) {
-		if _, ok := s.deg.dbSells(); ok { // the mode changed while the buy was on its way
-			return s.buyOnDB(w, r, settings, user, lines, key)
-		}
-		return errUnavailable
-	}
-	if err != nil {
 		return err
 	}
 	status := http.StatusCreated
@@ -106,74 +102,33 @@ func throttledFor(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// isAPIError: err is (or wraps) an answer the service made itself.
-func isAPIError(err error) bool {
-	var api *apiError
-	return errors.As(err, &api)
+// observeBuy counts a buy that Redis or the database answered (the
+// seller's Observe).
+func (s *Service) observeBuy(err error, took time.Duration, db bool) {
+	s.metrics.observeBuy(err, took)
+	if db {
+		s.metrics.dbBuys.WithLabelValues(resultOf(err)).Inc()
+	}
 }
 
-// buyOnRedis checks the purchase token, if the sale requires one (buy.lua
-// spends it, only if the buy is accepted), and buys from Redis, for a buy counted on its way by beginRedisBuy; it records how
-// the buy ended (endRedisBuy). The order id is chosen here, so that a buy
-// whose outcome stays unknown is kept under it (degraded.go: unsure buys).
-func (s *Service) buyOnRedis(r *http.Request, settings saleSettings, user string, lines []inventory.Line, key string) (rc inventory.Receipt, err error) {
-	var buy inventory.BuyRequest // sent once it has an order id
-	defer func() { s.deg.endRedisBuy(buy, rc, err) }()
-	var token purchaseToken // spent by the buy itself, only if it is accepted
-	if settings.RequirePurchaseToken {
-		if token, err = s.checkPurchaseToken(settings.ID, user, r.Header.Get("X-Purchase-Token")); err != nil {
-			return rc, err
-		}
+// observeMode sets the degraded-mode gauge (the seller's OnMode).
+func (s *Service) observeMode(m store.SellMode) {
+	v := 0.0
+	if m.Mode != store.ModeRedis {
+		v = 1
 	}
-	buy = inventory.BuyRequest{SaleID: settings.ID, UserID: user, Lines: lines, IdempotencyKey: key, Throttle: settings.userInBuy,
-		OrderID: inventory.NewOrderID(settings.ID), Token: token.nonce, TokenTTL: token.ttl}
-	rc, err = s.eng.BuyWith(r.Context(), buy)
-	if errors.Is(err, inventory.ErrFenced) && s.deg.liftStaleFence(r.Context(), settings.ID) {
-		rc, err = s.eng.BuyWith(r.Context(), buy)
-	}
-	return rc, err
+	s.metrics.degraded.Set(v)
 }
 
-// errTokensNeedRedis refuses a buy of a sale that requires purchase tokens
-// while the database sells: a token's single use is kept in Redis.
-var errTokensNeedRedis = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 1,
-	Message: "this sale requires purchase tokens, which are checked in redis; it does not sell while the database sells (degraded mode): retry when redis is back"}
-
-// buyOnDB buys on the database in degraded mode, or answers 503 while
-// nobody sells (the grace period after the switch, a recovery). It keeps
-// the defences of a buy from Redis: the buyer's rate limit, which buy.lua
-// checks itself for Redis buys (the other limits were checked before);
-// the pause, read under the sale's lock; purchase tokens, by refusing.
-func (s *Service) buyOnDB(w http.ResponseWriter, r *http.Request, settings saleSettings, user string, lines []inventory.Line, key string) error {
-	m, ok := s.deg.dbSells()
-	if !ok {
-		return errUnavailable
-	}
-	if settings.RequirePurchaseToken {
-		return errTokensNeedRedis
-	}
-	if settings.userInBuy != nil {
-		if err := s.allow(r, "user", "u:"+user, settings.user); err != nil {
-			return err
-		}
-	}
-	began := time.Now()
-	rc, err := s.db.Buy(r.Context(), store.DegradedBuy{Epoch: m.Epoch, SaleID: settings.ID, UserID: user, Lines: lines,
-		IdempotencyKey: key, Now: time.Now()})
-	if errors.Is(err, store.ErrModeChanged) {
-		err = errUnavailable
-	}
-	s.metrics.observeBuy(err, time.Since(began))
-	s.metrics.dbBuys.WithLabelValues(resultOf(err)).Inc()
-	if err != nil {
+// limitDatabaseBuy checks, before a buy from the database, the buyer's
+// rate limit that buy.lua checks itself for a buy from Redis (the seller's
+// BeforeDatabaseBuy); the other limits were checked before the buy.
+func (s *Service) limitDatabaseBuy(ctx context.Context, b inventory.BuyRequest) error {
+	settings, err := s.settings(ctx, b.SaleID)
+	if err != nil || settings.userInBuy == nil {
 		return err
 	}
-	status := http.StatusCreated
-	if rc.Replayed {
-		status = http.StatusOK
-	}
-	writeOrder(w, status, rc.Order, rc.Remaining)
-	return nil
+	return s.allow(ctx, "user", "u:"+b.UserID, settings.user)
 }
 
 // order finds an order: in the database once confirmed, else in Redis.
@@ -214,21 +169,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("order")
-	var rc inventory.Receipt
-	if s.deg.redisSells() {
-		rc, err = s.eng.Cancel(r.Context(), id, who.user)
-		if err == nil {
-			s.deg.acks.add(rc.Order)
-			s.orders.Wake(rc.Order.SaleID) // the sale may have ended and been drained
-		}
-	} else if m, ok := s.deg.dbSells(); ok {
-		rc, err = s.db.Cancel(r.Context(), m.Epoch, id, who.user, time.Now())
-	} else {
-		err = errUnavailable
-	}
-	if errors.Is(err, inventory.ErrFenced) || errors.Is(err, store.ErrModeChanged) {
-		err = errUnavailable
-	}
+	rc, err := s.seller.Cancel(r.Context(), id, who.user)
 	if errors.Is(err, inventory.ErrInvalid) {
 		err = errNotFound("order not found: " + id)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/failover"
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/store"
@@ -20,7 +21,7 @@ import (
 // for an unreachable Redis.
 func TestPoolTimeoutIsNotRedisDown(t *testing.T) {
 	err := fmt.Errorf("seckill: buy: %w", redis.ErrPoolTimeout)
-	if isRedisDown(err) {
+	if failover.RedisDown(err) {
 		t.Error("a pool timeout is taken for Redis down")
 	}
 	if api := toAPI(err); api.Status != http.StatusServiceUnavailable || api.RetryAfter == 0 {
@@ -61,7 +62,7 @@ func TestBusyPoolDoesNotStartDegradedMode(t *testing.T) {
 	if m.Mode != store.ModeRedis || m.Epoch != 0 {
 		t.Errorf("sell mode after the pool was busy: %+v, want redis (epoch 0)", m)
 	}
-	if _, redisSells := s.deg.sells(); !redisSells {
+	if _, redisSells := s.seller.Sells(); !redisSells {
 		t.Error("redis does not sell after the pool was busy")
 	}
 }

@@ -102,7 +102,7 @@ func (rc *reconciler) pass(ctx context.Context) {
 	if err != nil {
 		return // the database is away; the live view says so
 	}
-	if mode.Mode != store.ModeRedis || rc.s.deg.heldBack() {
+	if mode.Mode != store.ModeRedis || rc.s.seller.HeldBack() {
 		// Not drift: the recovery brings Redis back to the database.
 		clear(rc.drifted)
 		rc.epoch = -1

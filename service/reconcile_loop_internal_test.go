@@ -214,7 +214,7 @@ func TestReconcileLoopLeavesDegradedModeToTheRecovery(t *testing.T) {
 	}
 
 	// The recovery repairs Redis from the database and Redis sells again.
-	s.deg.recover(ctx, rec)
+	s.seller.Recover(ctx, rec)
 	if m, err := s.db.SellMode(ctx); err != nil || m.Mode != store.ModeRedis {
 		t.Fatalf("after the recovery: %+v, %v", m, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/failover"
 	"github.com/seckill/seckill/internal/clusterclient"
 	"github.com/seckill/seckill/internal/ttlcache"
 	"github.com/seckill/seckill/inventory"
@@ -63,7 +64,7 @@ type Config struct {
 	// the per-sale metrics; default 1s, negative turns it off.
 	SampleEvery time.Duration
 
-	// Degraded mode (degraded.go): DegradedTick is how often an instance
+	// Degraded mode (package failover): DegradedTick is how often an instance
 	// pings Redis and reads who sells (default 1s); DegradedGrace is how
 	// long Redis must be unreachable from every instance before the
 	// database sells, how long after that switch the database begins, and
@@ -102,7 +103,7 @@ type Service struct {
 	metrics   *metrics
 	live      *live
 	streams   *streamSlots
-	deg       *degraded
+	seller    *failover.Seller // who sells: Redis, the database, or nobody
 	http      *http.Server
 	listener  net.Listener
 	saleCache *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
@@ -121,10 +122,15 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		saleCache: ttlcache.New[saleSettings](maxCachedSales)}
 	s.streams = newStreamSlots(cfg.LiveStreamsPerClient, cfg.LiveStreams)
 	s.metrics = newMetrics(s)
-	s.deg = newDegraded(s)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.seller = failover.New(failover.Config{Tick: cfg.DegradedTick, Grace: cfg.DegradedGrace, AckRing: cfg.AckRing,
+		Cluster: len(cfg.RedisClusterAddrs) > 0, Logger: s.log,
+		OnMode:            s.observeMode,
+		Observe:           s.observeBuy,
+		BeforeDatabaseBuy: s.limitDatabaseBuy,
+		Appended:          func(saleID string) { s.orders.Wake(saleID) }})
 	if s.cfg.Addr == "" {
 		s.cfg.Addr = "127.0.0.1:8080"
 	}
@@ -190,8 +196,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.http.RegisterOnShutdown(func() { once.Do(func() { close(s.closing) }) })
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	// The background work (the consumer, degraded mode's recovery) may use
-	// a Redis held back after a restart; buys may not (degraded.go).
-	bgCtx = allowedToDial(bgCtx)
+	// a Redis held back after a restart; buys may not (failover.OnConnect).
+	bgCtx = failover.AllowedToDial(bgCtx)
 	s.stop = stop
 	s.startBackground(bgCtx)
 	go func() {
@@ -288,7 +294,7 @@ func (s *Service) connectRedis(ctx context.Context) error {
 	if s.rdb, err = s.newClient(clientAPI, 0); err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(allowedToDial(ctx), 5*time.Second)
+	pctx, cancel := context.WithTimeout(failover.AllowedToDial(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return fmt.Errorf("cannot reach redis at %s: %w", s.redisName(), err)
@@ -328,7 +334,7 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 		// clusterclient: after a failover, finds the promoted replica (go-redis
 		// alone keeps dialling the dead master until its next slot map reload).
 		o := &redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs,
-			DisableIdentity: true, OnConnect: s.deg.onConnect, ClientName: name}
+			DisableIdentity: true, OnConnect: s.seller.OnConnect, ClientName: name}
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		return clusterclient.New(o), nil
 	case s.cfg.RedisURL != "":
@@ -341,7 +347,7 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
 		// each connection would leave a denial in ACL LOG.
 		o.DisableIdentity = true
-		o.OnConnect = s.deg.onConnect
+		o.OnConnect = s.seller.OnConnect
 		o.ClientName = name
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		return redis.NewClient(o), nil
@@ -405,12 +411,8 @@ func (s *Service) secrets() {
 // stream is read first: if every entry is acknowledged (so committed), the
 // database holds everything the stream said.
 func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapshot, error) {
-	// Never rebuild a sale in Redis while the database sells it: Redis gets
-	// it back through the repair that ends degraded mode.
-	if m, err := s.db.SellMode(ctx); err != nil {
+	if err := s.seller.MayRebuild(ctx); err != nil {
 		return inventory.Snapshot{}, err
-	} else if m.Mode != store.ModeRedis {
-		return inventory.Snapshot{}, inventory.ErrFenced
 	}
 	applied, err := pipeline.Applied(ctx, s.rdb, s.eng, saleID)
 	if err != nil {
@@ -424,6 +426,17 @@ func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapsh
 	return snap, nil
 }
 
+// streamBacklog tells the seller which of a sale's events are still on
+// their way to the database.
+type streamBacklog struct {
+	rdb  redis.UniversalClient
+	keys pipeline.StreamKeys
+}
+
+func (b streamBacklog) InFlight(ctx context.Context, saleID string) ([]inventory.Event, error) {
+	return pipeline.InFlight(ctx, b.rdb, b.keys, saleID)
+}
+
 // startBackground runs the order consumer and the reconciliation loop.
 func (s *Service) startBackground(ctx context.Context) {
 	po := s.cfg.Pipeline
@@ -435,9 +448,10 @@ func (s *Service) startBackground(ctx context.Context) {
 		host, _ := os.Hostname()
 		po.Name = "serve-" + host + "-" + s.listener.Addr().String()
 	}
-	s.deg.consumer = po.Name
-	if s.cfg.DegradedTick >= 0 {
-		po.Alive = s.deg.consumerAlive
+	s.seller.Wire(failover.Parts{Engine: s.eng, Store: s.db, Streams: streamBacklog{s.rdb, s.eng},
+		Ping: func(ctx context.Context) error { return s.probe.Ping(ctx).Err() }, Consumer: po.Name})
+	if s.seller.Ticks() {
+		po.Alive = s.seller.ConsumerAlive
 	}
 	po.OnBatch = func(_ string, n int, took time.Duration) {
 		s.metrics.batches.Observe(took.Seconds())
@@ -458,10 +472,10 @@ func (s *Service) startBackground(ctx context.Context) {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.sampleLoop(ctx, s.cfg.SampleEvery) }()
 	}
-	if s.cfg.DegradedTick >= 0 {
-		s.deg.step(ctx) // know who sells before the first request
+	if s.seller.Ticks() {
+		s.seller.Step(ctx) // know who sells before the first request
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.deg.run(ctx) }()
+		go func() { defer s.bg.Done(); s.seller.Run(ctx) }()
 	}
 	// Stock that comes back on any instance clears this one's sold-out flags.
 	if sub, ok := s.rdb.(inventory.Subscriber); ok {

@@ -25,7 +25,7 @@ func TestSettingsCacheBounded(t *testing.T) {
 	s := &Service{db: db, saleCache: ttlcache.New[saleSettings](bound)}
 	for i := range sales {
 		sale := store.Sale{Sale: inventory.Sale{ID: "s" + strconv.Itoa(i), PerUserLimit: 1,
-			Items: []inventory.Item{{SKU: "A", Stock: 1}}}, RequirePurchaseToken: i%2 == 1}
+			Items: []inventory.Item{{SKU: "A", Stock: 1}}}, Settings: SaleSettings{RequirePurchaseToken: i%2 == 1}.encode()}
 		if err := db.CreateSale(ctx, sale); err != nil {
 			t.Fatal(err)
 		}

@@ -210,7 +210,7 @@ func TestCreatedEvent(t *testing.T) {
 		// A sale created through the service keeps its row: settings and
 		// creation time are the service's.
 		svc := Sale{Sale: inventory.Sale{ID: "svc", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 4}}},
-			RequirePurchaseToken: true, CreatedAt: msTime(time.Now())}
+			Settings: `{"require_purchase_token":true}`, CreatedAt: msTime(time.Now())}
 		must(t, s.CreateSale(ctx, svc))
 		e := newEvents("svc")
 		must(t, s.Apply(ctx, "svc", []inventory.Event{e.created(2, inventory.Item{SKU: "A", Stock: 4}), e.restocked("A", 3)}))

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -17,39 +16,8 @@ import (
 	"github.com/seckill/seckill/inventory"
 )
 
-// Fuzz tests of what the store parses: the rate_limits column, database
-// URLs, and the events the order pipeline hands to Apply.
-
-// FuzzRateLimitsColumn: the rate_limits column holds "" for no limits or
-// the JSON of them. Whatever it holds decodes or fails without a panic; a
-// decoded value encodes to a column that decodes to it again; and every
-// RateLimits of valid UTF-8 round-trips exactly, "" only when empty.
-func FuzzRateLimitsColumn(f *testing.F) {
-	f.Add(`{"per_user":"5/s,burst=10","per_ip":"off"}`, "5/s,burst=10", "off", "")
-	f.Add(``, "", "", "")
-	f.Add(`{"per_sale":"2000/s","x":1}`, "", "", "2000/s")
-	f.Add(`null`, `"quoted"`, "back\\slash", "<tag>&")
-	f.Add(`{"per_user":5}`, "é", "\u2028", "")
-	f.Add(`[`, "", "x", "")
-	f.Fuzz(func(t *testing.T, column, perUser, perIP, perSale string) {
-		if r, err := decodeRateLimits(column); err == nil {
-			if back, err := decodeRateLimits(r.encode()); err != nil || back != r {
-				t.Fatalf("column %q decoded as %+v, encoded as %q, decoded again as %+v, %v", column, r, r.encode(), back, err)
-			}
-		}
-		if !utf8.ValidString(perUser) || !utf8.ValidString(perIP) || !utf8.ValidString(perSale) {
-			return // the service decodes JSON bodies into valid UTF-8 only
-		}
-		r := RateLimits{PerUser: perUser, PerIP: perIP, PerSale: perSale}
-		col := r.encode()
-		if (col == "") != (r == RateLimits{}) {
-			t.Fatalf("%+v encoded as %q", r, col)
-		}
-		if back, err := decodeRateLimits(col); err != nil || back != r {
-			t.Fatalf("%+v encoded as %q decodes as %+v, %v", r, col, back, err)
-		}
-	})
-}
+// Fuzz tests of what the store parses: database URLs, and the events the
+// order pipeline hands to Apply.
 
 // FuzzOpenURLSecret: a database URL Open refuses without dialling (an
 // unsupported scheme, a PostgreSQL URL pgx cannot parse) fails with an

@@ -107,13 +107,13 @@ func TestApplyMoved(t *testing.T) {
 
 		// A move of a sale that was created through the service.
 		must(t, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "svc:1", PerUserLimit: 1,
-			Items: []inventory.Item{{SKU: "A", Stock: 5}}}, RequirePurchaseToken: true}))
+			Items: []inventory.Item{{SKU: "A", Stock: 5}}}, Settings: `{"require_purchase_token":true}`}))
 		e = newEvents("svc:1")
 		must(t, s.Apply(ctx, "svc:1", []inventory.Event{e.moved(t, "A", 2, "svc:0"), e.moved(t, "A", -6, "svc:2")}))
 		sale, err := s.Sale(ctx, "svc:1")
 		must(t, err)
 		check(t, "service sale items", sale.Items, []inventory.Item{{SKU: "A", Stock: 1}})
-		check(t, "service settings kept", sale.RequirePurchaseToken, true)
+		check(t, "service settings kept", sale.Settings, `{"require_purchase_token":true}`)
 
 		// The largest moves the engine can write are accepted.
 		e = newEvents("edge")

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,43 +18,15 @@ var ErrSaleInUse = errors.New("store: sale has orders or applied events")
 
 // Sale is a sale as stored: the definition, whose Items[i].Stock is every
 // unit ever stocked (initial plus applied restocks, or inventory.Unlimited),
-// in creation order, plus the settings of the service.
+// in creation order, plus the service's settings of the sale.
 type Sale struct {
 	inventory.Sale
-	// RequirePurchaseToken: buys must carry a purchase token (the service
-	// enforces it).
-	RequirePurchaseToken bool
-	// RateLimits are the sale's own rate limits (the service enforces them).
-	RateLimits RateLimits
+	// Settings are the service's settings of the sale (its rate limits, its
+	// purchase tokens), encoded by the service: the store keeps them as
+	// they are and never reads them. "" : none.
+	Settings string
 	// CreatedAt is when the sale was created (millisecond precision).
 	CreatedAt time.Time
-}
-
-// RateLimits are a sale's own rate limits, each a ratelimit.ParseLimit
-// spec ("5/s,burst=10") or "off"; "" means the service's default. The store
-// keeps them as they are; the service checks them.
-type RateLimits struct {
-	PerUser string `json:"per_user,omitempty"`
-	PerIP   string `json:"per_ip,omitempty"`
-	PerSale string `json:"per_sale,omitempty"`
-}
-
-// encode is the column's value: ” when no limit is set.
-func (r RateLimits) encode() string {
-	if r == (RateLimits{}) {
-		return ""
-	}
-	b, _ := json.Marshal(r)
-	return string(b)
-}
-
-func decodeRateLimits(s string) (RateLimits, error) {
-	var r RateLimits
-	if s == "" {
-		return r, nil
-	}
-	err := json.Unmarshal([]byte(s), &r)
-	return r, err
 }
 
 // CreateSale inserts a sale and its items, each item's Stock as its initial
@@ -93,10 +64,9 @@ func (s *Store) CreateSale(ctx context.Context, sale Sale) error {
 // insertSale inserts the sale and its items unless a sale with its id
 // exists; created says whether it did.
 func (s *Store) insertSale(ctx context.Context, tx *sql.Tx, sale Sale) (created bool, err error) {
-	res, err := s.exec(ctx, tx, `INSERT INTO sales (id, per_user_limit, starts_at, ends_at, paused, require_purchase_token, rate_limits, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-		sale.ID, sale.PerUserLimit, ms(sale.StartsAt), ms(sale.EndsAt), flag(sale.Paused),
-		flag(sale.RequirePurchaseToken), sale.RateLimits.encode(), ms(sale.CreatedAt))
+	res, err := s.exec(ctx, tx, `INSERT INTO sales (id, per_user_limit, starts_at, ends_at, paused, settings, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		sale.ID, sale.PerUserLimit, ms(sale.StartsAt), ms(sale.EndsAt), flag(sale.Paused), sale.Settings, ms(sale.CreatedAt))
 	if err != nil {
 		return false, err
 	}
@@ -159,10 +129,9 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 
 func (s *Store) readSale(ctx context.Context, q querier, id string) (Sale, error) {
 	sale := Sale{Sale: inventory.Sale{ID: id}}
-	var startsAt, endsAt, paused, token, createdAt int64
-	var limits string
-	err := s.queryRow(ctx, q, `SELECT per_user_limit, starts_at, ends_at, paused, require_purchase_token, rate_limits, created_at
-		FROM sales WHERE id = ?`, id).Scan(&sale.PerUserLimit, &startsAt, &endsAt, &paused, &token, &limits, &createdAt)
+	var startsAt, endsAt, paused, createdAt int64
+	err := s.queryRow(ctx, q, `SELECT per_user_limit, starts_at, ends_at, paused, settings, created_at
+		FROM sales WHERE id = ?`, id).Scan(&sale.PerUserLimit, &startsAt, &endsAt, &paused, &sale.Settings, &createdAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sale{}, saleNotFound(id)
 	}
@@ -170,10 +139,7 @@ func (s *Store) readSale(ctx context.Context, q querier, id string) (Sale, error
 		return Sale{}, err
 	}
 	sale.StartsAt, sale.EndsAt, sale.CreatedAt = fromMs(startsAt), fromMs(endsAt), fromMs(createdAt)
-	sale.Paused, sale.RequirePurchaseToken = paused != 0, token != 0
-	if sale.RateLimits, err = decodeRateLimits(limits); err != nil {
-		return Sale{}, fmt.Errorf("rate_limits of sale %s: %w", id, err)
-	}
+	sale.Paused = paused != 0
 	rows, err := s.query(ctx, q, "SELECT sku, stocked FROM sale_items WHERE sale_id = ? ORDER BY position", id)
 	if err != nil {
 		return Sale{}, err

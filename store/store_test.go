@@ -205,9 +205,8 @@ func TestSales(t *testing.T) {
 		want := Sale{
 			Sale: inventory.Sale{ID: "s1", PerUserLimit: 2, StartsAt: start, EndsAt: start.Add(time.Hour),
 				Items: []inventory.Item{{SKU: "phone", Stock: 100}, {SKU: "case", Stock: inventory.Unlimited}, {SKU: "cable", Stock: 0}}},
-			RequirePurchaseToken: true,
-			RateLimits:           RateLimits{PerUser: "2/s,burst=3", PerSale: "off"},
-			CreatedAt:            msTime(time.Now()),
+			Settings:  `{"require_purchase_token":true,"per_user":"2/s,burst=3","per_sale":"off"}`,
+			CreatedAt: msTime(time.Now()),
 		}
 		must(t, s.CreateSale(ctx, want))
 		got, err := s.Sale(ctx, "s1")
@@ -229,8 +228,7 @@ func TestSales(t *testing.T) {
 		must(t, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "b", Paused: true, Items: []inventory.Item{{SKU: "A", Stock: 1}}}}))
 		b, err := s.Sale(ctx, "b")
 		must(t, err)
-		if b.PerUserLimit != 1 || !b.Paused || b.CreatedAt.Before(before) || b.RequirePurchaseToken || !b.StartsAt.IsZero() || !b.EndsAt.IsZero() ||
-			b.RateLimits != (RateLimits{}) {
+		if b.PerUserLimit != 1 || !b.Paused || b.CreatedAt.Before(before) || b.Settings != "" || !b.StartsAt.IsZero() || !b.EndsAt.IsZero() {
 			t.Fatalf("Sale b = %+v", b)
 		}
 

@@ -1,0 +1,342 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/store"
+)
+
+// Engine is what the seller asks of the Redis engine (*inventory.Engine).
+type Engine interface {
+	BuyWith(ctx context.Context, r inventory.BuyRequest) (inventory.Receipt, error)
+	Cancel(ctx context.Context, orderID, userID string) (inventory.Receipt, error)
+	Pause(ctx context.Context, saleID string) error
+	Resume(ctx context.Context, saleID string) error
+	Fence(ctx context.Context, saleID string, epoch int64) (bool, error)
+	Unfence(ctx context.Context, saleID string, epoch int64) error
+	LiftStaleFence(ctx context.Context, saleID string, epoch int64) (bool, error)
+	Repair(ctx context.Context, saleID string, from inventory.Loader) (inventory.Repaired, error)
+}
+
+// Store is what the seller asks of the database (*store.Store): the sell
+// mode and the instances' heartbeats, the hand-over of acknowledged and
+// unsure orders, and selling, cancelling and pausing while it sells.
+type Store interface {
+	SellMode(ctx context.Context) (store.SellMode, error)
+	SwitchMode(ctx context.Context, epoch int64, to string, now, sellsFrom time.Time, reason string) (store.SellMode, error)
+	Heartbeat(ctx context.Context, in store.Instance) error
+	ConsumerSeen(ctx context.Context, consumer string) (last time.Time, ok bool, err error)
+	Instances(ctx context.Context, since time.Time) ([]store.Instance, error)
+	AdoptOrders(ctx context.Context, orders []inventory.Order) error
+	MarkUnsure(ctx context.Context, orders []inventory.Order) error
+	SettleUnsure(ctx context.Context, saleID string) error
+	SaleIDs(ctx context.Context) ([]string, error)
+	Snapshot(ctx context.Context, saleID string) (inventory.Snapshot, error)
+	JournalRepair(ctx context.Context, r inventory.Repaired, reason string, at time.Time) error
+	Buy(ctx context.Context, b store.DegradedBuy) (inventory.Receipt, error)
+	Cancel(ctx context.Context, epoch int64, orderID, user string, now time.Time) (inventory.Receipt, error)
+	SetPaused(ctx context.Context, epoch int64, saleID string, paused bool, now time.Time) error
+}
+
+// Streams tells which of a sale's events are still on their way from its
+// Redis stream to the database (pipeline.InFlight).
+type Streams interface {
+	InFlight(ctx context.Context, saleID string) ([]inventory.Event, error)
+}
+
+// Config tunes a Seller. Zero values mean the defaults.
+type Config struct {
+	// Tick is how often the seller pings Redis and reads who sells
+	// (default 1s; a third of Grace when only Grace is set). Negative: the
+	// seller never ticks (Redis always sells; no hand-over, no recovery).
+	Tick time.Duration
+	// Grace is how long Redis must be unreachable from every instance
+	// before the database sells, how long after that switch the database
+	// begins, and how long Redis must answer again before it is repaired
+	// and sells again (default 3 ticks).
+	Grace time.Duration
+	// AckRing is how many of its latest acknowledged orders the seller
+	// keeps to hand to the database (default 131072).
+	AckRing int
+	// Cluster: Redis is a Cluster (restarts are told apart per node).
+	Cluster bool
+	Logger  *slog.Logger
+
+	// OnMode, if set, is told every mode the seller reads or sets.
+	OnMode func(store.SellMode)
+	// Observe, if set, is told how each buy ended that Redis or the
+	// database answered (db: the database), and how long it took; not a
+	// buy refused before (nobody sells, a throttled buyer).
+	Observe func(err error, took time.Duration, db bool)
+	// BeforeDatabaseBuy, if set, is asked before every database buy: the
+	// checks buy.lua makes itself for a buy from Redis (the buyer's rate
+	// limit); its error refuses the buy.
+	BeforeDatabaseBuy func(ctx context.Context, b inventory.BuyRequest) error
+	// Appended, if set, is told of a sale whose stream a cancel from Redis
+	// appended to (the order consumer may have drained it).
+	Appended func(saleID string)
+}
+
+// Parts are what the seller works with; see Wire.
+type Parts struct {
+	Engine  Engine
+	Store   Store
+	Streams Streams
+	// Ping pings Redis on a connection of its own: a busy pool is not an
+	// unreachable Redis.
+	Ping func(ctx context.Context) error
+	// Consumer is this instance's order consumer (named in heartbeats).
+	Consumer string
+}
+
+// Seller sells each buy where it may be sold now, and keeps who sells up to
+// date (Run). Create it with New, give it its parts with Wire.
+type Seller struct {
+	cfg   Config
+	log   *slog.Logger
+	name  string
+	off   bool // Config.Tick < 0
+	tick  time.Duration
+	grace time.Duration
+
+	eng      Engine
+	db       Store
+	streams  Streams
+	ping     func(ctx context.Context) error
+	consumer string
+
+	mu          sync.Mutex
+	mode        store.SellMode
+	known       bool      // mode has been read at least once
+	redisDown   time.Time // since when the ping fails; zero while it answers
+	redisUp     time.Time // since when it answers; zero while it fails
+	flushed     int64     // the degraded epoch this instance handed its acks over for
+	fleetEpoch  int64     // the degraded epoch every live instance has handed its acks over for
+	fencedEpoch int64     // the degraded epoch this instance fenced Redis for
+
+	// redisBuys counts this instance's buys on their way to Redis: a
+	// hand-over waits for them, so that each one's order (or unknown
+	// outcome) is in the acks it hands over.
+	redisBuys atomic.Int64
+	pinging   atomic.Bool // a tick's ping is under way
+
+	// A Redis that restarted or failed over may have lost writes
+	// (OnConnect): restarted blocks this instance's Redis buys until a
+	// recovery that began after restartEpoch has ended.
+	runIDs       map[string]string // node id ("" standalone) -> run_id
+	suspects     map[string]bool   // replication ids of promoted masters not yet repaired
+	verified     map[string]bool   // ... and of the ones a recovery has repaired
+	restarted    bool
+	restartEpoch int64
+	fromRedis    atomic.Bool // RedisSells, kept by changed
+
+	acks ackRing
+}
+
+// New returns a seller that sends every buy to Redis until it has read the
+// mode (Step). Its OnConnect may be given to Redis clients at once; Wire
+// gives it the engine and the store before its first buy.
+func New(cfg Config) *Seller {
+	host, _ := os.Hostname()
+	f := &Seller{cfg: cfg, log: cfg.Logger, off: cfg.Tick < 0, tick: cfg.Tick, grace: cfg.Grace,
+		runIDs: map[string]string{}, suspects: map[string]bool{}, verified: map[string]bool{},
+		name: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(3))}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case f.tick <= 0 && f.grace > 0:
+		f.tick = max(f.grace/3, 50*time.Millisecond)
+	case f.tick <= 0:
+		f.tick = time.Second
+	}
+	if f.grace <= 0 {
+		f.grace = 3 * f.tick
+	}
+	f.fromRedis.Store(true)
+	f.acks.size = cfg.AckRing
+	if f.acks.size <= 0 {
+		f.acks.size = 1 << 17
+	}
+	return f
+}
+
+// Wire gives the seller its parts. It is called once, before the first
+// buy and the first Step.
+func (f *Seller) Wire(p Parts) {
+	f.eng, f.db, f.streams, f.ping, f.consumer = p.Engine, p.Store, p.Streams, p.Ping, p.Consumer
+}
+
+// Ticks reports whether the seller runs at all (Config.Tick >= 0).
+func (f *Seller) Ticks() bool { return !f.off }
+
+// ConsumerAlive tells the order consumer whether another consumer's
+// process still runs: false once an instance with that consumer has not
+// ticked for three grace periods, so that its pending entries are taken
+// over at once instead of after the reclaim's idle time. Unknown consumers,
+// or no answer from the database, count as alive (applying an entry twice
+// is harmless; taking it needlessly is not worth a guess).
+func (f *Seller) ConsumerAlive(ctx context.Context, consumer string) bool {
+	if !f.Ticks() {
+		return true // no heartbeats from this fleet
+	}
+	seen, ok, err := f.db.ConsumerSeen(ctx, consumer)
+	return err != nil || !ok || time.Since(seen) < 3*f.grace
+}
+
+// RedisSells reports whether buys go to Redis: the mode is redis, or not
+// known yet (the seller does not tick, or the database never answered),
+// and Redis is not held back after a restart. It is read by every buy: one
+// atomic load.
+func (f *Seller) RedisSells() bool { return f.fromRedis.Load() }
+
+// HeldBack reports whether this instance holds Redis back after seeing it
+// restart or fail over, until a recovery has repaired it.
+func (f *Seller) HeldBack() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restarted
+}
+
+// RedisUnreachable reports whether this instance's last ping of Redis went
+// unanswered.
+func (f *Seller) RedisUnreachable() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.redisDown.IsZero()
+}
+
+// Sells is the mode as of the last tick and whether Redis sells.
+func (f *Seller) Sells() (store.SellMode, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mode, f.fromRedis.Load()
+}
+
+// MayRebuild says whether a sale lost from Redis may be rebuilt there from
+// the database now: only while the mode row says Redis sells (read now, not
+// as of the last tick). Otherwise it is inventory.ErrFenced: never rebuild a
+// sale in Redis while the database sells it; Redis gets it back through the
+// repair that ends degraded mode.
+func (f *Seller) MayRebuild(ctx context.Context) error {
+	m, err := f.db.SellMode(ctx)
+	if err != nil {
+		return err
+	}
+	if m.Mode != store.ModeRedis {
+		return inventory.ErrFenced
+	}
+	return nil
+}
+
+// changed recomputes fromRedis; f.mu is held.
+func (f *Seller) changed() {
+	f.fromRedis.Store((!f.known || f.mode.Mode == store.ModeRedis) && !f.restarted)
+}
+
+// dbSells returns the mode if this instance is to buy on the database now:
+// the mode is db, its grace period is over, and this instance and every
+// other one seen within the grace period have handed over their acks for
+// it (an instance that stopped ticking is passed over once it has not been
+// seen for a grace period).
+func (f *Seller) dbSells() (store.SellMode, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.mode
+	return m, m.Mode == store.ModeDB && f.flushed >= m.Epoch && f.fleetEpoch >= m.Epoch && !time.Now().Before(m.SellsFrom)
+}
+
+func (f *Seller) set(m store.SellMode) {
+	f.mu.Lock()
+	f.mode, f.known = m, true
+	f.changed()
+	f.mu.Unlock()
+	if f.cfg.OnMode != nil {
+		f.cfg.OnMode(m)
+	}
+}
+
+// ErrRedisRestarted refuses a new connection to a Redis that restarted or
+// failed over, until it has been repaired from the database.
+var ErrRedisRestarted = errors.New("redis restarted or failed over: not used until it is repaired from the database")
+
+// mayDial marks a context whose Redis calls may open connections while
+// Redis is held back after a restart: the recovery's, the consumer's.
+type mayDial struct{}
+
+// AllowedToDial marks ctx as the background work's (the order consumer,
+// the recovery): its Redis calls may open connections while Redis is held
+// back after a restart; buys may not.
+func AllowedToDial(ctx context.Context) context.Context {
+	return context.WithValue(ctx, mayDial{}, true)
+}
+
+// OnConnect runs on every new connection to Redis (the client's
+// OnConnect), before the connection is used. A Redis that restarted (a new
+// run_id for a node seen before) or a master that was promoted from a
+// replica (it has a previous replication id, and this one was never
+// checked) may hold counters behind the orders the database already has:
+// the rest of an AOF everysec window, a restore, a replica that was behind.
+// Selling from them would sell those units again. So this instance stops
+// buying from Redis at once — the connection is refused to everyone but
+// the recovery and the consumer (AllowedToDial) — and the next tick
+// repairs Redis from the database (the recovery) before anyone sells from
+// it.
+func (f *Seller) OnConnect(ctx context.Context, cn *redis.Conn) error {
+	if !f.Ticks() {
+		return nil // nothing would recover
+	}
+	info, err := cn.Info(ctx, "server", "replication").Result()
+	if err != nil {
+		return nil // a server without INFO (miniredis's is partial): nothing to compare
+	}
+	runID, replID := infoField(info, "run_id"), infoField(info, "master_replid")
+	promoted := infoField(info, "role") == "master" && infoField(info, "second_repl_offset") != "-1" && replID != ""
+	node := ""
+	if f.cfg.Cluster {
+		if node, err = cn.ClusterMyID(ctx).Result(); err != nil {
+			return nil
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	why := ""
+	if prev, ok := f.runIDs[node]; ok && prev != runID && runID != "" {
+		why = "redis restarted (new run id)"
+	}
+	f.runIDs[node] = runID
+	if promoted && !f.verified[replID] {
+		why = "a redis replica was promoted to master"
+		f.suspects[replID] = true
+	}
+	if why != "" && !f.restarted {
+		f.restarted, f.restartEpoch = true, f.mode.Epoch
+		f.changed()
+		f.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
+	}
+	if f.restarted && ctx.Value(mayDial{}) == nil {
+		return ErrRedisRestarted
+	}
+	return nil
+}
+
+// infoField returns a field of an INFO reply ("" if absent).
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -273,25 +273,34 @@ func (e *Engine) batchCall(bcs []buyCall, now any) call {
 }
 
 // buyReplies splits a buy.lua reply into its n buys' replies, each a
-// non-empty array led by its integer code. A sale missing from Redis, an
-// error or a malformed reply is an error for the whole call.
+// non-empty array led by its integer code. The script replies them flat,
+// each after its length ({0, len1, code1, ..., len2, code2, ...}: one
+// array for the call, not one per buy), so each buy's reply is a slice of
+// the call's. A sale missing from Redis, an error or a malformed reply is
+// an error for the whole call.
 func buyReplies(reply []any, err error, n int) ([][]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if code(reply) != codeOK || len(reply) != n+1 {
+	if code(reply) != codeOK {
 		return nil, unexpected(buyScript, reply)
 	}
 	out := make([][]any, n)
+	p := 1
 	for i := range out {
-		r, ok := reply[i+1].([]any)
-		if !ok || len(r) == 0 {
+		k, ok := at(reply, p).(int64)
+		if !ok || k < 1 || k > int64(len(reply)-p-1) {
 			return nil, unexpected(buyScript, reply)
 		}
+		r := reply[p+1 : p+1+int(k) : p+1+int(k)]
 		if _, ok := r[0].(int64); !ok {
 			return nil, unexpected(buyScript, reply)
 		}
 		out[i] = r
+		p += 1 + int(k)
+	}
+	if p != len(reply) {
+		return nil, unexpected(buyScript, reply)
 	}
 	return out, nil
 }

@@ -89,19 +89,19 @@
 local now_us = script_now(ARGV[1])
 local now_ms = math.floor(now_us / 1000)
 local now_bar = '|' .. string.format('%d', now_ms) .. '|'
-local count, nth = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 -- (Cost notes: in Redis's Lua every table, tonumber, string.format,
 -- string.match and concatenation costs about as much as a few dozen plain
 -- instructions, and a redis.call several times that: the script makes
--- few of each per buy, and fewer per call.)
+-- few of each per buy, and fewer per call. See docs/performance.md.)
 
 -- num(s) is tonumber(s) for the small numbers of the arguments, with the
--- common '1' taken without parsing.
+-- common '0' and '1' taken without parsing.
 local function num(s)
-  if s == '1' then return 1 end
+  if s == '1' then return 1 elseif s == '0' then return 0 end
   return tonumber(s)
 end
+local count, nth = num(ARGV[2]), num(ARGV[3])
 -- exact(n): n as redis.call takes it exactly: a number below 10^14 as is
 -- (Redis before 7 formats Lua numbers with 14 significant digits), a
 -- larger one formatted.

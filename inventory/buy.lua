@@ -85,7 +85,7 @@
 -- way, and refuses a script's writes for lack of memory only before its
 -- first.
 
--- The time (script_now, see ratelimit's clock.lua, prepended).
+-- The time (script_now, see internal/gcra/clock.lua, prepended).
 local now_us = script_now(ARGV[1])
 local now_ms = math.floor(now_us / 1000)
 local now_bar = '|' .. string.format('%d', now_ms) .. '|'

@@ -77,8 +77,8 @@ var linUsers = []string{"u1", "u2", "u3", "u4", "u5", "u6"}
 
 // linThrottle is the bucket of a throttled buyer: linBudget buys, then
 // none for the rest of any test.
-var linThrottle = func() ratelimit.Bucket {
-	b, err := ratelimit.PerHour(1, linBudget-1).Bucket()
+var linThrottle = func() inventory.Throttle {
+	b, err := throttleOf(ratelimit.PerHour(1, linBudget-1))
 	if err != nil {
 		panic(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/ratelimit"
 	"github.com/seckill/seckill/store"
 )
@@ -120,10 +121,10 @@ func checkSaleLimits(r store.RateLimits) error {
 type saleSettings struct {
 	store.Sale
 	user, ip, sale *ratelimit.Limit
-	// userInBuy is the user limit's bucket when buy.lua checks it itself,
-	// in the buy's own call, after answering a repeat (a GCRA limit); nil:
-	// it is checked apart, before.
-	userInBuy *ratelimit.Bucket
+	// userInBuy is the user limit as the buy's throttle when buy.lua checks
+	// it itself, in the buy's own call, after answering a repeat (a GCRA
+	// limit); nil: it is checked apart, before.
+	userInBuy *inventory.Throttle
 }
 
 func (s *Service) resolve(sale store.Sale) saleSettings {
@@ -137,8 +138,8 @@ func (s *Service) resolve(sale store.Sale) saleSettings {
 	st := saleSettings{Sale: sale, user: own(sale.RateLimits.PerUser, s.limits.user),
 		ip: own(sale.RateLimits.PerIP, s.limits.ip), sale: own(sale.RateLimits.PerSale, s.limits.sale)}
 	if st.user != nil {
-		if b, err := st.user.Bucket(); err == nil { // a GCRA limit
-			st.userInBuy = &b
+		if _, err := st.user.Bucket(); err == nil { // a GCRA limit
+			st.userInBuy = &inventory.Throttle{Rate: st.user.Rate, Period: st.user.Period, Burst: st.user.Burst}
 		}
 	}
 	return st

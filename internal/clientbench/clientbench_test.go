@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/seckill/seckill/ratelimit"
+	"github.com/seckill/seckill/internal/gcra"
 )
 
 // stock is what the sale starts with, far more than any run buys.
@@ -59,7 +59,7 @@ func buySource(b *testing.B) string {
 			return
 		}
 		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
-		src = ratelimit.ClockLua + "\n" + ratelimit.GCRATakeLua + "\n" + string(ints) + "\n" + string(raw)
+		src = gcra.ClockLua + "\n" + gcra.TakeLua + "\n" + string(ints) + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})
 	if srcErr != nil {

@@ -12,12 +12,14 @@
 --         at (n+1)*w, when every state it holds has passed (by the server's
 --         clock, which both TIME and key expiry read). w is the buy's
 --         throttle window: a power of two ms no shorter than the longest a
---         state of its bucket can be needed (throttleWindow, in buy.go), so
---         on a clock that only moves forward a buyer's live state is in one
---         of the hashes n = now/w and now/w + 1. The script reads now/w + 2
---         too, so that after the clock steps back by up to a window (TIME
---         after a failover to a server whose clock is behind, an NTP step)
---         a state filed before the step is still found. Of the states
+--         state of its bucket can be needed (throttleWindow, in
+--         throttle.go), so on a clock that only moves forward a buyer's
+--         live state is in one of the hashes n = now/w and now/w + 1. The
+--         script reads now/w + 2 too, so that after the clock steps back by
+--         up to a window (TIME after a failover to a server whose clock is
+--         behind, an NTP step) a state filed before the step is still
+--         found; it reads the hashes now/w + 1 and + 2 only if one of them
+--         exists (one EXISTS of both: usually neither does). Of the states
 --         found, the later TAT is the buyer's (a buyer's TAT only ever moves
 --         forward). A buy's state is looked up in its own throttle's
 --         window's hashes only, so that its decision never depends on who
@@ -266,11 +268,14 @@ if windows then
     local n = math.floor(now_ms / w)
     local users, state, base = wusers[i], wstate[i], KEYS[6] .. w .. ':'
     wn[i] = n
-    for d = 0, 2 do
-      local k = base .. string.format('%d', n + d)
-      wkey[3 * i - 2 + d] = k
-      if #users > 0 then
-        v = read('HMGET', k, users)
+    for d = 0, 2 do wkey[3 * i - 2 + d] = base .. string.format('%d', n + d) end
+    if #users > 0 then
+      -- The next two windows' hashes seldom exist: one EXISTS of both
+      -- costs less than reading them for every buyer.
+      local last = 2
+      if redis.call('EXISTS', wkey[3 * i - 1], wkey[3 * i]) == 0 then last = 0 end
+      for d = 0, last do
+        v = read('HMGET', wkey[3 * i - 2 + d], users)
         for j = 1, #users do
           if v[j] then state[users[j]] = later(state[users[j]], v[j]) end
         end

@@ -1,7 +1,11 @@
 package inventory
 
-import "github.com/seckill/seckill/ratelimit"
-
 // ThrottleWindow is throttleWindow, for the adversarial tests: the span in
-// ms of the hashes buy.lua keeps bucket b's throttle states in.
-func ThrottleWindow(b ratelimit.Bucket) int64 { return throttleWindow(b) }
+// ms of the hashes buy.lua keeps throttle t's states in.
+func ThrottleWindow(t Throttle) int64 {
+	b, err := t.bucket()
+	if err != nil {
+		panic(err)
+	}
+	return throttleWindow(b)
+}

@@ -27,17 +27,18 @@ type gcraModel map[string][2]int64 // user -> TAT µs, rest in units
 
 // take is gcra_take in integers: allowed and the debt after, or refused and
 // the debt now.
-func (m gcraModel) take(user string, now int64, b ratelimit.Bucket) (bool, int64) {
+func (m gcraModel) take(user string, now int64, th inventory.Throttle) (bool, int64) {
+	rate, period, capacity := th.Rate, th.Period.Microseconds(), th.Burst+1
 	var debt int64
 	if s, ok := m[user]; ok && s[0] >= now {
-		debt = (s[0]-now)*b.Rate + s[1]
+		debt = (s[0]-now)*rate + s[1]
 	}
-	after := debt + b.PeriodUS
-	if after > b.Capacity*b.PeriodUS {
+	after := debt + period
+	if after > capacity*period {
 		return false, debt
 	}
-	rest := after % b.Rate
-	m[user] = [2]int64{now + (after-rest)/b.Rate, rest}
+	rest := after % rate
+	m[user] = [2]int64{now + (after-rest)/rate, rest}
 	return true, after
 }
 
@@ -113,9 +114,9 @@ func TestAdvThrottleDifferential(t *testing.T) {
 		{Algorithm: ratelimit.GCRA, Rate: 7, Period: 3 * time.Second, Burst: 3},
 		ratelimit.PerMinute(1, 3),
 	}
-	buckets := make([]ratelimit.Bucket, len(limits))
+	buckets := make([]inventory.Throttle, len(limits))
 	for i, l := range limits {
-		b, err := l.Bucket()
+		b, err := throttleOf(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestAdvThrottleDifferential(t *testing.T) {
 						clock.step(time.Duration(rng.IntN(5000))*time.Microsecond, 0, 0)
 					case 3:
 						b := buckets[bucketOf[u0]]
-						clock.step(time.Duration(b.PeriodUS/b.Rate)*time.Microsecond, 0, 0)
+						clock.step(time.Duration(b.Period.Microseconds()/b.Rate)*time.Microsecond, 0, 0)
 					case 4:
 						clock.step(w/2, 0, 0)
 					case 5:
@@ -185,7 +186,11 @@ func TestAdvThrottleDifferential(t *testing.T) {
 					for i, req := range reqs {
 						bk := buckets[bucketOf[who[i]]]
 						ok, debt := model.take(req.UserID, now, bk)
-						want := bk.Result(ok, debt, 1)
+						rb, err := limits[bucketOf[who[i]]].Bucket()
+						if err != nil {
+							t.Fatal(err)
+						}
+						want := rb.Result(ok, debt, 1)
 						lr, err := old.Allow(r.ctx, req.UserID, limits[bucketOf[who[i]]])
 						if err != nil {
 							t.Fatalf("old Allow: %v", err)
@@ -226,7 +231,7 @@ func TestAdvThrottleClockStepBack(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := ratelimit.PerSecond(1, 0).Bucket()
+		bucket, err := throttleOf(ratelimit.PerSecond(1, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,11 +262,11 @@ func TestAdvThrottleClockStepBack(t *testing.T) {
 // is decided the same whether or not buyer y (PerHour) shares the batch.
 // (The old per-key state refuses both: the TAT is an hour ahead.)
 func TestAdvThrottleBatchIndependence(t *testing.T) {
-	hour, err := ratelimit.PerHour(1, 0).Bucket()
+	hour, err := throttleOf(ratelimit.PerHour(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := ratelimit.PerSecond(1, 0).Bucket()
+	second, err := throttleOf(ratelimit.PerSecond(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +299,7 @@ func TestAdvThrottleCorruptWindowField(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := ratelimit.PerSecond(5, 5).Bucket()
+		bucket, err := throttleOf(ratelimit.PerSecond(5, 5))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +343,7 @@ func TestAdvThrottleWrongTypeWindowKey(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := ratelimit.PerSecond(5, 5).Bucket()
+		bucket, err := throttleOf(ratelimit.PerSecond(5, 5))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +371,7 @@ func TestAdvThrottleWindowTTLs(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 10000}}})
-		bucket, err := ratelimit.PerSecond(1, 0).Bucket()
+		bucket, err := throttleOf(ratelimit.PerSecond(1, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,7 +487,7 @@ func TestAdvThrottleLongWindowOnMiniredis(t *testing.T) {
 			if err := eng.CreateSale(ctx, inventory.Sale{ID: "s1", PerUserLimit: 10, Items: []inventory.Item{{SKU: "A", Stock: 10}}}); err != nil {
 				t.Fatal(err)
 			}
-			bucket, err := l.Bucket()
+			bucket, err := throttleOf(l)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -539,7 +544,7 @@ func TestAdvLargeHeldCountOnMiniredis(t *testing.T) {
 // as the same buys sent one at a time (at the same script time) on a twin
 // sale; the stock, quotas and events end alike.
 func TestAdvBatchEqualsSequence(t *testing.T) {
-	bucket, err := ratelimit.PerSecond(1, 2).Bucket()
+	bucket, err := throttleOf(ratelimit.PerSecond(1, 2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -272,7 +272,7 @@ func TestOneTokenManyConcurrentBuys(t *testing.T) {
 func TestCorruptThrottleAndSaleFields(t *testing.T) {
 	r := newRig(t, backends[0], inventory.Options{})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
-	bucket, err := ratelimit.PerSecond(10, 10).Bucket()
+	bucket, err := throttleOf(ratelimit.PerSecond(10, 10))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seckill/seckill/ratelimit"
+	"github.com/seckill/seckill/internal/gcra"
 )
 
 // Buy buys every line or none, for one user, in one atomic script: the sale
@@ -75,7 +75,7 @@ type BuyRequest struct {
 	// A state survives a step back of Redis's clock of up to its window (1
 	// s at least). A sold-out flag may refuse a buy before it counts (see
 	// SoldOut).
-	Throttle *ratelimit.Bucket
+	Throttle *Throttle
 	// Token, when set, is the id of a single-use purchase token the buy
 	// must spend (1 to 64 characters from A-Z a-z 0-9 _ . : -). The buy is
 	// accepted only if no accepted buy of the sale spent the token before,
@@ -164,19 +164,19 @@ type buyCall struct {
 	keys     []string
 	args     []any // this buy's part of the script's arguments, but its throttle
 	placed   Order
-	epoch    uint64 // the sold-out flags' epoch before it was sent
-	throttle ratelimit.Bucket
+	epoch    uint64      // the sold-out flags' epoch before it was sent
+	throttle gcra.Bucket // zero for none
 }
 
 func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
 		return buyCall{}, err
 	}
-	var th ratelimit.Bucket
+	var th gcra.Bucket
 	if r.Throttle != nil {
-		th = *r.Throttle
-		if th.Rate < 1 || th.PeriodUS < 1 || th.Capacity < 1 || th.Capacity > maxThrottleUnits/th.PeriodUS {
-			return buyCall{}, invalid("throttle", "needs a positive rate, period and capacity, their product below 2^52 (use ratelimit.Limit.Bucket)")
+		var err error
+		if th, err = r.Throttle.bucket(); err != nil {
+			return buyCall{}, err
 		}
 	}
 	var tokenTTL int64
@@ -210,35 +210,12 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	}, nil
 }
 
-// maxThrottleUnits bounds a throttle's capacity times its period: gcra_take
-// computes in doubles, exact below 2^52.
-const maxThrottleUnits = 1 << 52
-
-// throttleWindow is the span, in ms, of the hashes buy.lua keeps buyers'
-// throttle states in for bucket b (0 for none): the smallest power of two,
-// at least 1024, no shorter than the longest a state of b is kept (its
-// whole capacity's wait, plus the ms gcra_take rounds up), so that a live
-// state is in the hash of the window now falls in or the next one (or the
-// one after, when the clock has stepped back by up to a window since the
-// state was written: buy.lua reads all three).
-func throttleWindow(b ratelimit.Bucket) int64 {
-	if b.Rate == 0 {
-		return 0
-	}
-	need := b.Capacity*b.PeriodUS/b.Rate/1000 + 2
-	w := int64(1024)
-	for w < need {
-		w *= 2
-	}
-	return w
-}
-
 // batchCall is one buy.lua call running bcs, all of one sale, in order, at
 // time now (see scriptNow). The batch's throttles go once each, ahead of
 // the buys, which name theirs by its place (usually every buy has the
 // same).
 func (e *Engine) batchCall(bcs []buyCall, now any) call {
-	var throttles []ratelimit.Bucket
+	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
 	n := 3
 	for i := range bcs {
@@ -273,25 +250,34 @@ func (e *Engine) batchCall(bcs []buyCall, now any) call {
 }
 
 // buyReplies splits a buy.lua reply into its n buys' replies, each a
-// non-empty array led by its integer code. A sale missing from Redis, an
-// error or a malformed reply is an error for the whole call.
+// non-empty array led by its integer code. The script replies them flat,
+// each after its length ({0, len1, code1, ..., len2, code2, ...}: one
+// array for the call, not one per buy), so each buy's reply is a slice of
+// the call's. A sale missing from Redis, an error or a malformed reply is
+// an error for the whole call.
 func buyReplies(reply []any, err error, n int) ([][]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if code(reply) != codeOK || len(reply) != n+1 {
+	if code(reply) != codeOK {
 		return nil, unexpected(buyScript, reply)
 	}
 	out := make([][]any, n)
+	p := 1
 	for i := range out {
-		r, ok := reply[i+1].([]any)
-		if !ok || len(r) == 0 {
+		k, ok := at(reply, p).(int64)
+		if !ok || k < 1 || k > int64(len(reply)-p-1) {
 			return nil, unexpected(buyScript, reply)
 		}
+		r := reply[p+1 : p+1+int(k) : p+1+int(k)]
 		if _, ok := r[0].(int64); !ok {
 			return nil, unexpected(buyScript, reply)
 		}
 		out[i] = r
+		p += 1 + int(k)
+	}
+	if p != len(reply) {
+		return nil, unexpected(buyScript, reply)
 	}
 	return out, nil
 }
@@ -430,7 +416,7 @@ func (e *Engine) decodeBuy(reply []any, bc buyCall) (Receipt, error) {
 		if !ok || bc.throttle.Rate == 0 {
 			return Receipt{}, unexpected(buyScript, reply)
 		}
-		return Receipt{}, &ThrottledError{RetryAfter: bc.throttle.Result(false, debt, 1).RetryAfter}
+		return Receipt{}, &ThrottledError{RetryAfter: gcra.Duration(bc.throttle.RetryAfterUS(debt, 1))}
 	case codeSoldOut:
 		short := from(reply, 1)
 		if len(short)%2 != 0 {

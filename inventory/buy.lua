@@ -12,12 +12,14 @@
 --         at (n+1)*w, when every state it holds has passed (by the server's
 --         clock, which both TIME and key expiry read). w is the buy's
 --         throttle window: a power of two ms no shorter than the longest a
---         state of its bucket can be needed (throttleWindow, in buy.go), so
---         on a clock that only moves forward a buyer's live state is in one
---         of the hashes n = now/w and now/w + 1. The script reads now/w + 2
---         too, so that after the clock steps back by up to a window (TIME
---         after a failover to a server whose clock is behind, an NTP step)
---         a state filed before the step is still found. Of the states
+--         state of its bucket can be needed (throttleWindow, in
+--         throttle.go), so on a clock that only moves forward a buyer's
+--         live state is in one of the hashes n = now/w and now/w + 1. The
+--         script reads now/w + 2 too, so that after the clock steps back by
+--         up to a window (TIME after a failover to a server whose clock is
+--         behind, an NTP step) a state filed before the step is still
+--         found; it reads the hashes now/w + 1 and + 2 only if one of them
+--         exists (one EXISTS of both: usually neither does). Of the states
 --         found, the later TAT is the buyer's (a buyer's TAT only ever moves
 --         forward). A buy's state is looked up in its own throttle's
 --         window's hashes only, so that its decision never depends on who
@@ -39,33 +41,34 @@
 -- "<order id>|<order record>" (the record as in the orders hash, see
 -- record.go; its time is the event's), decoded by ParseEvent (events.go).
 --
--- Reply:
+-- Reply, flat (one array for the call, not one per buy):
 --   {2}                  the sale is not in Redis: rebuild it, call again;
 --                        nothing ran
---   {0, b1, b2, ...}     bN is buy N's outcome, an array whose first element
---                        is its code:
---   {0, at, r1, r2, ...}      bought at time at (unix ms); rN is line N's
+--   {0, k1, <buy 1's outcome>, k2, <buy 2's outcome>, ...}
+--                        kN is the length of buy N's outcome, which is a
+--                        list led by its code:
+--   0, at, r1, r2, ...        bought at time at (unix ms); rN is line N's
 --                             remaining after it (-1 unlimited)
---   {1, order_id, record, r1, r2, ...}
+--   1, order_id, record, r1, r2, ...
 --                             replay: the idempotency key (or the order id, on a
 --                             retried call) names an order of this user with
 --                             these very lines; rN is the remaining of that
 --                             order's line N now; nothing changed
---   {3, status}               not selling: "upcoming", "paused" or "ended", or
+--   3, status                 not selling: "upcoming", "paused" or "ended", or
 --                             "fenced": the database sells the sale (degraded
 --                             mode, see fence.lua)
---   {4, sku, ...}             skus the sale does not have
---   {5, limit, sku, ...}      skus the user would then hold more than the limit of
---   {6, sku, remaining, ...}  skus with fewer units left than asked for, each
+--   4, sku, ...               skus the sale does not have
+--   5, limit, sku, ...        skus the user would then hold more than the limit of
+--   6, sku, remaining, ...    skus with fewer units left than asked for, each
 --                             with what is left of it
---   {7}                       the order id is another user's order (make a new id)
---   {8, field}                a stored value is not what the engine wrote;
+--   7                         the order id is another user's order (make a new id)
+--   8, field                  a stored value is not what the engine wrote;
 --                             this buy changed nothing, the others ran
---   {9, debt}                 the buyer's throttle refused the buy; debt in
+--   9, debt                   the buyer's throttle refused the buy; debt in
 --                             its units
---   {14, order_id}            the idempotency key names an order of this user
+--   14, order_id              the idempotency key names an order of this user
 --                             with other lines; nothing changed
---   {15}                      the purchase token was spent by an earlier buy
+--   15                        the purchase token was spent by an earlier buy
 --
 -- A repeat (the same idempotency key, or the same order id resent after a
 -- lost reply) is answered first, before any refusal: the throttle, the token,
@@ -84,409 +87,454 @@
 -- way, and refuses a script's writes for lack of memory only before its
 -- first.
 
--- The time (script_now, see ratelimit's clock.lua, prepended).
+-- The time (script_now, see internal/gcra/clock.lua, prepended).
 local now_us = script_now(ARGV[1])
 local now_ms = math.floor(now_us / 1000)
--- Redis before 7 formats Lua numbers handed to redis.call with 14
--- significant digits: hand it times as exact strings.
-local now = string.format('%d', now_ms)
-local now_bar = '|' .. now .. '|'
-local count = tonumber(ARGV[2])
+local now_bar = '|' .. string.format('%d', now_ms) .. '|'
+
+-- (Cost notes: in Redis's Lua every table, tonumber, string.format,
+-- string.match and concatenation costs about as much as a few dozen plain
+-- instructions, and a redis.call several times that: the script makes
+-- few of each per buy, and fewer per call. See docs/performance.md.)
+
+-- num(s) is tonumber(s) for the small numbers of the arguments, with the
+-- common '0' and '1' taken without parsing.
+local function num(s)
+  if s == '1' then return 1 elseif s == '0' then return 0 end
+  return tonumber(s)
+end
+local count, nth = num(ARGV[2]), num(ARGV[3])
+-- exact(n): n as redis.call takes it exactly: a number below 10^14 as is
+-- (Redis before 7 formats Lua numbers with 14 significant digits), a
+-- larger one formatted.
+local function exact(n)
+  if n < 1e14 and n > -1e14 then return n end
+  return string.format('%d', n)
+end
 
 -- Redis's Lua refuses to unpack more than a few thousand values at once.
+-- read(cmd, key, list) is HMGET key list (MGET list with no key) and
+-- hset(key, list) HSET key list, in parts of at most chunk values.
 local chunk = 1000
-local function hmget(key, fields)
-  if #fields == 0 then return {} end
-  if #fields <= chunk then return redis.call('HMGET', key, unpack(fields)) end
+local function read(cmd, key, list)
+  local n = #list
+  if n <= chunk then
+    if key then return redis.call(cmd, key, unpack(list)) end
+    return redis.call(cmd, unpack(list))
+  end
   local out = {}
-  for i = 1, #fields, chunk do
-    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + chunk - 1, #fields)))
+  for i = 1, n, chunk do
+    local part
+    if key then
+      part = redis.call(cmd, key, unpack(list, i, math.min(i + chunk - 1, n)))
+    else
+      part = redis.call(cmd, unpack(list, i, math.min(i + chunk - 1, n)))
+    end
     for j = 1, #part do out[i + j - 1] = part[j] end
   end
   return out
 end
-local function mget(keys)
-  if #keys == 0 then return {} end
-  if #keys <= chunk then return redis.call('MGET', unpack(keys)) end
-  local out = {}
-  for i = 1, #keys, chunk do
-    local part = redis.call('MGET', unpack(keys, i, math.min(i + chunk - 1, #keys)))
-    for j = 1, #part do out[i + j - 1] = part[j] end
-  end
-  return out
-end
-local function hset(key, pairs_)
-  if #pairs_ <= chunk then return redis.call('HSET', key, unpack(pairs_)) end
-  for i = 1, #pairs_, chunk do
-    redis.call('HSET', key, unpack(pairs_, i, math.min(i + chunk - 1, #pairs_)))
+local function hset(key, list)
+  if #list <= chunk then return redis.call('HSET', key, unpack(list)) end
+  for i = 1, #list, chunk do
+    redis.call('HSET', key, unpack(list, i, math.min(i + chunk - 1, #list)))
   end
 end
 
--- num(s) is tonumber(s), parsed once per batch for each string: the
--- arguments repeat a few small numbers (quantities, counts) in every buy.
-local nums = {}
-local function num(s)
-  local n = nums[s]
-  if n == nil then
-    n = tonumber(s)
-    nums[s] = n
+-- The throttles, parsed once: throttle t's rate, period and capacity are
+-- tp[3t-2], tp[3t-1], tp[3t], its window's place wplace[t]. The windows,
+-- once each: windows[i] (ms), its users once each (wusers[i]) and their
+-- states (wstate[i], by user, false for none).
+local tp, wplace, windows, wusers, wstate
+if nth > 0 then
+  tp, wplace, windows, wusers, wstate = {}, {}, {}, {}, {}
+  for t = 1, nth do
+    tp[3 * t - 2], tp[3 * t - 1], tp[3 * t] = tonumber(ARGV[4 * t]), tonumber(ARGV[4 * t + 1]), tonumber(ARGV[4 * t + 2])
+    local w, i = tonumber(ARGV[4 * t + 3]), nil
+    for j = 1, #windows do
+      if windows[j] == w then i = j end
+    end
+    if not i then
+      i = #windows + 1
+      windows[i], wusers[i], wstate[i] = w, {}, {}
+    end
+    wplace[t] = i
   end
-  return n
 end
 
--- Parse the buys into flat arrays (no table per buy) and collect every
--- field the batch reads. Buy b's lines are ARGV[at[b]], ARGV[at[b] + 1], ...
--- as sku, qty pairs; its bought fields are bought_fields[bf[b] + i] and
--- its quantities qtys[bf[b] + i].
-local user, id, key, lines, nlines, at, bf = {}, {}, {}, {}, {}, {}, {}
-local rate, period, capacity, window = {}, {}, {}, {} -- by throttle
-local throttle, token, token_ttl = {}, {}, {} -- by buy
-local skus, sku_seen = {}, {}
-local bought_fields, qtys, idem_fields = {}, {}, {}
--- The throttles' windows, once each: windows[i] (ms, a string), and for
--- each its users, once each (win_users[i]), and their states (win_state[i],
--- by user). wi[t] is throttle t's window's place i.
-local windows, window_at, win_users, win_state, wi = {}, {}, {}, {}, {}
-local spent, token_keys = {}, {} -- tokens to spend, once each
-local a = 4
-for t = 1, tonumber(ARGV[3]) do
-  rate[t], period[t], capacity[t], window[t] = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), ARGV[a + 3]
-  local i = window_at[window[t]]
-  if not i then
-    i = #windows + 1
-    windows[i], win_users[i], win_state[i] = window[t], {}, {}
-    window_at[window[t]] = i
-  end
-  wi[t] = i
-  a = a + 4
-end
+-- Parse the buys: no table per buy. Buy b's arguments start at ARGV[at[b]]
+-- (user, order id, key, lines, throttle, token, token ttl, n, then n sku,
+-- qty pairs); its bought fields are bfields[bf[b] + 1 ..]. rem has every
+-- asked sku (true until the sale is read), skus lists them once each and
+-- rfields the sale's fields to read; ifields the idempotency fields and
+-- tkeys the token keys, if any.
+local at, bf, ids, bfields = {}, {}, {}, {}
+local rem, skus = {}, {}
+local rfields = {'limit', 'start', 'end', 'paused', 'fenced'}
+local ifields, tkeys, spent
+local a = 4 + 4 * nth
 for b = 1, count do
-  local u = ARGV[a]
-  user[b], id[b], key[b], lines[b] = u, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  throttle[b], token[b], token_ttl[b] = num(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
-  nlines[b] = num(ARGV[a + 7])
-  if throttle[b] > 0 then
-    local i = wi[throttle[b]]
-    if win_state[i][u] == nil then
-      win_state[i][u] = false
-      win_users[i][#win_users[i] + 1] = u
+  local u, n = ARGV[a], num(ARGV[a + 7])
+  at[b], bf[b], ids[b] = a, #bfields, ARGV[a + 1]
+  if ARGV[a + 2] ~= '' then
+    ifields = ifields or {}
+    ifields[#ifields + 1] = u .. '|' .. ARGV[a + 2]
+  end
+  if ARGV[a + 4] ~= '0' then
+    local i = wplace[num(ARGV[a + 4])]
+    if wstate[i][u] == nil then
+      wstate[i][u] = false
+      wusers[i][#wusers[i] + 1] = u
     end
   end
-  a = a + 8
-  if token[b] ~= '' and spent[token[b]] == nil then
-    spent[token[b]] = false
-    token_keys[#token_keys + 1] = KEYS[7] .. token[b]
+  local tok = ARGV[a + 5]
+  if tok ~= '' then
+    if not spent then spent, tkeys = {}, {} end
+    if spent[tok] == nil then
+      spent[tok] = false
+      tkeys[#tkeys + 1] = KEYS[7] .. tok
+    end
   end
-  at[b], bf[b] = a, #bought_fields
-  for i = 0, nlines[b] - 1 do
-    local sku = ARGV[a + 2 * i]
-    if not sku_seen[sku] then
-      sku_seen[sku] = true
+  for i = a + 8, a + 6 + 2 * n, 2 do
+    local sku = ARGV[i]
+    if not rem[sku] then
+      rem[sku] = true
       skus[#skus + 1] = sku
+      rfields[#rfields + 1] = 'r:' .. sku
     end
-    bought_fields[#bought_fields + 1] = u .. '|' .. sku
-    qtys[#bought_fields] = num(ARGV[a + 2 * i + 1])
+    bfields[#bfields + 1] = u .. '|' .. sku
   end
-  if key[b] ~= '' then idem_fields[#idem_fields + 1] = u .. '|' .. key[b] end
-  a = a + 2 * nlines[b]
+  a = a + 8 + 2 * n
 end
 
 -- The sale: its definition and every asked sku's remaining, in one read.
-local fields = {'limit', 'start', 'end', 'paused', 'fenced'}
-for i, sku in ipairs(skus) do fields[5 + i] = 'r:' .. sku end
-local meta = hmget(KEYS[1], fields)
-if not meta[1] then return {2} end
-
 -- rem[sku]: remaining (-1 unlimited); false: no such sku; 'bad': corrupt,
 -- and so is the sold counter of an unlimited sku that is not an integer.
-local rem = {}
-local function load_rem(sku, v)
-  if not v then
-    rem[sku] = false
-  else
-    rem[sku] = int(v) or 'bad'
+local meta = read('HMGET', KEYS[1], rfields)
+if not meta[1] then return {2} end
+local unlimited
+for i, sku in ipairs(skus) do
+  local v = meta[5 + i]
+  if v then
+    v = int(v) or 'bad'
+    if v == -1 then
+      unlimited = unlimited or {}
+      unlimited[#unlimited + 1] = 's:' .. sku
+    end
   end
+  rem[sku] = v or false
 end
-for i, sku in ipairs(skus) do load_rem(sku, meta[5 + i]) end
-local unlimited = {}
-for _, sku in ipairs(skus) do
-  if rem[sku] == -1 then unlimited[#unlimited + 1] = 's:' .. sku end
-end
-if #unlimited > 0 then
-  local v = hmget(KEYS[1], unlimited)
+if unlimited then
+  local v = read('HMGET', KEYS[1], unlimited)
   for i, f in ipairs(unlimited) do
     if v[i] and not int(v[i]) then rem[string.sub(f, 3)] = 'bad' end
   end
 end
-local function remaining(sku) -- also for skus outside the batch (replays)
-  if rem[sku] == nil then load_rem(sku, redis.call('HGET', KEYS[1], 'r:' .. sku)) end
-  return rem[sku]
-end
 
-local held, orders, idem = {}, {}, {}
-local v = hmget(KEYS[2], bought_fields)
--- held[f]: units held, or false when the stored count is corrupt
-for i, f in ipairs(bought_fields) do
+-- held[f]: units held, or false when the stored count is corrupt.
+local held = {}
+local v = read('HMGET', KEYS[2], bfields)
+for i, f in ipairs(bfields) do
   local h = v[i]
   if h then held[f] = int(h) or false else held[f] = 0 end
 end
-v = hmget(KEYS[3], id)
-for b = 1, count do orders[id[b]] = v[b] or false end
-v = hmget(KEYS[4], idem_fields)
-for i, f in ipairs(idem_fields) do idem[f] = v[i] or false end
--- win_state[i][user]: the buyer's stored TAT in window i's hashes, false
--- for none; of several, the latest (or one gcra_take does not parse, so
--- that it is found corrupt)
-local function later(a, b)
-  if not a then return b end
-  local ua, ra = string.match(a, '^(%d+):(%d+)$')
-  local ub, rb = string.match(b, '^(%d+):(%d+)$')
-  if not ua then return a end
-  if not ub then return b end
-  ua, ra, ub, rb = tonumber(ua), tonumber(ra), tonumber(ub), tonumber(rb)
-  if ub > ua or ub == ua and rb > ra then return b end
-  return a
+-- orders[b]: the record stored under buy b's order id, or false.
+local orders = read('HMGET', KEYS[3], ids)
+-- idem[f]: the order id an idempotency field names, or false.
+local idem
+if ifields then
+  idem = {}
+  v = read('HMGET', KEYS[4], ifields)
+  for i, f in ipairs(ifields) do idem[f] = v[i] or false end
 end
-for i, w in ipairs(windows) do
-  local n = math.floor(now_ms / tonumber(w))
-  local users, state = win_users[i], win_state[i]
-  for d = 0, 2 do
-    v = hmget(KEYS[6] .. w .. ':' .. string.format('%d', n + d), users)
-    for j, u in ipairs(users) do
-      if v[j] then state[u] = later(state[u], v[j]) end
+-- wstate[i][user]: the buyer's stored TAT in window i's hashes, false for
+-- none; of several, the latest (or one gcra_take does not parse, so that
+-- it is found corrupt). Window i's hashes read are wkey[3i-2] (the window
+-- now falls in, number wn[i]), wkey[3i-1] and wkey[3i].
+local wn, wkey
+if windows then
+  wn, wkey = {}, {}
+  local function later(a, b)
+    if not a then return b end
+    local ua, ra = string.match(a, '^(%d+):(%d+)$')
+    local ub, rb = string.match(b, '^(%d+):(%d+)$')
+    if not ua then return a end
+    if not ub then return b end
+    ua, ra, ub, rb = tonumber(ua), tonumber(ra), tonumber(ub), tonumber(rb)
+    if ub > ua or ub == ua and rb > ra then return b end
+    return a
+  end
+  for i, w in ipairs(windows) do
+    local n = math.floor(now_ms / w)
+    local users, state, base = wusers[i], wstate[i], KEYS[6] .. w .. ':'
+    wn[i] = n
+    for d = 0, 2 do wkey[3 * i - 2 + d] = base .. string.format('%d', n + d) end
+    if #users > 0 then
+      -- The next two windows' hashes seldom exist: one EXISTS of both
+      -- costs less than reading them for every buyer.
+      local last = 2
+      if redis.call('EXISTS', wkey[3 * i - 1], wkey[3 * i]) == 0 then last = 0 end
+      for d = 0, last do
+        v = read('HMGET', wkey[3 * i - 2 + d], users)
+        for j = 1, #users do
+          if v[j] then state[users[j]] = later(state[users[j]], v[j]) end
+        end
+      end
     end
   end
 end
--- spent[token]: whether an accepted buy spent it
-v = mget(token_keys)
-for i, k in ipairs(token_keys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
+-- spent[token]: whether an accepted buy spent it.
+if tkeys then
+  v = read('MGET', nil, tkeys)
+  for i, k in ipairs(tkeys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
+end
 
 local limit, starts, ends = int(meta[1]), int(meta[2]), int(meta[3])
 local not_selling
 if not (limit and starts and ends) then
-  not_selling = {8, 'sale'}
+  not_selling = 'sale'
 elseif meta[5] then
-  not_selling = {3, 'fenced'}
+  not_selling = 'fenced'
 elseif ends > 0 and now_ms >= ends then
-  not_selling = {3, 'ended'}
+  not_selling = 'ended'
 elseif meta[4] == '1' then
-  not_selling = {3, 'paused'}
+  not_selling = 'paused'
 elseif starts > 0 and now_ms < starts then
-  not_selling = {3, 'upcoming'}
+  not_selling = 'upcoming'
 end
 
--- parse(record): the user and lines of an order record as the engine
--- writes it ("<p|c>|<user>|<ms>|<lines>|<key>", lines "A=1,B=2"), or nil.
-local function parse(record)
-  local u, l = string.match(record, '^[pc]|([^|]*)|%d+|([^|]*)|')
-  if not u or l == '' then return nil end
-  for line in string.gmatch(l .. ',', '([^,]*),') do
-    if not string.match(line, '^[^=]+=%d+$') then return nil end
-  end
-  return u, l
+-- The reply, flat: each buy's outcome (see above) after its length; o is
+-- the last place used.
+local out, o = {0}, 1
+local function put(code, x, y) -- a reply of a code and up to two values
+  local k = 1
+  if x ~= nil then k = 2 end
+  if y ~= nil then k = 3 end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = k, code, x, y
+  o = o + 1 + k
 end
+-- (Tables indexed by a count or a window's number would be slow: the
+-- embedded server's Lua, gopher-lua, fills every array slot below an
+-- integer key under 2^26. None here is.)
+
+-- Writes, gathered for the end: field, value pairs by hash (a field
+-- written twice takes its last value); made[id]: the records this batch
+-- made (a later buy of the batch may repeat one); sold[sku]: units this
+-- batch sold of a sku; tw[j]: the throttle states for hash wkey[j].
+local new_orders, new_held, sold = {}, {}, {}
+local made, new_idem, new_spent, tw
+if count > 1 then made = {} end
 
 -- replay answers buy b's repeat with the order id names, after checking
 -- its record: another user's order is code 7 for an order id (the id is
 -- taken) and corrupt for an idempotency key (the key is the user's own);
--- other lines than the order's are code 14.
+-- other lines than the order's are code 14. An order record as the engine
+-- writes it is "<p|c>|<user>|<ms>|<lines>|<key>", lines "A=1,B=2".
 local function replay(id, record, b, by_key)
-  if not record then return {8, 'orders:' .. id} end
-  local u, l = parse(record)
-  if not u or (by_key and u ~= user[b]) then return {8, 'orders:' .. id} end
-  if u ~= user[b] then return {7} end
-  if l ~= lines[b] then return {14, id} end
-  local reply = {1, id, record}
+  local u, l
+  if record then
+    u, l = string.match(record, '^[pc]|([^|]*)|%d+|([^|]*)|')
+    if l == '' then u = nil end
+    if u then
+      for line in string.gmatch(l .. ',', '([^,]*),') do
+        if not string.match(line, '^[^=]+=%d+$') then u = nil end
+      end
+    end
+  end
+  local user = ARGV[at[b]]
+  if not u or (by_key and u ~= user) then return put(8, 'orders:' .. id) end
+  if u ~= user then return put(7) end
+  if l ~= ARGV[at[b] + 3] then return put(14, id) end
+  -- the remaining of skus outside the batch too
   for sku in string.gmatch(l, '([^,=]+)=%d+') do
-    local r = remaining(sku)
-    if type(r) ~= 'number' then return {8, 'r:' .. sku} end
-    reply[#reply + 1] = r
+    local r = rem[sku]
+    if r == nil then
+      r = redis.call('HGET', KEYS[1], 'r:' .. sku)
+      r = r and (int(r) or 'bad') or false
+      rem[sku] = r
+    end
+    if type(r) ~= 'number' then return put(8, 'r:' .. sku) end
   end
-  return reply
+  local start = o
+  out[o + 2], out[o + 3], out[o + 4] = 1, id, record
+  o = o + 4
+  for sku in string.gmatch(l, '([^,=]+)=%d+') do
+    o = o + 1
+    out[o] = rem[sku]
+  end
+  out[start + 1] = o - start - 1
 end
 
-local function record_of(id)
-  local rec = orders[id]
-  if rec == nil then
-    rec = redis.call('HGET', KEYS[3], id) or false
-    orders[id] = rec
-  end
-  return rec
-end
-
--- Writes, gathered for the end; dirty lists each changed key once.
-local new_orders, new_idem, new_spent = {}, {}, {}
-local dirty_rem, dirty_held = {}, {}
--- dirty_throttle: the states to write, as window place, user, window
--- place, user, ...; throttle_ttl[i][user]: how long its state is needed
-local dirty_throttle, throttle_ttl = {}, {}
-for i = 1, #windows do throttle_ttl[i] = {} end
-local sold = {} -- units of unlimited skus sold by this batch
-
--- buy_one runs buy b; the lists of unknown, over-limit and short skus are
--- built only for a refusal.
 local function buy_one(b)
-  local u, n, base = user[b], nlines[b], at[b]
+  local a = at[b]
+  local u, id, key = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   -- A repeat (same idempotency key, or a retried call with the same order
   -- id) returns the order it made, whatever the sale's state is now.
-  if key[b] ~= '' then
-    local prev = idem[u .. '|' .. key[b]]
-    if prev then return replay(prev, record_of(prev), b, true) end
-  end
-  local existing = record_of(id[b])
-  if existing then return replay(id[b], existing, b, false) end
-
-  local t = throttle[b]
-  if t > 0 then
-    local i = wi[t]
-    local ok, debt, state, ttl = gcra_take(win_state[i][u], now_us, rate[t], period[t], capacity[t], 1)
-    if ok == nil then return {8, 'throttle:' .. u} end
-    if not ok then return {9, debt} end
-    win_state[i][u] = state
-    if not throttle_ttl[i][u] then
-      dirty_throttle[#dirty_throttle + 1] = i
-      dirty_throttle[#dirty_throttle + 1] = u
+  if key ~= '' then
+    local prev = idem[u .. '|' .. key]
+    if prev then
+      local rec = made and made[prev]
+      if not rec then rec = redis.call('HGET', KEYS[3], prev) end
+      return replay(prev, rec, b, true)
     end
-    throttle_ttl[i][u] = ttl
   end
-  if token[b] ~= '' and spent[token[b]] then return {15} end
-  if not_selling then return not_selling end
+  local existing = made and made[id] or orders[b]
+  if existing then return replay(id, existing, b, false) end
 
-  local unknown, over, short = false, false, false
+  if ARGV[a + 4] ~= '0' then
+    local t = num(ARGV[a + 4])
+    local i = wplace[t]
+    local ok, debt, state, ttl = gcra_take(wstate[i][u], now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
+    if ok == nil then return put(8, 'throttle:' .. u) end
+    if not ok then return put(9, debt) end
+    wstate[i][u] = state
+    -- kept until its TAT passes, in the hash of the window that falls in:
+    -- now's or the next (ttl is shorter than a window)
+    local j = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i]
+    tw = tw or {}
+    local list = tw[j]
+    if not list then
+      list = {}
+      tw[j] = list
+    end
+    list[#list + 1] = u
+    list[#list + 1] = state
+  end
+  local tok = ARGV[a + 5]
+  if tok ~= '' and spent[tok] then return put(15) end
+  if not_selling then
+    if not_selling == 'sale' then return put(8, 'sale') end
+    return put(3, not_selling)
+  end
+
+  -- The lines: a corrupt remaining, then unknown skus, a corrupt held
+  -- count, the limit, the stock.
+  local n, fb = num(ARGV[a + 7]), bf[b]
+  local bad_r, unknown, bad_h, over, short
   for i = 0, n - 1 do
-    local sku = ARGV[base + 2 * i]
+    local sku = ARGV[a + 8 + 2 * i]
     local r = rem[sku]
     if r == false then
       unknown = true
     elseif r == 'bad' then
-      return {8, 'r:' .. sku}
-    end
-  end
-  if unknown then
-    local out = {4}
-    for i = 0, n - 1 do
-      if rem[ARGV[base + 2 * i]] == false then out[#out + 1] = ARGV[base + 2 * i] end
-    end
-    return out
-  end
-  for i = 0, n - 1 do
-    local f, qty = bought_fields[bf[b] + i + 1], qtys[bf[b] + i + 1]
-    local h = held[f]
-    if not h then return {8, 'bought:' .. f} end
-    if h + qty > limit then over = true end
-    local r = rem[ARGV[base + 2 * i]]
-    if r ~= -1 and r < qty then short = true end
-  end
-  if over then
-    local out = {5, limit}
-    for i = 0, n - 1 do
-      if held[bought_fields[bf[b] + i + 1]] + qtys[bf[b] + i + 1] > limit then
-        out[#out + 1] = ARGV[base + 2 * i]
+      bad_r = bad_r or sku
+    else
+      local q, h = num(ARGV[a + 9 + 2 * i]), held[bfields[fb + i + 1]]
+      if not h then
+        bad_h = bad_h or bfields[fb + i + 1]
+      else
+        if h + q > limit then over = true end
+        if r ~= -1 and r < q then short = true end
       end
     end
-    return out
   end
-  if short then
-    local out = {6}
+  if bad_r then return put(8, 'r:' .. bad_r) end
+  if unknown or bad_h or over or short then
+    local code = 6
+    if unknown then code = 4 elseif bad_h then return put(8, 'bought:' .. bad_h) elseif over then code = 5 end
+    local start = o
+    out[o + 2] = code
+    o = o + 2
+    if over then
+      o = o + 1
+      out[o] = limit
+    end
     for i = 0, n - 1 do
-      local sku, qty = ARGV[base + 2 * i], qtys[bf[b] + i + 1]
+      local sku, q = ARGV[a + 8 + 2 * i], num(ARGV[a + 9 + 2 * i])
       local r = rem[sku]
-      if r ~= -1 and r < qty then
-        out[#out + 1] = sku
-        out[#out + 1] = r
+      if unknown then
+        if r == false then
+          o = o + 1
+          out[o] = sku
+        end
+      elseif over then
+        if held[bfields[fb + i + 1]] + q > limit then
+          o = o + 1
+          out[o] = sku
+        end
+      elseif r ~= -1 and r < q then
+        out[o + 1], out[o + 2] = sku, r
+        o = o + 2
       end
     end
-    return out
+    out[start + 1] = o - start - 1
+    return
   end
 
   -- Every check passed: the event, then this buy's part of the writes.
-  local record = 'p|' .. u .. now_bar .. lines[b] .. '|' .. key[b]
-  redis.call('XADD', KEYS[5], '*', 'bought', id[b] .. '|' .. record)
-  local reply = {0, now_ms}
+  local record = 'p|' .. u .. now_bar .. ARGV[a + 3] .. '|' .. key
+  redis.call('XADD', KEYS[5], '*', 'bought', id .. '|' .. record)
+  out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
+  o = o + 3
+  local w = #new_held
   for i = 0, n - 1 do
-    local sku, qty, f = ARGV[base + 2 * i], qtys[bf[b] + i + 1], bought_fields[bf[b] + i + 1]
-    if rem[sku] == -1 then
-      sold[sku] = (sold[sku] or 0) + qty
-      reply[i + 3] = -1
-    else
-      rem[sku] = rem[sku] - qty
-      reply[i + 3] = rem[sku]
+    local sku, q, f = ARGV[a + 8 + 2 * i], num(ARGV[a + 9 + 2 * i]), bfields[fb + i + 1]
+    local r = rem[sku]
+    if r ~= -1 then
+      r = r - q
+      rem[sku] = r
     end
-    dirty_rem[sku] = true
-    if not dirty_held[f] then
-      dirty_held[f] = true
-      dirty_held[#dirty_held + 1] = f
-    end
-    held[f] = held[f] + qty
+    sold[sku] = (sold[sku] or 0) + q
+    o = o + 1
+    out[o] = r
+    local h = held[f] + q
+    held[f] = h
+    new_held[w + 1], new_held[w + 2] = f, exact(h)
+    w = w + 2
   end
-  orders[id[b]] = record
-  new_orders[#new_orders + 1] = id[b]
-  new_orders[#new_orders + 1] = record
-  if key[b] ~= '' then
-    idem[u .. '|' .. key[b]] = id[b]
-    new_idem[#new_idem + 1] = u .. '|' .. key[b]
-    new_idem[#new_idem + 1] = id[b]
+  if made then made[id] = record end
+  w = #new_orders
+  new_orders[w + 1], new_orders[w + 2] = id, record
+  if key ~= '' then
+    idem[u .. '|' .. key] = id
+    new_idem = new_idem or {}
+    w = #new_idem
+    new_idem[w + 1], new_idem[w + 2] = u .. '|' .. key, id
   end
-  if token[b] ~= '' then
-    spent[token[b]] = true
-    new_spent[#new_spent + 1] = b
+  if tok ~= '' then
+    spent[tok] = true
+    new_spent = new_spent or {}
+    new_spent[#new_spent + 1] = a
   end
-  return reply
 end
 
-local out = {0}
-for b = 1, count do out[b + 1] = buy_one(b) end
+for b = 1, count do buy_one(b) end
 
--- Redis before 7 formats Lua numbers handed to redis.call with 14
--- significant digits: format counters that may be larger exactly.
-local sale_writes = {}
+local sale_writes
 for _, sku in ipairs(skus) do
-  if dirty_rem[sku] then
+  if sold[sku] then
     if rem[sku] == -1 then
-      redis.call('HINCRBY', KEYS[1], 's:' .. sku, string.format('%d', sold[sku]))
+      redis.call('HINCRBY', KEYS[1], 's:' .. sku, exact(sold[sku]))
     else
+      sale_writes = sale_writes or {}
       sale_writes[#sale_writes + 1] = 'r:' .. sku
-      sale_writes[#sale_writes + 1] = string.format('%d', rem[sku])
+      sale_writes[#sale_writes + 1] = exact(rem[sku])
     end
   end
 end
-if #sale_writes > 0 then hset(KEYS[1], sale_writes) end
--- (No table here is indexed by a count or a window's number: the embedded
--- server's Lua, gopher-lua, fills every array slot below an integer key
--- under 2^26, so such a table would take GBs.)
-local held_writes = {}
-for _, f in ipairs(dirty_held) do
-  held_writes[#held_writes + 1] = f
-  held_writes[#held_writes + 1] = string.format('%d', held[f])
+if sale_writes then hset(KEYS[1], sale_writes) end
+if #new_held > 0 then
+  hset(KEYS[2], new_held)
+  hset(KEYS[3], new_orders)
 end
-if #held_writes > 0 then hset(KEYS[2], held_writes) end
-if #new_orders > 0 then hset(KEYS[3], new_orders) end
-if #new_idem > 0 then hset(KEYS[4], new_idem) end
+if new_idem then hset(KEYS[4], new_idem) end
 -- A throttle's state is kept until its TAT has passed, in the hash of the
--- window its expiry falls in (see KEYS[6]); a spent token as long as it
--- could still be presented.
-local tat_writes, tat_ttl, tats = {}, {}, {} -- by hash; tats[key]: its writes
-for j = 1, #dirty_throttle, 2 do
-  local i, u = dirty_throttle[j], dirty_throttle[j + 1]
-  local w = tonumber(windows[i])
-  local n = math.floor((now_ms + throttle_ttl[i][u]) / w)
-  local hkey = KEYS[6] .. windows[i] .. ':' .. string.format('%d', n)
-  local writes = tats[hkey]
-  if not writes then
-    writes = {}
-    tats[hkey] = writes
-    tat_writes[#tat_writes + 1] = writes
-    tat_ttl[#tat_ttl + 1] = (n + 1) * w - now_ms + 1
-    writes.key = hkey
+-- window its expiry falls in (see KEYS[6]), which expires at that
+-- window's end; a spent token as long as it could still be presented.
+if tw then
+  for i = 1, #windows do
+    for d = 0, 2 do
+      local list = tw[3 * i - 2 + d]
+      if list then
+        hset(wkey[3 * i - 2 + d], list)
+        redis.call('PEXPIRE', wkey[3 * i - 2 + d], (wn[i] + d + 1) * windows[i] - now_ms + 1)
+      end
+    end
   end
-  writes[#writes + 1] = u
-  writes[#writes + 1] = win_state[i][u]
 end
-for i, writes in ipairs(tat_writes) do
-  hset(writes.key, writes)
-  redis.call('PEXPIRE', writes.key, string.format('%d', tat_ttl[i]))
-end
-for _, b in ipairs(new_spent) do
-  redis.call('SET', KEYS[7] .. token[b], user[b], 'PX', token_ttl[b])
+if new_spent then
+  for _, a in ipairs(new_spent) do
+    redis.call('SET', KEYS[7] .. ARGV[a + 5], ARGV[a], 'PX', ARGV[a + 6])
+  end
 end
 return out

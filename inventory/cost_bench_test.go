@@ -46,9 +46,9 @@ func benchRedisCost(b *testing.B, batch int, throttle bool) {
 		Items: []inventory.Item{{SKU: "A", Stock: inventory.MaxQty}}}); err != nil {
 		b.Fatal(err)
 	}
-	var bucket *ratelimit.Bucket
+	var bucket *inventory.Throttle
 	if throttle {
-		bk, err := ratelimit.PerSecond(5, 10).Bucket()
+		bk, err := throttleOf(ratelimit.PerSecond(5, 10))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,8 +3,6 @@ package inventory
 import (
 	"strconv"
 	"time"
-
-	"github.com/seckill/seckill/ratelimit"
 )
 
 // ScriptSHA returns the SHA1 the engine runs the named script by ("buy",
@@ -34,10 +32,10 @@ func (e *Engine) QueuedBuys() int {
 }
 
 // ThrottleKeys returns the keys of the three hashes buy.lua looks for a
-// buyer's throttle state of bucket b in at time now: the window now falls
+// buyer's state of throttle t in at time now: the window now falls
 // in, then the next two.
-func (e *Engine) ThrottleKeys(saleID string, b ratelimit.Bucket, now time.Time) []string {
-	w := throttleWindow(b)
+func (e *Engine) ThrottleKeys(saleID string, t Throttle, now time.Time) []string {
+	w := ThrottleWindow(t)
 	n := now.UnixMilli() / w
 	k := e.keys(saleID).throttle + strconv.FormatInt(w, 10) + ":"
 	return []string{k + strconv.FormatInt(n, 10), k + strconv.FormatInt(n+1, 10), k + strconv.FormatInt(n+2, 10)}

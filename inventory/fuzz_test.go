@@ -106,13 +106,24 @@ func TestShortRepliesAreCorruptNotPanics(t *testing.T) {
 			t.Errorf("decodeBuy(%v) succeeded", reply)
 		}
 	}
-	// A batch reply must hold one array per buy, each led by its code.
+	// A batch reply must hold each buy's outcome after its length, each led
+	// by its code, and nothing else.
 	for _, reply := range [][]any{
 		{int64(codeOK)}, {int64(codeOK), []any{int64(codeOK)}, "x"}, {int64(codeOK), []any{}},
 		{int64(codeOK), []any{"0"}}, {int64(codeMissing)},
+		{int64(codeOK), int64(1), int64(codeSpent)},                                    // one buy short
+		{int64(codeOK), int64(1), int64(codeSpent), int64(3), int64(codeOK), int64(1)}, // a length past the end
+		{int64(codeOK), int64(0), int64(1), int64(codeSpent)},                          // an empty outcome
+		{int64(codeOK), int64(1), "7", int64(1), int64(codeSpent)},                     // a code not an integer
+		{int64(codeOK), int64(1), int64(codeSpent), int64(1), int64(codeSpent), "x"},   // left over
+		{int64(codeOK), "1", int64(codeSpent), int64(1), int64(codeSpent)},             // a length not an integer
 	} {
 		if _, err := buyReplies(reply, nil, 2); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("buyReplies(%v) err = %v, want ErrCorrupt", reply, err)
 		}
+	}
+	good := []any{int64(codeOK), int64(1), int64(codeSpent), int64(3), int64(codeOK), int64(7), int64(4)}
+	if got, err := buyReplies(good, nil, 2); err != nil || len(got) != 2 || len(got[0]) != 1 || len(got[1]) != 3 || got[1][2] != int64(4) {
+		t.Errorf("buyReplies(%v) = %v, %v", good, got, err)
 	}
 }

@@ -10,6 +10,7 @@
 -- script must find such a value before its first write, not half way
 -- through.
 local function int(v)
+  if v == '0' then return 0 elseif v == '1' then return 1 end -- the commonest, unparsed
   if not (v and string.match(v, '^%-?%d+$')) then return nil end
   local n = tonumber(v)
   if not n or n >= 9007199254740992 or n <= -9007199254740992 then return nil end

@@ -77,8 +77,8 @@ var linUsers = []string{"u1", "u2", "u3", "u4", "u5", "u6"}
 
 // linThrottle is the bucket of a throttled buyer: linBudget buys, then
 // none for the rest of any test.
-var linThrottle = func() ratelimit.Bucket {
-	b, err := ratelimit.PerHour(1, linBudget-1).Bucket()
+var linThrottle = func() inventory.Throttle {
+	b, err := throttleOf(ratelimit.PerHour(1, linBudget-1))
 	if err != nil {
 		panic(err)
 	}
@@ -1725,10 +1725,13 @@ func allBought(cmd redis.Cmder) bool {
 	if !ok || len(reply) < 2 || reply[0] != int64(0) {
 		return false
 	}
-	for _, b := range reply[1:] {
-		if r, ok := b.([]any); !ok || len(r) == 0 || r[0] != int64(0) {
+	// the buys' outcomes, flat, each after its length (see buy.lua)
+	for p := 1; p < len(reply); {
+		k, ok := reply[p].(int64)
+		if !ok || k < 1 || p+1 >= len(reply) || reply[p+1] != int64(0) {
 			return false
 		}
+		p += 1 + int(k)
 	}
 	return true
 }

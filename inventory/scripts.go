@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/gcra"
 	"github.com/seckill/seckill/internal/luascript"
-	"github.com/seckill/seckill/ratelimit"
 )
 
 var (
@@ -41,7 +41,7 @@ var (
 	//go:embed int.lua
 	intSrc string
 
-	buyScript      = luascript.New("buy", ratelimit.ClockLua+"\n"+ratelimit.GCRATakeLua+"\n"+intSrc+"\n"+buySrc)
+	buyScript      = luascript.New("buy", gcra.ClockLua+"\n"+gcra.TakeLua+"\n"+intSrc+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", intSrc+"\n"+cancelSrc)
 	restockScript  = luascript.New("restock", intSrc+"\n"+restockSrc)
 	createScript   = luascript.New("create", createSrc)

@@ -36,7 +36,7 @@ func TestResendIsAnsweredBeforeTheThrottle(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }}, inventory.Options{})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
-	bucket, err := ratelimit.PerSecond(1, 0).Bucket() // one buy, then one a second
+	bucket, err := throttleOf(ratelimit.PerSecond(1, 0)) // one buy, then one a second
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestSkewedInstancesAgree(t *testing.T) {
 			}
 		}
 
-		bucket, err := ratelimit.PerSecond(1, 0).Bucket() // one buy, then one a second
+		bucket, err := throttleOf(ratelimit.PerSecond(1, 0)) // one buy, then one a second
 		if err != nil {
 			t.Fatal(err)
 		}

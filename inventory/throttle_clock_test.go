@@ -25,7 +25,7 @@ func TestThrottleBurstAcrossClocks(t *testing.T) {
 		ahead.clock.Set(ahead.clock.Now().Add(10 * time.Millisecond))
 		behind := inventory.New(ahead.rdb, inventory.Options{Prefix: ahead.prefix, Clock: newTestClock()})
 		ahead.create(inventory.Sale{ID: "s1", PerUserLimit: 10, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
-		bucket, err := ratelimit.PerHour(1, 2).Bucket() // a burst of three
+		bucket, err := throttleOf(ratelimit.PerHour(1, 2)) // a burst of three
 		if err != nil {
 			t.Fatal(err)
 		}

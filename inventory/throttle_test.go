@@ -18,7 +18,7 @@ func TestBuyThrottle(t *testing.T) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 		r.create(inventory.Sale{ID: "s2", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := ratelimit.PerSecond(2, 2).Bucket() // 3 at once, then 2 a second
+		bucket, err := throttleOf(ratelimit.PerSecond(2, 2)) // 3 at once, then 2 a second
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestBuyThrottle(t *testing.T) {
 			t.Errorf("u1 half a second later: %v", err)
 		}
 		// A nonsense bucket is refused before Redis.
-		_, err = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u3", Lines: lines("A", 1), Throttle: &ratelimit.Bucket{}})
+		_, err = r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u3", Lines: lines("A", 1), Throttle: &inventory.Throttle{}})
 		if !errors.Is(err, inventory.ErrInvalid) {
 			t.Errorf("empty bucket: %v, want ErrInvalid", err)
 		}
@@ -77,7 +77,7 @@ func TestThrottleStateAcrossWindows(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := ratelimit.PerSecond(2, 2).Bucket() // 3 at once, then 2 a second: a TAT 1.5 s ahead
+		bucket, err := throttleOf(ratelimit.PerSecond(2, 2)) // 3 at once, then 2 a second: a TAT 1.5 s ahead
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestThrottleClockStepBackOfAWindow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := ratelimit.PerSecond(1, 0).Bucket()
+		bucket, err := throttleOf(ratelimit.PerSecond(1, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,4 +173,13 @@ func TestThrottleClockStepBackOfAWindow(t *testing.T) {
 			t.Errorf("remaining %d, want 99: the buyer bought more than PerSecond(1, 0) allows", rem)
 		}
 	})
+}
+
+// throttleOf is the buy throttle of a GCRA limit, refused as ratelimit
+// refuses the limit.
+func throttleOf(l ratelimit.Limit) (inventory.Throttle, error) {
+	if _, err := l.Bucket(); err != nil {
+		return inventory.Throttle{}, err
+	}
+	return inventory.Throttle{Rate: l.Rate, Period: l.Period, Burst: l.Burst}, nil
 }

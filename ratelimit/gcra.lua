@@ -1,6 +1,6 @@
 -- gcra.lua: a hit of cost n on a GCRA bucket (see gcra_take.lua and
--- clock.lua, prepended to this source): allowed if the bucket holds n
--- tokens, and takes them; a refused hit takes nothing.
+-- clock.lua in internal/gcra, prepended to this source): allowed if the
+-- bucket holds n tokens, and takes them; a refused hit takes nothing.
 --
 -- KEYS[1] the TAT
 -- ARGV[1] now, µs, or "" for the Redis server's clock (see clock.lua)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seckill/seckill/internal/gcra"
 )
 
 // Algorithm selects how a Limit is enforced.
@@ -49,7 +51,7 @@ const (
 	maxExact = 1 << 53
 	// maxUnits is 2^52: the most a GCRA bucket may hold, in units of 1/rate µs
 	// ((burst+1) × period µs), so every sum in gcra.lua stays below 2^53.
-	maxUnits = 1 << 52
+	maxUnits = gcra.MaxUnits
 	// MaxKeyLen is the longest key a caller may pass.
 	MaxKeyLen = 200
 )

@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/gcra"
 	"github.com/seckill/seckill/internal/luascript"
 )
 
@@ -297,18 +297,17 @@ func (limit Limit) Bucket() (Bucket, error) {
 // Result describes the bucket after a hit of cost n that gcra_take allowed
 // or refused. debt is TAT - now in units of 1/rate µs: after the hit if
 // allowed, as it stands if not. One token is PeriodUS units; the bucket
-// holds Capacity.
+// holds Capacity. (The arithmetic is the GCRA's, shared with the
+// inventory's buy throttle.)
 func (b Bucket) Result(allowed bool, debt, n int64) Result {
-	limit := b.Capacity * b.PeriodUS
+	g := gcra.Bucket(b)
 	r := Result{
 		Allowed:    allowed,
-		Remaining:  max(limit-debt, 0) / b.PeriodUS,
-		ResetAfter: usDuration(ceilDiv(debt, b.Rate)),
+		Remaining:  g.Remaining(debt),
+		ResetAfter: usDuration(g.ResetAfterUS(debt)),
 	}
 	if !allowed {
-		// Debt falls by rate units per µs; the hit fits once
-		// debt + n*period <= limit.
-		r.RetryAfter = usDuration(max(ceilDiv(debt+n*b.PeriodUS-limit, b.Rate), 1))
+		r.RetryAfter = usDuration(g.RetryAfterUS(debt, n))
 	}
 	return r
 }
@@ -326,9 +325,4 @@ func floorDiv(a, b int64) int64 {
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // usDuration converts µs to a Duration, saturating instead of overflowing.
-func usDuration(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(us) * time.Microsecond
-}
+func usDuration(us int64) time.Duration { return gcra.Duration(us) }

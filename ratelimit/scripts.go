@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/gcra"
 	"github.com/seckill/seckill/internal/luascript"
 )
 
@@ -19,25 +20,23 @@ var (
 	slidingSrc string
 	//go:embed gcra.lua
 	gcraSrc string
-	//go:embed gcra_take.lua
-	gcraTakeSrc string
-	//go:embed clock.lua
-	clockSrc string
 
 	fixedScript   = luascript.New("fixed", ClockLua+"\n"+fixedSrc)
 	slidingScript = luascript.New("sliding", ClockLua+"\n"+slidingSrc)
 	gcraScript    = luascript.New("gcra", ClockLua+"\n"+GCRATakeLua+"\n"+gcraSrc)
 )
 
-// ClockLua is the Lua source of script_now (clock.lua): the time a script
-// decides by, the Redis server's clock unless the caller passes one (a
-// test's). Prepend it to a script of the caller's own that reads the time.
-var ClockLua = clockSrc
+// ClockLua is the Lua source of script_now (clock.lua, kept with the GCRA
+// the inventory's buy script shares): the time a script decides by, the
+// Redis server's clock unless the caller passes one (a test's). Prepend it
+// to a script of the caller's own that reads the time.
+var ClockLua = gcra.ClockLua
 
 // GCRATakeLua is the Lua source of gcra_take (gcra_take.lua), the GCRA
-// decision of every GCRA Limit, for a script of the caller's own that checks
-// a Bucket in the same call as its work: prepend it to the script's source.
-var GCRATakeLua = gcraTakeSrc
+// decision of every GCRA Limit and of the inventory's buy throttle, for a
+// script of the caller's own that checks a Bucket in the same call as its
+// work: prepend it to the script's source.
+var GCRATakeLua = gcra.TakeLua
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.
 type scriptRunner struct {

@@ -3,9 +3,9 @@ package segment_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/ratelimit"
 	"github.com/seckill/seckill/segment"
 )
 
@@ -15,10 +15,7 @@ import (
 // even when the engine's sold-out flag of the home segment refused the
 // first attempt before the throttle saw it.
 func TestThrottledBuyFallsThroughCountsOnce(t *testing.T) {
-	bucket, err := ratelimit.PerHour(1, 0).Bucket() // one buy, then none for an hour
-	if err != nil {
-		t.Fatal(err)
-	}
+	bucket := inventory.Throttle{Rate: 1, Period: time.Hour} // one buy, then none for an hour
 	sale := inventory.Sale{ID: "hot", PerUserLimit: 5, Items: []inventory.Item{{SKU: "X", Stock: 6}}}
 	// drain buys the units of seg as others homed there, and returns the throttled buyer homed there.
 	drain := func(r *rig, segs []string, seg string, units int) string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/ratelimit"
 	"github.com/seckill/seckill/store"
 )
@@ -121,10 +122,10 @@ type saleSettings struct {
 	store.Sale
 	SaleSettings
 	user, ip, sale *ratelimit.Limit
-	// userInBuy is the user limit's bucket when buy.lua checks it itself,
-	// in the buy's own call, after answering a repeat (a GCRA limit); nil:
-	// it is checked apart, before.
-	userInBuy *ratelimit.Bucket
+	// userInBuy is the user limit as the buy's throttle when buy.lua checks
+	// it itself, in the buy's own call, after answering a repeat (a GCRA
+	// limit); nil: it is checked apart, before.
+	userInBuy *inventory.Throttle
 }
 
 func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
@@ -139,8 +140,8 @@ func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
 	st := saleSettings{Sale: sale, SaleSettings: settings, user: own(rl.PerUser, s.limits.user),
 		ip: own(rl.PerIP, s.limits.ip), sale: own(rl.PerSale, s.limits.sale)}
 	if st.user != nil {
-		if b, err := st.user.Bucket(); err == nil { // a GCRA limit
-			st.userInBuy = &b
+		if _, err := st.user.Bucket(); err == nil { // a GCRA limit
+			st.userInBuy = &inventory.Throttle{Rate: st.user.Rate, Period: st.user.Period, Burst: st.user.Burst}
 		}
 	}
 	return st

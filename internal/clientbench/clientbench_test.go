@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/seckill/seckill/ratelimit"
+	"github.com/seckill/seckill/internal/gcra"
 )
 
 // stock is what the sale starts with, far more than any run buys.
@@ -59,7 +59,7 @@ func buySource(b *testing.B) string {
 			return
 		}
 		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
-		src = ratelimit.ClockLua + "\n" + ratelimit.GCRATakeLua + "\n" + string(ints) + "\n" + string(raw)
+		src = gcra.ClockLua + "\n" + gcra.TakeLua + "\n" + string(ints) + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})
 	if srcErr != nil {
@@ -94,7 +94,8 @@ func appendBuys(args []string, sale string, n int) []string {
 // client is one way of sending EVALSHA of the buy script.
 type client interface {
 	// evalBuys runs one call and returns an error unless the reply is
-	// {0, {0, r}, {0, r}, ...} with one entry per buy.
+	// {0, 3, 0, at, r, 3, 0, at, r, ...}: one outcome per buy, each after
+	// its length (see buy.lua), every one a buy.
 	evalBuys(ctx context.Context, sha string, keys, args []string, buys int) error
 	close()
 }
@@ -135,17 +136,18 @@ func (g *goRedis) evalBuys(ctx context.Context, sha string, keys, args []string,
 		return fmt.Errorf("reply %v", res)
 	}
 	top, _ := arr[0].(int64)
-	codes := make([]int64, 0, len(arr)-1)
-	for _, e := range arr[1:] {
-		buy, ok := e.([]any)
-		if !ok || len(buy) == 0 {
-			return fmt.Errorf("buy reply %v", e)
+	codes := make([]int64, 0, buys)
+	for p := 1; p < len(arr); {
+		k, ok := arr[p].(int64)
+		if !ok || k < 1 || p+int(k) >= len(arr) {
+			return fmt.Errorf("reply %v", res)
 		}
-		c, ok := buy[0].(int64)
+		c, ok := arr[p+1].(int64)
 		if !ok {
-			return fmt.Errorf("buy reply %v", e)
+			return fmt.Errorf("reply %v", res)
 		}
 		codes = append(codes, c)
+		p += 1 + int(k)
 	}
 	return checkCodes(top, codes, buys)
 }
@@ -171,17 +173,18 @@ func (r *rueidisClient) evalBuys(ctx context.Context, sha string, keys, args []s
 	if err != nil {
 		return err
 	}
-	codes := make([]int64, 0, len(arr)-1)
-	for _, e := range arr[1:] {
-		buy, err := e.ToArray()
-		if err != nil || len(buy) == 0 {
-			return fmt.Errorf("buy reply %v: %v", e, err)
+	codes := make([]int64, 0, buys)
+	for p := 1; p < len(arr); {
+		k, err := arr[p].AsInt64()
+		if err != nil || k < 1 || p+int(k) >= len(arr) {
+			return fmt.Errorf("reply length at %d: %v", p, err)
 		}
-		c, err := buy[0].AsInt64()
+		c, err := arr[p+1].AsInt64()
 		if err != nil {
 			return err
 		}
 		codes = append(codes, c)
+		p += 1 + int(k)
 	}
 	return checkCodes(top, codes, buys)
 }

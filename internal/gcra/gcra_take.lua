@@ -1,7 +1,7 @@
 -- gcra_take.lua: the decision of the generic cell rate algorithm, as a Lua
--- function with no Redis calls of its own, so that gcra.lua and other
--- scripts (the inventory's buy.lua, which checks a buyer's rate in the same
--- call as the buy) decide alike. Prepended to those scripts' source.
+-- function with no Redis calls of its own, so that ratelimit's gcra.lua and
+-- the inventory's buy.lua (which checks a buyer's rate in the same call as
+-- the buy) decide alike. Prepended to those scripts' source.
 --
 -- A token bucket of capacity tokens refilled at rate per period. The state
 -- is the theoretical arrival time (TAT): when the bucket will be full again.

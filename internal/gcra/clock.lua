@@ -1,6 +1,6 @@
 -- clock.lua: the time a script decides by, as a Lua function, prepended to
--- the source of every script that reads the time (fixed, sliding, gcra, and
--- the inventory's buy.lua).
+-- the source of every script that reads the time (ratelimit's fixed,
+-- sliding and gcra, and the inventory's buy.lua).
 --
 -- script_now(arg) returns now in whole µs since 1970: arg if the caller
 -- gave one (a test standing in for the clock), else the Redis server's

@@ -73,10 +73,7 @@ func (s *Store) Apply(ctx context.Context, saleID string, events []inventory.Eve
 	if len(events) == 0 {
 		return nil
 	}
-	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		return s.applySales(ctx, tx, []SaleEvents{{SaleID: saleID, Events: events}})
-	})
-	if err != nil {
+	if err := s.applyInTx(ctx, []SaleEvents{{SaleID: saleID, Events: events}}); err != nil {
 		return fmt.Errorf("store: apply %d events of sale %s: %w", len(events), saleID, err)
 	}
 	return nil
@@ -219,7 +216,11 @@ func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
 // indexes. An order that was there already (its cancel was applied first,
 // or an instance handed it over) keeps its row and lines; then its run's
 // journal rows are written as before, each only if new, in stream order.
-func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) error {
+//
+// With optimistic, every order is taken to be new and every row goes in
+// with a plain insert: a row that is there already fails the transaction
+// (see applyInTx).
+func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents, optimistic bool) error {
 	n := 0
 	for _, r := range runs {
 		n += len(r.Events)
@@ -232,8 +233,17 @@ func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) 
 		}
 	}
 	inserted := make(map[string]bool, n)
+	tail, got := "ON CONFLICT (id) DO NOTHING RETURNING id", func(id string) { inserted[id] = true }
+	if optimistic {
+		tail, got = "", nil
+		for _, r := range runs {
+			for _, ev := range r.Events {
+				inserted[ev.Order.ID] = true
+			}
+		}
+	}
 	if err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)",
-		6, orders, "ON CONFLICT (id) DO NOTHING RETURNING id", func(id string) { inserted[id] = true }); err != nil {
+		6, orders, tail, got); err != nil {
 		return err
 	}
 	items := make([]any, 0, 4*n)
@@ -267,7 +277,11 @@ func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) 
 	// and the journal keeps the first event of that id, instead of the
 	// whole batch failing on the unique key and being retried forever
 	// (TestAdvReusedStreamIDStoresTheOrder).
-	if err := s.insertRows(ctx, tx, journalInsert, 8, journal, "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil); err != nil {
+	tail = "ON CONFLICT (sale_id, event_id, sku) DO NOTHING"
+	if optimistic {
+		tail = ""
+	}
+	if err := s.insertRows(ctx, tx, journalInsert, 8, journal, tail, nil); err != nil {
 		return err
 	}
 	for _, r := range known {

@@ -364,3 +364,38 @@ func TestStoppedConsumerTakenOverAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestLingerSkippedWhileBehind: a round that filled a sale's batch is
+// followed by the next read at once, whatever Linger says; only a round
+// that read less than a batch of every sale lingers. (Only the orders are
+// waited for: acknowledged entries are trimmed in a later round.)
+func TestLingerSkippedWhileBehind(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(101) // two full batches and one of one entry
+		r.consumer("c1", r.db, pipeline.Options{BatchSize: 50, Linger: time.Hour})
+		waitfor.Until(t, waitfor.Patience, "every order stored", func() error {
+			counts, err := r.db.CountOrders(r.ctx, "s1")
+			if err != nil || counts[inventory.OrderConfirmed] != len(ids) {
+				return fmt.Errorf("%v stored, want %d (%v)", counts, len(ids), err)
+			}
+			return nil
+		})
+	})
+}
+
+// TestLingerEndsWithTheConsumer: a consumer lingering after a round stops
+// when its context ends, without waiting out Linger.
+func TestLingerEndsWithTheConsumer(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(3)
+		stop := r.consumer("c1", r.db, pipeline.Options{Linger: time.Hour})
+		r.settled(ids)
+		stopped := make(chan struct{})
+		go func() { stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(waitfor.Patience):
+			t.Fatal("the consumer did not stop while it lingered")
+		}
+	})
+}

@@ -73,10 +73,7 @@ func (s *Store) Apply(ctx context.Context, saleID string, events []inventory.Eve
 	if len(events) == 0 {
 		return nil
 	}
-	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		return s.applySales(ctx, tx, []SaleEvents{{SaleID: saleID, Events: events}})
-	})
-	if err != nil {
+	if err := s.applyInTx(ctx, []SaleEvents{{SaleID: saleID, Events: events}}); err != nil {
 		return fmt.Errorf("store: apply %d events of sale %s: %w", len(events), saleID, err)
 	}
 	return nil
@@ -185,28 +182,12 @@ func (s *Store) journal(ctx context.Context, tx *sql.Tx, saleID string, events [
 	return fresh, err
 }
 
-// appendJournalRows appends the journal rows of ev (8 values each) to args:
-// one per line, item or restocked sku; one with sku "" for pause and resume.
+// appendJournalRows appends the journal rows of ev (8 values each) to args
+// (see journalRows.add).
 func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
-	at := ms(ev.At)
-	row := func(sku, orderID, userID string, qty int64) {
-		args = append(args, saleID, ev.ID, string(ev.Type), sku, orderID, userID, qty, at)
-	}
-	switch ev.Type {
-	case inventory.EventBought, inventory.EventCancelled:
-		for _, l := range ev.Order.Items {
-			row(l.SKU, ev.Order.ID, ev.Order.UserID, l.Qty)
-		}
-	case inventory.EventCreated:
-		for _, it := range ev.Sale.Items {
-			row(it.SKU, "", "", it.Stock)
-		}
-	case inventory.EventRestocked, inventory.EventMoved:
-		row(ev.SKU, "", "", ev.Qty)
-	default:
-		row("", "", "", 0)
-	}
-	return args
+	var j journalRows
+	j.add(saleID, ev)
+	return append(args, rowsOf(j.columns())...)
 }
 
 // applyBought applies runs of bought events (each of one sale) with a few
@@ -219,46 +200,51 @@ func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
 // indexes. An order that was there already (its cancel was applied first,
 // or an instance handed it over) keeps its row and lines; then its run's
 // journal rows are written as before, each only if new, in stream order.
-func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) error {
-	n := 0
-	for _, r := range runs {
-		n += len(r.Events)
-	}
-	orders := make([]any, 0, 6*n)
+//
+// With optimistic, every order is taken to be new and every row goes in
+// with a plain insert: a row that is there already fails the transaction
+// (see applyInTx).
+func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents, optimistic bool) error {
+	var orders orderRows
 	for _, r := range runs {
 		for _, ev := range r.Events {
-			o := ev.Order
-			orders = append(orders, o.ID, r.SaleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt))
+			orders.add(r.SaleID, ev.Order)
 		}
 	}
-	inserted := make(map[string]bool, n)
-	if err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)",
-		6, orders, "ON CONFLICT (id) DO NOTHING RETURNING id", func(id string) { inserted[id] = true }); err != nil {
+	inserted := make(map[string]bool, len(orders.id))
+	tail, got := "ON CONFLICT (id) DO NOTHING RETURNING id", func(id string) { inserted[id] = true }
+	if optimistic {
+		tail, got = "", nil
+		for _, id := range orders.id {
+			inserted[id] = true
+		}
+	}
+	if err := s.insertColumns(ctx, tx, ordersInsert, orders.columns(), tail, got); err != nil {
 		return err
 	}
-	items := make([]any, 0, 4*n)
-	journal := make([]any, 0, 8*n)
+	var items itemRows
+	var journal journalRows
 	var known []SaleEvents // runs with an order that was there before (or twice)
 	taken := make(map[string]bool, len(inserted))
 	for _, r := range runs {
-		mark := len(journal)
+		mark := journal.len()
 		for _, ev := range r.Events {
 			if id := ev.Order.ID; !inserted[id] || taken[id] {
-				journal = journal[:mark] // this run's rows go in with the others'
+				journal.truncate(mark) // this run's rows go in with the others'
 				known = append(known, r)
 				break
 			}
 			taken[ev.Order.ID] = true
-			journal = appendJournalRows(journal, r.SaleID, ev)
+			journal.add(r.SaleID, ev)
 		}
 		for _, ev := range r.Events {
 			if inserted[ev.Order.ID] {
 				delete(inserted, ev.Order.ID) // once, should the batch hold the event twice
-				items = appendOrderItems(items, ev.Order)
+				items.add(ev.Order)
 			}
 		}
 	}
-	if err := s.insertRows(ctx, tx, "INSERT INTO order_items (order_id, sku, qty, position)", 4, items, "", nil); err != nil {
+	if err := s.insertColumns(ctx, tx, itemsInsert, items.columns(), "", nil); err != nil {
 		return err
 	}
 	// The new orders' journal rows are new too, unless the stream handed
@@ -267,7 +253,11 @@ func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) 
 	// and the journal keeps the first event of that id, instead of the
 	// whole batch failing on the unique key and being retried forever
 	// (TestAdvReusedStreamIDStoresTheOrder).
-	if err := s.insertRows(ctx, tx, journalInsert, 8, journal, "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil); err != nil {
+	tail = "ON CONFLICT (sale_id, event_id, sku) DO NOTHING"
+	if optimistic {
+		tail = ""
+	}
+	if err := s.insertColumns(ctx, tx, journalInsert, journal.columns(), tail, nil); err != nil {
 		return err
 	}
 	for _, r := range known {
@@ -280,16 +270,14 @@ func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents) 
 
 // appendOrderItems appends the order_items rows of o (4 values each).
 func appendOrderItems(args []any, o inventory.Order) []any {
-	for i, l := range o.Items {
-		args = append(args, o.ID, l.SKU, l.Qty, i)
-	}
-	return args
+	var t itemRows
+	t.add(o)
+	return append(args, rowsOf(t.columns())...)
 }
 
 // insertOrderItems inserts order lines; lines already there stay as they are.
 func (s *Store) insertOrderItems(ctx context.Context, tx *sql.Tx, items []any) error {
-	return s.insertRows(ctx, tx, "INSERT INTO order_items (order_id, sku, qty, position)",
-		4, items, "ON CONFLICT (order_id, sku) DO NOTHING", nil)
+	return s.insertRows(ctx, tx, itemsInsert, 4, items, "ON CONFLICT (order_id, sku) DO NOTHING", nil)
 }
 
 // applyOne applies one event that is not a bought event.

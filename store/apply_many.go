@@ -3,10 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/seckill/seckill/inventory"
 )
@@ -50,16 +53,58 @@ func (s *Store) ApplyMany(ctx context.Context, sales []SaleEvents) error {
 		return nil
 	}
 	slices.SortStableFunc(todo, func(a, b SaleEvents) int { return strings.Compare(a.SaleID, b.SaleID) })
-	err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applySales(ctx, tx, todo) })
-	if err != nil {
+	if err := s.applyInTx(ctx, todo); err != nil {
 		return fmt.Errorf("store: apply %d events of %d sales: %w", n, len(todo), err)
 	}
 	return nil
 }
 
+// applyInTx applies the events of sales (sorted by id, none empty, all
+// checked) in one transaction. On PostgreSQL it first assumes that every
+// bought event is new (as it is but after a consumer crashed between
+// commit and ack, or a cancel overtook its buy): their rows go in with
+// plain inserts, which cost PostgreSQL about a quarter less per order than
+// inserts that check each row for a conflict (speculative insertion). Should
+// one of them be there after all, the unique key refuses the transaction,
+// nothing of it stays, and it is run again checking every row.
+func (s *Store) applyInTx(ctx context.Context, sales []SaleEvents) error {
+	if s.dialect == Postgres && !repeatsOrder(sales) {
+		err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applySales(ctx, tx, sales, true) })
+		if !isUniqueViolation(err) {
+			return err
+		}
+	}
+	return s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applySales(ctx, tx, sales, false) })
+}
+
+// repeatsOrder reports whether two bought events of sales name one order
+// (an entry read twice): the optimistic path would refuse every try of it.
+func repeatsOrder(sales []SaleEvents) bool {
+	seen := map[string]bool{}
+	for _, se := range sales {
+		for _, ev := range se.Events {
+			if ev.Type != inventory.EventBought {
+				continue
+			}
+			if seen[ev.Order.ID] {
+				return true
+			}
+			seen[ev.Order.ID] = true
+		}
+	}
+	return false
+}
+
+// isUniqueViolation: PostgreSQL refused a row for a unique key (23505).
+func isUniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505"
+}
+
 // applySales applies the events of sales (sorted by id, none empty, all
-// checked) in tx.
-func (s *Store) applySales(ctx context.Context, tx *sql.Tx, sales []SaleEvents) error {
+// checked) in tx. With optimistic, every bought event's order and journal
+// rows are taken to be new (see applyInTx).
+func (s *Store) applySales(ctx context.Context, tx *sql.Tx, sales []SaleEvents, optimistic bool) error {
 	ids := make([]string, 0, len(sales))
 	for _, se := range sales {
 		if len(ids) == 0 || ids[len(ids)-1] != se.SaleID {
@@ -82,7 +127,7 @@ func (s *Store) applySales(ctx context.Context, tx *sql.Tx, sales []SaleEvents) 
 				for n < len(rest) && rest[n].Type == inventory.EventBought {
 					n++
 				}
-				if err := s.applyBought(ctx, tx, []SaleEvents{{SaleID: se.SaleID, Events: rest[:n]}}); err != nil {
+				if err := s.applyBought(ctx, tx, []SaleEvents{{SaleID: se.SaleID, Events: rest[:n]}}, optimistic); err != nil {
 					return err
 				}
 			} else if err := s.applyOne(ctx, tx, se.SaleID, rest[0]); err != nil {
@@ -92,7 +137,7 @@ func (s *Store) applySales(ctx context.Context, tx *sql.Tx, sales []SaleEvents) 
 		}
 	}
 	if len(onlyBought) > 0 {
-		if err := s.applyBought(ctx, tx, onlyBought); err != nil {
+		if err := s.applyBought(ctx, tx, onlyBought, optimistic); err != nil {
 			return err
 		}
 	}

@@ -5,9 +5,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime/debug"
 
 	"github.com/seckill/seckill/service"
 )
+
+// serveGOGC is the garbage collector's target of seckill serve unless the
+// GOGC variable sets one: a buy allocates little that outlives it and the
+// live heap is small (tens of MB), so collecting at 4x the live heap
+// instead of 2x halves the collector's share of CPU per buy for a few tens
+// of MB more memory. GOMEMLIMIT still bounds the heap if set.
+const serveGOGC = 400
 
 // runServe runs `seckill serve` until SIGTERM/SIGINT.
 func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
@@ -36,6 +44,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill serve:", err)
 		return 2
+	}
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(serveGOGC)
 	}
 	if err := service.Run(ctx, cfg); err != nil {
 		fmt.Fprintln(stderr, "seckill:", err)

@@ -217,17 +217,18 @@ func validateLines(lines []Line) error {
 		return invalid("items", "at most %d lines in one order", MaxLines)
 	}
 	for i, l := range lines {
-		field := fmt.Sprintf("items[%d]", i)
-		if err := validateID(field+".sku", l.SKU); err != nil {
-			return err
+		// The field's name is formatted only for an error: a valid buy
+		// allocates nothing here.
+		if !ValidID(l.SKU) {
+			return validateID(fmt.Sprintf("items[%d].sku", i), l.SKU)
 		}
 		for _, prev := range lines[:i] {
 			if prev.SKU == l.SKU {
-				return invalid(field+".sku", "duplicate sku %q in one order", l.SKU)
+				return invalid(fmt.Sprintf("items[%d].sku", i), "duplicate sku %q in one order", l.SKU)
 			}
 		}
-		if err := validateQty(field+".qty", l.Qty); err != nil {
-			return err
+		if l.Qty < 1 || l.Qty > MaxQty {
+			return validateQty(fmt.Sprintf("items[%d].qty", i), l.Qty)
 		}
 	}
 	return nil

@@ -192,31 +192,6 @@ func printableASCII(b []byte) bool {
 	return true
 }
 
-// linesValid says that inventory.ValidateBuy would accept the buy, without
-// its regular expressions and formatted field names; false sends the buy
-// to ValidateBuy for its message.
-func linesValid(saleID, userID string, lines []inventory.Line, key string) bool {
-	if !inventory.ValidID(saleID) || !inventory.ValidID(userID) || len(key) > inventory.MaxIdempotencyKey || len(lines) == 0 || len(lines) > inventory.MaxLines {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] < 0x21 || key[i] > 0x7e {
-			return false
-		}
-	}
-	for i, l := range lines {
-		if !inventory.ValidID(l.SKU) || l.Qty < 1 || l.Qty > inventory.MaxQty {
-			return false
-		}
-		for _, prev := range lines[:i] {
-			if prev.SKU == l.SKU {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // writeOrder answers with an order as writeJSON(w, status,
 // orderBody(o, remaining)) does, byte for byte (TestWriteOrder).
 func writeOrder(w http.ResponseWriter, status int, o inventory.Order, remaining []int64) {

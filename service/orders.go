@@ -55,10 +55,8 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !linesValid(saleID, user, lines, key) {
-		if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
-			return err
-		}
+	if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
+		return err
 	}
 	settings, err := s.settings(r.Context(), saleID)
 	if err != nil {

@@ -45,3 +45,43 @@ func TestAdvRepairAfterAFloorWithNoEventSince(t *testing.T) {
 		}
 	})
 }
+
+// TestAdvRepairRaisesTheStreamToTheFloor: a sale still in Redis whose
+// stream is behind the newest event id the system of record holds (a
+// replica promoted while behind) is repaired, not rebuilt; the repair
+// raises the stream's last id to the floor even when no counter differs,
+// and the next event comes after it, on every backend (the script's XADD
+// and XDEL of the floor on a Cluster, the embedded server without XSETID).
+func TestAdvRepairRaisesTheStreamToTheFloor(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const floor = "9999999999999-7"
+		sale := inventory.Sale{ID: "floor", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 3}}}
+		loader := inventory.LoaderFunc(func(context.Context, string) (inventory.Snapshot, error) {
+			return inventory.Snapshot{Sale: sale, NewestEvent: floor}, nil
+		})
+		r := newRig(t, b, inventory.Options{Loader: loader})
+		r.create(sale)
+		events := r.eng.EventsKey("floor")
+		if err := r.rdb.XGroupCreateMkStream(r.ctx, events, "seckill", "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := r.eng.Repair(r.ctx, "floor", nil)
+		if err != nil || len(rep.Changes) != 0 {
+			t.Fatalf("Repair: %+v, %v; want no change", rep, err)
+		}
+		info, err := r.rdb.XInfoStream(r.ctx, events).Result()
+		if err != nil || info.LastGeneratedID != floor {
+			t.Fatalf("the stream's last id after the repair: %+v, %v; want %s", info, err, floor)
+		}
+		if _, err := r.eng.Repair(r.ctx, "floor", nil); err != nil {
+			t.Fatalf("a second repair (nothing in flight): %v", err)
+		}
+		if _, err := r.eng.Buy(r.ctx, "floor", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := r.rdb.XRange(r.ctx, events, "("+floor, "+").Result()
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("entries after the floor: %v, %v; want the buy", msgs, err)
+		}
+	})
+}

@@ -162,10 +162,22 @@ func (e *Engine) Repair(ctx context.Context, saleID string, from Loader) (Repair
 			return Repaired{}, err
 		}
 		ops, changes, err := diffState(saleID, snap.Sale, cur, want.hashes())
-		if err != nil || len(ops) == 0 {
+		if err != nil {
 			return Repaired{SaleID: saleID}, err
 		}
-		reply, err = e.run.run(ctx, repairScript, keys, append([]any{settled}, ops...)...)
+		// The floor, as a rebuild raises it (Snapshot.NewestEvent): a
+		// stream that survived behind the database must not hand out its
+		// ids again.
+		floor := ""
+		if snap.NewestEvent != "" && !isEventID(snap.NewestEvent) {
+			return Repaired{}, fmt.Errorf("%w: snapshot of sale %s: newest event id %q", ErrCorrupt, saleID, snap.NewestEvent)
+		} else if eventAfter(snap.NewestEvent, settled) {
+			floor = snap.NewestEvent
+		}
+		if len(ops) == 0 && floor == "" {
+			return Repaired{SaleID: saleID}, nil
+		}
+		reply, err = e.run.run(ctx, repairScript, keys, append([]any{settled, floor}, ops...)...)
 		if err != nil {
 			var refused redis.Error // a reply: the script failed before its first write
 			if errors.As(err, &refused) || errors.Is(err, ErrCorrupt) {

@@ -14,18 +14,26 @@
 -- KEYS[4] idem hash    KEYS[5] events stream
 -- ARGV[1] the stream's last generated id the caller saw settled before it
 --         read the system of record; "" to only look (no ops then)
--- ARGV[2], ARGV[3], ...  ops, four values each: the hash (1 sale, 2 bought,
+-- ARGV[2] the floor: the newest event id the system of record holds ("" none).
+--         If the stream's last generated id is behind it (a replica that was
+--         behind, an AOF that lost its tail), it is raised to it as
+--         commit.lua does, so that the stream never hands out an id the
+--         system of record already holds (and would skip as applied).
+-- ARGV[3], ARGV[4], ...  ops, four values each: the hash (1 sale, 2 bought,
 --         3 orders, 4 idem), the field, the value the caller read ("": no
 --         such field), the value to set ("": remove the field)
 --
 -- Settled means: every consumer group of the stream has been delivered every
 -- entry and has acknowledged them all (no pending entries); a stream with
 -- entries and no group has undelivered entries. A missing stream is settled
--- at "0-0".
+-- at "0-0". What counts is the entries the stream holds, not its last
+-- generated id: a rebuilt sale's stream has its last id raised to a floor
+-- by an entry added and deleted at once (commit.lua), which no group is
+-- ever delivered.
 --
 -- Reply:
 --   {0, id, n}          done: n fields written (0 when only looking); id is
---                       the stream's last generated id
+--                       the stream's last generated id (before the floor)
 --   {2}                 the sale is not in Redis (rebuilding it is not a repair)
 --   {12, id}            the stream generated an event after ARGV[1]: the sale
 --                       changed since; nothing written
@@ -68,12 +76,13 @@ end
 if ARGV[1] ~= '' and last ~= ARGV[1] then return {12, last} end
 if stream then
   local groups = redis.call('XINFO', 'GROUPS', KEYS[5])
-  if #groups == 0 and newer(last, '0-0') then return {14, '', 0, '0-0', last} end
+  if #groups == 0 and redis.call('XLEN', KEYS[5]) > 0 then return {14, '', 0, '0-0', last} end
   for _, g in ipairs(groups) do
     local info = fields(g)
     local pending, delivered = tonumber(info['pending']) or 0, info['last-delivered-id']
     if not delivered or delivered == '' then delivered = '0-0' end
-    if pending > 0 or newer(last, delivered) then
+    if pending > 0 or (newer(last, delivered) and
+        #redis.call('XRANGE', KEYS[5], '(' .. delivered, '+', 'COUNT', 1) > 0) then
       return {14, info['name'], pending, delivered, last}
     end
   end
@@ -82,15 +91,22 @@ if ARGV[1] == '' then return {0, last, 0} end
 
 -- Every value as the caller read it? Checked in full before the first write.
 local names = {'sale', 'bought', 'orders', 'idem'}
-for i = 2, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   local h = tonumber(ARGV[i])
   if not names[h] then return {15, 'op ' .. ARGV[i]} end
   local cur = redis.call('HGET', KEYS[h], ARGV[i + 1]) or ''
   if cur ~= ARGV[i + 2] then return {15, names[h] .. ':' .. ARGV[i + 1]} end
 end
 
+-- The floor: the first write. Its id is above the stream's last, so the
+-- XADD cannot fail on it; no group is ever delivered the entry.
+if ARGV[2] ~= '' and newer(ARGV[2], last) then
+  redis.call('XADD', KEYS[5], ARGV[2], 'floor', '1')
+  redis.call('XDEL', KEYS[5], ARGV[2])
+end
+
 local n = 0
-for i = 2, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   local key, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 3]
   if value == '' then
     redis.call('HDEL', key, field)

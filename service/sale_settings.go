@@ -2,7 +2,10 @@ package service
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/seckill/seckill/store"
 )
@@ -35,20 +38,44 @@ func (st SaleSettings) encode() string {
 	return string(b)
 }
 
+// decodeSaleSettings decodes the column as encode writes it: "" for none,
+// else one JSON object of known keys that sets something. Anything else
+// (null, {}, an unknown or misspelt key, data after the object) is an
+// error: settings read as less than was written would drop a defence (a
+// purchase token, a sale's own rate limit) without a word.
 func decodeSaleSettings(s string) (SaleSettings, error) {
 	var st SaleSettings
 	if s == "" {
 		return st, nil
 	}
-	err := json.Unmarshal([]byte(s), &st)
-	return st, err
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return SaleSettings{}, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return SaleSettings{}, errors.New("data after the settings object")
+	}
+	if st == (SaleSettings{}) {
+		return SaleSettings{}, fmt.Errorf("%q sets nothing (no settings are stored as \"\")", s)
+	}
+	return st, nil
 }
 
-// settingsOf decodes a stored sale's settings.
+// settingsOf decodes a stored sale's settings and checks its rate limits
+// as at its creation: a limit that does not parse would otherwise be read
+// as the service's default (or none).
 func settingsOf(sale store.Sale) (SaleSettings, error) {
 	st, err := decodeSaleSettings(sale.Settings)
 	if err != nil {
-		return st, fmt.Errorf("settings of sale %s: %w", sale.ID, err)
+		// %v: a column of blanks fails with io.EOF, which would read as a
+		// Redis that did not answer (503, retry) instead of a corrupt row.
+		return SaleSettings{}, fmt.Errorf("settings of sale %s: %v", sale.ID, err)
+	}
+	for _, c := range []struct{ field, spec string }{{"per_user", st.PerUser}, {"per_ip", st.PerIP}, {"per_sale", st.PerSale}} {
+		if _, err := parseLimitSpec(c.spec); c.spec != "" && err != nil {
+			return SaleSettings{}, fmt.Errorf("settings of sale %s: rate limit %s %q: %v", sale.ID, c.field, c.spec, err)
+		}
 	}
 	return st, nil
 }

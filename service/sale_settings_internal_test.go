@@ -3,6 +3,9 @@ package service
 import (
 	"testing"
 	"unicode/utf8"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/store"
 )
 
 // FuzzSaleSettingsColumn (was store's FuzzRateLimitsColumn): the sale's
@@ -49,6 +52,35 @@ func TestSaleSettingsOfOldRows(t *testing.T) {
 	} {
 		if got, err := decodeSaleSettings(col); err != nil || got != want {
 			t.Errorf("settings %q decode as %+v, %v; want %+v", col, got, err, want)
+		}
+	}
+}
+
+// TestAdvSaleSettingsCorruptColumnIsAnError: a settings column that does
+// not say what the service wrote — JSON null, a key the service does not
+// know (a misspelt or renamed defence), a rate limit that does not parse,
+// data after the object, a top level that is not an object — is an error,
+// never settings with a defence silently dropped (no purchase token, the
+// service's default limit or none where the sale had its own).
+func TestAdvSaleSettingsCorruptColumnIsAnError(t *testing.T) {
+	for _, col := range []string{
+		`null`,
+		`{}`,
+		`{"requirePurchaseToken":true}`,
+		`{"per_user":"2/s","rate_limits":{"per_ip":"1/s"}}`,
+		`{"per_user":"garbage"}`,
+		`{"per_sale":"-5/s"}`,
+		`{"per_user":"2/s"} {"require_purchase_token":true}`,
+		`{"require_purchase_token":true}x`,
+		`"require_purchase_token"`,
+		`{,"require_purchase_token":true}`,
+		` `,
+	} {
+		sale := store.Sale{Sale: inventory.Sale{ID: "s1"}, Settings: col}
+		if got, err := settingsOf(sale); err == nil {
+			t.Errorf("settings column %q decodes as %+v, want an error", col, got)
+		} else if api := toAPI(err); api != errInternal {
+			t.Errorf("settings column %q: %v answers %+v, want an internal error (not the buyer's)", col, err, api)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package inventory_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +153,115 @@ func TestAdvLuaThrottleStateTwoWindowsAhead(t *testing.T) {
 		}
 		if rem := r.remaining("s1")["A"]; rem != 97 {
 			t.Errorf("remaining %d, want 97", rem)
+		}
+	})
+}
+
+// TestAdvLuaBigMixedBatch: one call of thousands of buys (past Lua's
+// unpack limit in every list the script reads or writes), mixing every
+// outcome a batch can hold (bought, replay, unknown sku, over the limit,
+// short, order id taken, corrupt value, throttled, key naming other
+// lines, spent token; not selling from a second sale of the same
+// BuyMany), with one to MaxLines lines: each buy is answered as it is when
+// sent alone, in the same order, on a twin sale, and the stock, quotas and
+// events end alike.
+func TestAdvLuaBigMixedBatch(t *testing.T) {
+	const n = 2500
+	bucket := inventory.Throttle{Rate: 1, Period: time.Hour, Burst: 1}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		opts := inventory.Options{Coalesce: inventory.Coalesce{MaxBatch: 2 * n}}
+		batch, seq := newRig(t, b, opts), newRig(t, b, inventory.Options{})
+		seq.clock = batch.clock
+		seq.eng = inventory.New(seq.rdb, inventory.Options{Prefix: seq.prefix, Clock: batch.clock, ScriptClock: batch.clock})
+		items := []inventory.Item{{SKU: "A", Stock: 1500}, {SKU: "B", Stock: 40}, {SKU: "U", Stock: inventory.Unlimited}}
+		for i := range inventory.MaxLines {
+			items = append(items, inventory.Item{SKU: fmt.Sprintf("S%02d", i), Stock: 3})
+		}
+		for _, r := range []*rig{batch, seq} {
+			r.create(inventory.Sale{ID: "s1", PerUserLimit: 3, Items: items})
+			r.create(inventory.Sale{ID: "s2", PerUserLimit: 3, Items: items[:1]})
+			if err := r.eng.Pause(r.ctx, "s2"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.rdb.HSet(r.ctx, r.key("s1", "bought"), "bad|A", "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rng := rand.New(rand.NewPCG(3, 5))
+		reqs := make([]inventory.BuyRequest, 0, n)
+		for i := range n {
+			u := fmt.Sprint("u", rng.IntN(400))
+			req := inventory.BuyRequest{SaleID: "s1", UserID: u, OrderID: inventory.NewOrderID("s1"), IgnoreSoldOutFlags: true}
+			switch k := rng.IntN(20); {
+			case k < 8:
+				req.Lines = lines("A", 1+rng.IntN(2))
+			case k < 10:
+				req.Lines = lines("A", 1, "B", 1, "U", 1+rng.IntN(3))
+			case k == 10:
+				req.Lines = lines("Z", 1, "A", 1) // unknown sku
+			case k == 11:
+				req.UserID = "bad" // a corrupt held count
+				req.Lines = lines("A", 1)
+			case k == 12 && i > 0:
+				req = reqs[rng.IntN(i)] // a resend: replay (or its refusal again)
+			case k == 13:
+				req.Lines = lines("U", 1)
+				req.Throttle = &bucket // the second and later throttled
+				req.UserID = fmt.Sprint("t", rng.IntN(20))
+			case k == 14:
+				req.IdempotencyKey = "k"
+				req.Lines = lines("U", 1+rng.IntN(2)) // other lines: code 14
+			case k == 15:
+				req.Token, req.TokenTTL = fmt.Sprint("tok", rng.IntN(30)), time.Minute
+				req.Lines = lines("A", 1)
+			case k == 16:
+				req.SaleID, req.OrderID = "s2", inventory.NewOrderID("s2") // paused
+				req.Lines = lines("A", 1)
+			case k == 17:
+				var ls []any
+				for j := range inventory.MaxLines {
+					ls = append(ls, fmt.Sprintf("S%02d", j), 1)
+				}
+				req.Lines = lines(ls...)
+			default:
+				req.Lines = lines("B", 2) // short soon
+			}
+			reqs = append(reqs, req)
+		}
+		// An order id of another user, alone in its sale's batch so that
+		// its retry with a new id comes at the same place in both runs.
+		taken := inventory.BuyRequest{SaleID: "s1", UserID: "thief", OrderID: reqs[0].OrderID, Lines: lines("U", 1), IgnoreSoldOutFlags: true}
+		reqs = append(reqs, taken)
+		res := batch.eng.BuyMany(batch.ctx, reqs)
+		describe := func(rc inventory.Receipt, err error) string {
+			if err != nil {
+				return err.Error()
+			}
+			return fmt.Sprintf("ok items %v remaining %v replayed %v retried %v", rc.Order.Items, rc.Remaining, rc.Replayed, rc.Retried)
+		}
+		outcomes := map[string]int{}
+		bad := 0
+		for i, req := range reqs {
+			rc, err := seq.eng.BuyWith(seq.ctx, req)
+			got, want := describe(res[i].Receipt, res[i].Err), describe(rc, err)
+			outcomes[strings.SplitN(want, " ", 3)[1]]++
+			if got != want {
+				if bad++; bad <= 10 {
+					t.Errorf("buy %d (%s %v key %q token %q): in the batch %s; alone %s", i, req.UserID, req.Lines, req.IdempotencyKey, req.Token, got, want)
+				}
+			}
+		}
+		t.Logf("outcomes: %v", outcomes)
+		if a, b := fmt.Sprint(batch.remaining("s1")), fmt.Sprint(seq.remaining("s1")); a != b {
+			t.Errorf("remaining: batched %s, one at a time %s", a, b)
+		}
+		if a, b := len(batch.events("s1")), len(seq.events("s1")); a != b {
+			t.Errorf("events: batched %d, one at a time %d", a, b)
+		}
+		hb, _ := batch.rdb.HGetAll(batch.ctx, batch.key("s1", "bought")).Result()
+		hs, _ := seq.rdb.HGetAll(seq.ctx, seq.key("s1", "bought")).Result()
+		if fmt.Sprint(hb) != fmt.Sprint(hs) {
+			t.Errorf("held differ: batched %d fields, one at a time %d", len(hb), len(hs))
 		}
 	})
 }

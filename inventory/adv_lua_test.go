@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,4 +265,113 @@ func TestAdvLuaBigMixedBatch(t *testing.T) {
 			t.Errorf("held differ: batched %d fields, one at a time %d", len(hb), len(hs))
 		}
 	})
+}
+
+// TestAdvLuaConcurrentThrottledInvariants: many goroutines buying one sale
+// at once, coalesced into batches, every buyer throttled (four buys, then
+// none for an hour) and appearing in several goroutines, some buys resent
+// with their idempotency key: no sku is oversold, no buyer holds more
+// than the limit or gets more buys than the throttle allows, and the
+// stock, quotas and events add up to the accepted receipts.
+func TestAdvLuaConcurrentThrottledInvariants(t *testing.T) {
+	for _, b := range backends {
+		if b.name == "miniredis" {
+			continue // real Redis only: concurrency on a real server
+		}
+		t.Run(b.name, func(t *testing.T) {
+			r := newRig(t, b, inventory.Options{})
+			const users, workers, perWorker, limit = 150, 48, 60, 4
+			stock := map[string]int64{"A": 300, "B": 60, "U": inventory.Unlimited}
+			r.create(inventory.Sale{ID: "s1", PerUserLimit: limit, Items: []inventory.Item{
+				{SKU: "A", Stock: stock["A"]}, {SKU: "B", Stock: stock["B"]}, {SKU: "U", Stock: stock["U"]}}})
+			th := inventory.Throttle{Rate: 1, Period: time.Hour, Burst: 3}
+			var mu sync.Mutex
+			orders := map[string]inventory.Order{} // accepted, by id
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 9))
+					for i := range perWorker {
+						req := inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprint("u", rng.IntN(users)), Throttle: &th}
+						switch rng.IntN(3) {
+						case 0:
+							req.Lines = lines("A", 1+rng.IntN(2))
+						case 1:
+							req.Lines = lines("A", 1, "B", 1)
+						default:
+							req.Lines = lines("U", 1+rng.IntN(2), "B", 1)
+						}
+						if rng.IntN(4) == 0 {
+							req.IdempotencyKey = fmt.Sprint("k", w, "-", i)
+						}
+						for range 1 + rng.IntN(2) { // sometimes sent twice
+							rc, err := r.eng.BuyWith(r.ctx, req)
+							if err != nil {
+								continue
+							}
+							mu.Lock()
+							if prev, ok := orders[rc.Order.ID]; ok && !rc.Replayed && !rc.Retried {
+								t.Errorf("order %s accepted twice (%v, %v)", rc.Order.ID, prev, rc.Order)
+							}
+							orders[rc.Order.ID] = rc.Order
+							mu.Unlock()
+							if req.IdempotencyKey == "" {
+								break
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			sold, held, perUser := map[string]int64{}, map[string]int64{}, map[string]int{}
+			for _, o := range orders {
+				perUser[o.UserID]++
+				for _, l := range o.Items {
+					sold[l.SKU] += l.Qty
+					held[o.UserID+"|"+l.SKU] += l.Qty
+				}
+			}
+			for u, n := range perUser {
+				if n > int(th.Burst)+1 {
+					t.Errorf("%s got %d buys through a throttle of %d", u, n, th.Burst+1)
+				}
+			}
+			if got := r.held("s1"); fmt.Sprint(got) != fmt.Sprint(held) {
+				t.Errorf("held in Redis %v, by the receipts %v", got, held)
+			}
+			for f, h := range held {
+				if h > limit {
+					t.Errorf("%s holds %d, limit %d", f, h, limit)
+				}
+			}
+			rem := r.remaining("s1")
+			for sku, s := range stock {
+				if s == inventory.Unlimited {
+					continue
+				}
+				if rem[sku] < 0 || rem[sku]+sold[sku] != s {
+					t.Errorf("%s: remaining %d + sold %d != stock %d", sku, rem[sku], sold[sku], s)
+				}
+			}
+			if v, _ := r.rdb.HGet(r.ctx, r.key("s1", "sale"), "s:U").Result(); v != fmt.Sprint(sold["U"]) {
+				t.Errorf("U's sold counter %q, by the receipts %d", v, sold["U"])
+			}
+			bought := 0
+			for _, ev := range r.events("s1") {
+				if ev.Type != inventory.EventBought {
+					continue
+				}
+				bought++
+				if o, ok := orders[ev.Order.ID]; !ok || fmt.Sprint(o.Items) != fmt.Sprint(ev.Order.Items) || o.UserID != ev.Order.UserID {
+					t.Errorf("event of order %s %v, accepted as %v", ev.Order.ID, ev.Order, o)
+				}
+			}
+			if bought != len(orders) {
+				t.Errorf("%d bought events for %d accepted orders", bought, len(orders))
+			}
+			t.Logf("%d orders, sold %v, remaining %v", len(orders), sold, rem)
+		})
+	}
 }

@@ -375,3 +375,75 @@ func TestAdvLuaConcurrentThrottledInvariants(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvLuaThrottleStateOutOfRange: a stored throttle state whose
+// numbers gcra_take never writes (past 2^53, where Lua's doubles are
+// inexact, or past int64, where the debt it would reply is no integer and
+// the embedded server's Lua has no number for it) is corrupt for that
+// buyer (ErrCorrupt): not a refusal with a wrapped retry time, and not a
+// script error half way through the batch, after the buys before it wrote
+// their events. The other buys of the batch run, once each.
+func TestAdvLuaThrottleStateOutOfRange(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		bucket := inventory.Throttle{Rate: 1, Period: time.Second}
+		buy := func(u string) inventory.BuyRequest {
+			return inventory.BuyRequest{SaleID: "s1", UserID: u, Lines: lines("A", 1), Throttle: &bucket}
+		}
+		now := r.clock.Now()
+		keys := r.eng.ThrottleKeys("s1", bucket, now)
+		soon := fmt.Sprint(now.UnixMicro() + 500000)
+		accepted := 0
+		for i, bad := range []string{"99999999999999999999:0", "9007199254740993:0", soon + ":99999999999999999999999",
+			soon + ":9007199254740993", "1:99999999999999999999999"} {
+			// u1's state in this window's hash, and a valid later one
+			// of u4 in the next's beside an out-of-range one.
+			if err := r.rdb.HSet(r.ctx, keys[0], "u1", bad, "u4", soon+":0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.rdb.HSet(r.ctx, keys[1], "u4", bad).Err(); err != nil {
+				t.Fatal(err)
+			}
+			u2, u3 := fmt.Sprint("a", i), fmt.Sprint("b", i)
+			res := r.eng.BuyMany(r.ctx, []inventory.BuyRequest{buy(u2), buy("u1"), buy(u3), buy("u4")})
+			for j, u := range []string{"u1", "u4"} {
+				err := res[1+2*j].Err
+				if !errors.Is(err, inventory.ErrCorrupt) {
+					var te *inventory.ThrottledError
+					if errors.As(err, &te) {
+						t.Errorf("%s's state %q: throttled, retry after %v; want ErrCorrupt", u, bad, te.RetryAfter)
+					} else {
+						t.Errorf("%s's state %q: %v, want ErrCorrupt", u, bad, err)
+					}
+				}
+			}
+			for _, j := range []int{0, 2} {
+				if res[j].Err != nil {
+					t.Errorf("%s beside it: %v", reqUser(j, u2, u3), res[j].Err)
+				} else {
+					accepted++
+				}
+			}
+		}
+		n := 0
+		for _, ev := range r.events("s1") {
+			if ev.Type == inventory.EventBought {
+				n++
+			}
+		}
+		if n != accepted {
+			t.Errorf("%d bought events for %d accepted buys", n, accepted)
+		}
+		if rem := r.remaining("s1")["A"]; rem != 100-int64(accepted) {
+			t.Errorf("remaining %d after %d accepted buys", rem, accepted)
+		}
+	})
+}
+
+func reqUser(j int, u2, u3 string) string {
+	if j == 0 {
+		return u2
+	}
+	return u3
+}

@@ -447,3 +447,23 @@ func reqUser(j int, u2, u3 string) string {
 	}
 	return u3
 }
+
+// TestAdvLuaNegativeHeld: a negative held count (the engine never writes
+// one: a cancel gives back only what was bought) is corrupt, not a number
+// that would let the buyer take more than the limit on top of it.
+func TestAdvLuaNegativeHeld(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		if err := r.rdb.HSet(r.ctx, r.key("s1", "bought"), "u1|A", "-3").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 2)})
+		if !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("held -3: buy of 2 under a limit of 2: %v, want ErrCorrupt", err)
+		}
+		if rem := r.remaining("s1")["A"]; rem != 10 {
+			t.Errorf("remaining %d, want 10", rem)
+		}
+	})
+}

@@ -231,12 +231,18 @@ if unlimited then
   end
 end
 
--- held[f]: units held, or false when the stored count is corrupt.
+-- held[f]: units held, or false when the stored count is corrupt (not an
+-- integer, or negative: one would let the buyer past the limit).
 local held = {}
 local v = read('HMGET', KEYS[2], bfields)
 for i, f in ipairs(bfields) do
   local h = v[i]
-  if h then held[f] = int(h) or false else held[f] = 0 end
+  if h then
+    h = int(h)
+    held[f] = h and h >= 0 and h or false
+  else
+    held[f] = 0
+  end
 end
 -- orders[b]: the record stored under buy b's order id, or false.
 local orders = read('HMGET', KEYS[3], ids)

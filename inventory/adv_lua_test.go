@@ -13,7 +13,8 @@ import (
 )
 
 // TestAdvLuaNonCanonicalCounters: a stored counter in a form the engine
-// never writes ("01", "-0", "00", "-01") is corrupt (code 8, ErrCorrupt)
+// never writes ("01", "-0", "00", "-01"; "1 ", "", "+1", "1.0", "0x1",
+// which int's unparsed '0' and '1' must not let through) is corrupt (code 8, ErrCorrupt)
 // for the buys that read it, and such a buy changes nothing: no event, no
 // held count, no sold count. Redis's own integer parser (HINCRBY) refuses
 // these forms, so a script that took one for a number would fail on its
@@ -21,7 +22,7 @@ import (
 // never written.
 func TestAdvLuaNonCanonicalCounters(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		for _, bad := range []string{"01", "-0", "00", "-01", "007"} {
+		for _, bad := range []string{"01", "-0", "00", "-01", "007", "1 ", " 1", "", "+1", "1.0", "0x1", "1e0", "0 "} {
 			for _, field := range []string{"s:U", "r:A", "bought", "limit"} {
 				r := newRig(t, b, inventory.Options{})
 				r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{

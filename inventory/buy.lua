@@ -231,12 +231,18 @@ if unlimited then
   end
 end
 
--- held[f]: units held, or false when the stored count is corrupt.
+-- held[f]: units held, or false when the stored count is corrupt (not an
+-- integer, or negative: one would let the buyer past the limit).
 local held = {}
 local v = read('HMGET', KEYS[2], bfields)
 for i, f in ipairs(bfields) do
   local h = v[i]
-  if h then held[f] = int(h) or false else held[f] = 0 end
+  if h then
+    h = int(h)
+    held[f] = h and h >= 0 and h or false
+  else
+    held[f] = 0
+  end
 end
 -- orders[b]: the record stored under buy b's order id, or false.
 local orders = read('HMGET', KEYS[3], ids)
@@ -254,12 +260,14 @@ end
 local wn, wkey
 if windows then
   wn, wkey = {}, {}
+  -- (A state of more than 16 digits is one gcra_take finds corrupt, and
+  -- has no number in gopher-lua: it is the one returned, unparsed.)
   local function later(a, b)
     if not a then return b end
     local ua, ra = string.match(a, '^(%d+):(%d+)$')
     local ub, rb = string.match(b, '^(%d+):(%d+)$')
-    if not ua then return a end
-    if not ub then return b end
+    if not ua or #ua > 16 or #ra > 16 then return a end
+    if not ub or #ub > 16 or #rb > 16 then return b end
     ua, ra, ub, rb = tonumber(ua), tonumber(ra), tonumber(ub), tonumber(rb)
     if ub > ua or ub == ua and rb > ra then return b end
     return a

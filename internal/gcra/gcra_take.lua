@@ -17,6 +17,8 @@
 --   now µs, rate, period µs, capacity (burst+1), n the hit's cost
 -- returns
 --   nil                          stored is not a TAT this function wrote
+--                                (numbers of more than 16 digits or past
+--                                2^53 included)
 --   true, debt, state, ttl       allowed: the debt after the hit; store
 --                                state, kept ttl ms (until the TAT passes;
 --                                a number: format it to hand it to Redis)
@@ -25,8 +27,12 @@ local function gcra_take(stored, now, rate, period, capacity, n)
   local debt = 0
   if stored then
     local us, rest = string.match(stored, '^(%d+):(%d+)$')
-    if not us then return nil end
+    -- at most 16 digits, below 2^53: what this function writes (past
+    -- that doubles are inexact, the debt no integer reply, and the
+    -- embedded server's Lua, gopher-lua, has no number for 20 digits)
+    if not us or #us > 16 or #rest > 16 then return nil end
     us, rest = tonumber(us), tonumber(rest)
+    if us >= 9007199254740992 or rest >= 9007199254740992 then return nil end
     if us >= now then debt = (us - now) * rate + rest end
   end
   local after = debt + n * period

@@ -116,7 +116,7 @@ func advStream(rng *rand.Rand, sale, peer string, n int) []inventory.Event {
 // TestAdvOptimisticMatchesCareful: the same deliveries of several sales'
 // streams — in order, overlapping (a consumer crashed between commit and
 // ack), entries reclaimed after later ones (a cancel before its buy), buys
-// handed over as of unknown outcome before or after they arrive, stream
+// handed over (acknowledged, or of unknown outcome) before or after they arrive, stream
 // ids handed out twice, several sales per transaction — leave exactly the
 // database through ApplyMany (plain inserts first on PostgreSQL, the
 // careful way after a unique-key refusal) as through the careful way
@@ -128,6 +128,9 @@ func TestAdvOptimisticMatchesCareful(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			fast, careful := openStore(t, dbtest.PostgresURL(t)), openStore(t, dbtest.PostgresURL(t))
+			// racing gets every round from two consumers at once (the
+			// entries of one were claimed by the other while it wrote them).
+			racing := openStore(t, dbtest.PostgresURL(t))
 			rng := rand.New(rand.NewPCG(seed, 7))
 			sales := []string{fmt.Sprintf("adv%da", seed), fmt.Sprintf("adv%db", seed), fmt.Sprintf("adv%dc", seed)}
 			streams := map[string][]inventory.Event{}
@@ -180,11 +183,36 @@ func TestAdvOptimisticMatchesCareful(t *testing.T) {
 						}
 					}
 					must(t, fast.MarkUnsure(ctx, unsure))
+					must(t, racing.MarkUnsure(ctx, unsure))
 					must(t, careful.MarkUnsure(ctx, unsure))
+				}
+				// An instance hands over buys Redis acknowledged, before or
+				// after they arrive through the stream.
+				if rng.IntN(4) == 0 {
+					var adopted []inventory.Order
+					for _, id := range sales {
+						for _, ev := range streams[id] {
+							if ev.Type == inventory.EventBought && rng.IntN(30) == 0 {
+								o := ev.Order
+								o.Status = inventory.OrderConfirmed
+								adopted = append(adopted, o)
+							}
+						}
+					}
+					must(t, fast.AdoptOrders(ctx, adopted))
+					must(t, racing.AdoptOrders(ctx, adopted))
+					must(t, careful.AdoptOrders(ctx, adopted))
 				}
 				must(t, fast.ApplyMany(ctx, round))
 				must(t, applyCarefully(ctx, careful, round))
 				sameState(t, fmt.Sprintf("step %d", step), fast, careful)
+				errs := make(chan error, 2)
+				for range 2 {
+					go func() { errs <- racing.ApplyMany(ctx, round) }()
+				}
+				must(t, <-errs)
+				must(t, <-errs)
+				sameState(t, fmt.Sprintf("step %d, two consumers", step), racing, careful)
 				finished := true
 				for _, id := range sales {
 					finished = finished && done[id] == len(streams[id])
@@ -201,6 +229,8 @@ func TestAdvOptimisticMatchesCareful(t *testing.T) {
 			must(t, fast.ApplyMany(ctx, all))
 			must(t, applyCarefully(ctx, careful, all))
 			sameState(t, "all again", fast, careful)
+			must(t, racing.ApplyMany(ctx, all))
+			sameState(t, "all again, two consumers", racing, careful)
 		})
 	}
 }

@@ -258,3 +258,61 @@ func sameState(t *testing.T, when string, fast, careful *Store) {
 			when, table, len(got[table]), len(want[table]), onlyFast, onlyCareful)
 	}
 }
+
+// TestAdvColumnRowsMatchTheRowsBefore: the per-column rows (columns.go)
+// are, row after row, the values the rows of []any held before them
+// (7220f19): one journal row per line, item or sku, one for a pause or
+// resume; one order_items row per line with its position.
+func TestAdvColumnRowsMatchTheRowsBefore(t *testing.T) {
+	before := func(saleID string, ev inventory.Event) (journal, items []any) {
+		row := func(sku, orderID, userID string, qty int64) {
+			journal = append(journal, saleID, ev.ID, string(ev.Type), sku, orderID, userID, qty, ms(ev.At))
+		}
+		switch ev.Type {
+		case inventory.EventBought, inventory.EventCancelled:
+			for i, l := range ev.Order.Items {
+				row(l.SKU, ev.Order.ID, ev.Order.UserID, l.Qty)
+				items = append(items, ev.Order.ID, l.SKU, l.Qty, int64(i))
+			}
+		case inventory.EventCreated:
+			for _, it := range ev.Sale.Items {
+				row(it.SKU, "", "", it.Stock)
+			}
+		case inventory.EventRestocked, inventory.EventMoved:
+			row(ev.SKU, "", "", ev.Qty)
+		default:
+			row("", "", "", 0)
+		}
+		return journal, items
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	evs := advStream(rng, "cols", "peer", 400)
+	var j journalRows
+	var it itemRows
+	var wantJ, wantI []any
+	for _, ev := range evs {
+		j.add("cols", ev)
+		if ev.Type == inventory.EventBought {
+			it.add(ev.Order)
+		}
+		bj, bi := before("cols", ev)
+		wantJ = append(wantJ, bj...)
+		if ev.Type == inventory.EventBought {
+			wantI = append(wantI, bi...)
+		}
+	}
+	check(t, "journal rows", rowsOf(j.columns()), wantJ)
+	check(t, "appendJournalRows", func() []any {
+		var args []any
+		for _, ev := range evs {
+			args = appendJournalRows(args, "cols", ev)
+		}
+		return args
+	}(), wantJ)
+	check(t, "order_items rows", rowsOf(it.columns()), wantI)
+	// A truncated run's rows are gone, the ones before it stay.
+	n := j.len()
+	j.add("cols", evs[1])
+	j.truncate(n)
+	check(t, "journal rows after truncate", rowsOf(j.columns()), wantJ)
+}

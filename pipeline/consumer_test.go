@@ -399,3 +399,30 @@ func TestLingerEndsWithTheConsumer(t *testing.T) {
 		}
 	})
 }
+
+// TestWakeCutsTheLingerShort: a consumer lingering after a round that
+// filled no batch reads again as soon as Wake names a sale of its (a cancel
+// appended), not when Linger has passed.
+func TestWakeCutsTheLingerShort(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		ids := r.sale(3)
+		c := pipeline.New(r.rdb, r.eng, r.db, pipeline.Options{Name: "c1", Block: 20 * time.Millisecond,
+			DiscoverAll: 20 * time.Millisecond, ClaimEvery: time.Hour, Linger: time.Hour})
+		ctx, cancel := context.WithCancel(r.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		r.settled(ids) // the round that stored them filled no batch: the reader lingers
+		if _, err := r.eng.Cancel(r.ctx, ids[0], ""); err != nil {
+			t.Fatal(err)
+		}
+		c.Wake("s1")
+		waitfor.Until(t, waitfor.Patience, "the cancel stored", func() error {
+			o, err := r.db.Order(r.ctx, ids[0])
+			if err != nil || o.Status != inventory.OrderCancelled {
+				return fmt.Errorf("order %+v, %v", o, err)
+			}
+			return nil
+		})
+	})
+}

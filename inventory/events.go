@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -148,4 +149,25 @@ func parseBought(saleID, id string, packed any) (Event, error) {
 		return Event{}, fmt.Errorf("%w: event %s of sale %s: bought %q is not pending", ErrCorrupt, id, saleID, truncate(v, 200))
 	}
 	return Event{ID: id, SaleID: saleID, Type: EventBought, At: o.CreatedAt, Order: o}, nil
+}
+
+// CompareEventIDs orders stream entry ids "<ms>-<seq>": -1, 0 or 1 as a
+// is before, the same as or after b. "" and ids that do not parse count
+// as 0-0, before every id Redis generates.
+func CompareEventIDs(a, b string) int {
+	am, as := SplitEventID(a)
+	bm, bs := SplitEventID(b)
+	if am != bm {
+		return cmp.Compare(am, bm)
+	}
+	return cmp.Compare(as, bs)
+}
+
+// SplitEventID returns the two parts of a stream entry id "<ms>-<seq>"
+// (0 for a part that does not parse).
+func SplitEventID(id string) (ms, seq uint64) {
+	m, q, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(q, 10, 64)
+	return ms, seq
 }

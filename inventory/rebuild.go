@@ -264,21 +264,6 @@ func isEventID(id string) bool {
 	return ok && err1 == nil && err2 == nil && (m > 0 || n > 0) && ms == strconv.FormatUint(m, 10) && seq == strconv.FormatUint(n, 10)
 }
 
-// eventAfter: a is a stream entry id after b ("" and ids that do not
-// parse count as 0-0).
-func eventAfter(a, b string) bool {
-	am, as := splitEventID(a)
-	bm, bs := splitEventID(b)
-	return am > bm || am == bm && as > bs
-}
-
-func splitEventID(id string) (uint64, uint64) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, _ := strconv.ParseUint(ms, 10, 64)
-	n, _ := strconv.ParseUint(seq, 10, 64)
-	return m, n
-}
-
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])

@@ -3,8 +3,6 @@ package inventory_test
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -56,7 +54,7 @@ func TestRebuildRaisesTheStreamToTheFloor(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(msgs) != 1 || !newerEventID(msgs[0].ID, floor) {
+				if len(msgs) != 1 || inventory.CompareEventIDs(msgs[0].ID, floor) <= 0 {
 					t.Fatalf("stream after the rebuild and one buy: %v, want one entry after %s", msgs, floor)
 				}
 				if withGroup {
@@ -95,17 +93,4 @@ func TestRebuildRefusesACorruptFloor(t *testing.T) {
 			}
 		}
 	})
-}
-
-func newerEventID(a, b string) bool {
-	am, as := splitEventID(a)
-	bm, bs := splitEventID(b)
-	return am > bm || am == bm && as > bs
-}
-
-func splitEventID(id string) (uint64, uint64) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, _ := strconv.ParseUint(ms, 10, 64)
-	s, _ := strconv.ParseUint(seq, 10, 64)
-	return m, s
 }

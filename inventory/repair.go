@@ -171,7 +171,7 @@ func (e *Engine) Repair(ctx context.Context, saleID string, from Loader) (Repair
 		floor := ""
 		if snap.NewestEvent != "" && !isEventID(snap.NewestEvent) {
 			return Repaired{}, fmt.Errorf("%w: snapshot of sale %s: newest event id %q", ErrCorrupt, saleID, snap.NewestEvent)
-		} else if eventAfter(snap.NewestEvent, settled) {
+		} else if CompareEventIDs(snap.NewestEvent, settled) > 0 {
 			floor = snap.NewestEvent
 		}
 		if len(ops) == 0 && floor == "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -120,7 +119,7 @@ func (b backlog) inFlight() bool {
 	if b.lastID == "" {
 		return false
 	}
-	return !b.groupExists || b.pending > 0 || compareIDs(b.lastDelivered, b.lastID) < 0
+	return !b.groupExists || b.pending > 0 || inventory.CompareEventIDs(b.lastDelivered, b.lastID) < 0
 }
 
 // Applied returns the newest event of the sale's stream that the database
@@ -175,7 +174,7 @@ func InFlight(ctx context.Context, rdb redis.UniversalClient, keys StreamKeys, s
 func inFlightOf(saleID string, b backlog, msgs []redis.XMessage, pendingIDs map[string]bool) []inventory.Event {
 	var out []inventory.Event
 	for _, m := range msgs {
-		if b.groupExists && compareIDs(m.ID, b.lastDelivered) <= 0 && !pendingIDs[m.ID] {
+		if b.groupExists && inventory.CompareEventIDs(m.ID, b.lastDelivered) <= 0 && !pendingIDs[m.ID] {
 			continue // acknowledged, not trimmed yet
 		}
 		if ev, err := inventory.ParseEvent(saleID, m); err == nil {
@@ -234,10 +233,6 @@ func QueueInFlight(ctx context.Context, p redis.Pipeliner, keys StreamKeys, sale
 	}
 }
 
-// CompareIDs orders stream ids "<ms>-<seq>": -1, 0 or 1 as a is before,
-// the same as or after b; "" is before everything.
-func CompareIDs(a, b string) int { return compareIDs(a, b) }
-
 // Lag is how far the database is behind a sale's order stream.
 type Lag struct {
 	// Entries is how many stream entries are not yet stored: delivered and
@@ -281,7 +276,7 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 			}
 			lags[i] = Lag{Entries: b.pending + b.undelivered}
 			if b.pending > 0 {
-				ms, _ := splitID(b.lowestPending)
+				ms, _ := inventory.SplitEventID(b.lowestPending)
 				lags[i].Oldest = time.UnixMilli(int64(ms))
 				continue
 			}
@@ -312,7 +307,7 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 			lags[i] = Lag{}
 			continue
 		}
-		ms, _ := splitID(msgs[0].ID)
+		ms, _ := inventory.SplitEventID(msgs[0].ID)
 		lags[i].Oldest = time.UnixMilli(int64(ms))
 		if lengths[i] != nil {
 			lags[i].Entries, _ = lengths[i].Result()
@@ -321,37 +316,8 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 	return lags, nil
 }
 
-// compareIDs orders stream ids "<ms>-<seq>"; "" is before everything.
-func compareIDs(a, b string) int {
-	am, as := splitID(a)
-	bm, bs := splitID(b)
-	switch {
-	case am != bm:
-		return cmpUint(am, bm)
-	default:
-		return cmpUint(as, bs)
-	}
-}
-
-func splitID(id string) (uint64, uint64) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, _ := strconv.ParseUint(ms, 10, 64)
-	s, _ := strconv.ParseUint(seq, 10, 64)
-	return m, s
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // nextID is the smallest stream id after id.
 func nextID(id string) string {
-	m, s := splitID(id)
+	m, s := inventory.SplitEventID(id)
 	return strconv.FormatUint(m, 10) + "-" + strconv.FormatUint(s+1, 10)
 }

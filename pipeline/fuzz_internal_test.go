@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"testing"
+
+	"github.com/seckill/seckill/inventory"
 )
 
 // FuzzStreamIDs: the consumer orders stream entry ids "<ms>-<seq>" as Redis
@@ -25,20 +27,20 @@ func FuzzStreamIDs(f *testing.F) {
 		case am > bm || am == bm && as > bs:
 			want = 1
 		}
-		if got := compareIDs(a, b); got != want || compareIDs(b, a) != -want {
-			t.Fatalf("compareIDs(%s, %s) = %d, reversed %d; want %d", a, b, got, compareIDs(b, a), want)
+		if got := inventory.CompareEventIDs(a, b); got != want || inventory.CompareEventIDs(b, a) != -want {
+			t.Fatalf("inventory.CompareEventIDs(%s, %s) = %d, reversed %d; want %d", a, b, got, inventory.CompareEventIDs(b, a), want)
 		}
-		if compareIDs("", a) > 0 {
+		if inventory.CompareEventIDs("", a) > 0 {
 			t.Fatalf(`"" sorts after %s`, a)
 		}
 		if am == math.MaxUint64 && as == math.MaxUint64 {
 			return // the largest id has no successor
 		}
 		next := nextID(a)
-		if compareIDs(a, next) >= 0 {
+		if inventory.CompareEventIDs(a, next) >= 0 {
 			t.Fatalf("nextID(%s) = %s, not after it", a, next)
 		}
-		if compareIDs(a, b) < 0 && compareIDs(b, next) < 0 {
+		if inventory.CompareEventIDs(a, b) < 0 && inventory.CompareEventIDs(b, next) < 0 {
 			t.Fatalf("%s lies between %s and nextID = %s", b, a, next)
 		}
 	})

@@ -165,7 +165,7 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 		switch {
 		case inflight[j.EventID]:
 			applied[j.EventID] = true
-		case pipeline.CompareIDs(j.EventID, at.Position) > 0 && pipeline.CompareIDs(j.EventID, upTo) <= 0:
+		case inventory.CompareEventIDs(j.EventID, at.Position) > 0 && inventory.CompareEventIDs(j.EventID, upTo) <= 0:
 			t := since[j.SKU]
 			switch j.Type {
 			case inventory.EventBought:

@@ -53,7 +53,7 @@ func TestAdvRepairedStreamNeverReusesAnEventID(t *testing.T) {
 			msgs, err := rdb2.XRange(ctx, eng2.EventsKey("floor"), "(0-0", "+").Result()
 			must(t, err)
 			for _, m := range msgs[1:] { // after the creation
-				if !newerID(m.ID, lost) {
+				if inventory.CompareEventIDs(m.ID, lost) <= 0 {
 					t.Errorf("the repaired stream handed out %s, at or below the newest id the database holds, %s", m.ID, lost)
 				}
 			}

@@ -14,6 +14,27 @@ import (
 // rate_limits) read back, after migration 009, with both in Settings: the
 // rate limits' keys as they were, the flag as "require_purchase_token".
 func TestSaleSettingsMigration(t *testing.T) {
+	migrateSettingsRows(t, []oldSettingsRow{
+		{"both", `{"per_user":"2/s,burst=3","per_sale":"off"}`, 1, `{"per_user":"2/s,burst=3","per_sale":"off","require_purchase_token":true}`},
+		{"token", "", 1, `{"require_purchase_token":true}`},
+		{"limits", `{"per_ip":"off"}`, 0, `{"per_ip":"off"}`},
+		{"none", "", 0, ""},
+	})
+}
+
+// oldSettingsRow is a sale row as stored before migration 009 (its
+// rate_limits column and purchase-token flag) and the settings it must
+// read back with after it.
+type oldSettingsRow struct {
+	id, limits string
+	token      int
+	want       string
+}
+
+// migrateSettingsRows migrates a fresh database of each dialect up to 008,
+// stores rows there, runs the rest of the migrations and checks each row's
+// Settings.
+func migrateSettingsRows(t *testing.T, rows []oldSettingsRow) {
 	t.Parallel()
 	for _, d := range dbtest.Dialects(t) {
 		t.Run(d.Name, func(t *testing.T) {
@@ -36,24 +57,16 @@ func TestSaleSettingsMigration(t *testing.T) {
 				}
 				must(t, s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applyMigration(ctx, tx, m) }))
 			}
-			for _, row := range []struct {
-				id, limits string
-				token      int
-			}{{"both", `{"per_user":"2/s,burst=3","per_sale":"off"}`, 1}, {"token", "", 1}, {"limits", `{"per_ip":"off"}`, 0}, {"none", "", 0}} {
+			for _, row := range rows {
 				_, err := s.exec(ctx, s.db, `INSERT INTO sales (id, per_user_limit, require_purchase_token, rate_limits, created_at)
 					VALUES (?, 1, ?, ?, 1)`, row.id, row.token, row.limits)
 				must(t, err)
 			}
 			must(t, s.migrate(ctx))
-			for id, want := range map[string]string{
-				"both":   `{"per_user":"2/s,burst=3","per_sale":"off","require_purchase_token":true}`,
-				"token":  `{"require_purchase_token":true}`,
-				"limits": `{"per_ip":"off"}`,
-				"none":   "",
-			} {
-				sale, err := s.Sale(ctx, id)
+			for _, row := range rows {
+				sale, err := s.Sale(ctx, row.id)
 				must(t, err)
-				check(t, "settings of "+id, sale.Settings, want)
+				check(t, "settings of "+row.id, sale.Settings, row.want)
 			}
 		})
 	}

@@ -229,12 +229,7 @@ func TestAdvThrottleDifferential(t *testing.T) {
 // "now" back across a window's edge, and the buyer gets a fresh bucket.
 func TestAdvThrottleClockStepBack(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r := newRig(t, b, inventory.Options{})
-		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := throttleOf(ratelimit.PerSecond(1, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, bucket := throttledSale(t, b, ratelimit.PerSecond(1, 0))
 		w := inventory.ThrottleWindow(bucket) // 1024 ms
 		// 30 ms after a window's edge: the TAT (now + 1 s) is in the next window.
 		edge := (r.clock.Now().UnixMilli()/w + 1) * w
@@ -297,12 +292,7 @@ func TestAdvThrottleBatchIndependence(t *testing.T) {
 // nothing (no stock, no order, the junk field left as it was).
 func TestAdvThrottleCorruptWindowField(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r := newRig(t, b, inventory.Options{})
-		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := throttleOf(ratelimit.PerSecond(5, 5))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, bucket := throttledSale(t, b, ratelimit.PerSecond(5, 5))
 		buy := func(u string) inventory.BuyRequest {
 			return inventory.BuyRequest{SaleID: "s1", UserID: u, Lines: lines("A", 1), Throttle: &bucket}
 		}
@@ -341,12 +331,7 @@ func TestAdvThrottleCorruptWindowField(t *testing.T) {
 // answers nil for a key of another type.)
 func TestAdvThrottleWrongTypeWindowKey(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r := newRig(t, b, inventory.Options{})
-		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := throttleOf(ratelimit.PerSecond(5, 5))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, bucket := throttledSale(t, b, ratelimit.PerSecond(5, 5))
 		if err := r.rdb.Set(r.ctx, r.eng.ThrottleKeys("s1", bucket, r.clock.Now())[1], "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}

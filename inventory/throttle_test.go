@@ -144,12 +144,7 @@ func TestThrottleStateAcrossWindows(t *testing.T) {
 // per-key state refused it (a debt only grows when the clock goes back).
 func TestThrottleClockStepBackOfAWindow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r := newRig(t, b, inventory.Options{})
-		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-		bucket, err := throttleOf(ratelimit.PerSecond(1, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, bucket := throttledSale(t, b, ratelimit.PerSecond(1, 0))
 		const window = 1024 // ms: the power of two past 1 s (throttleWindow)
 		edge := r.clock.Now().UnixMilli()/window*window + 10*window
 		r.clock.Set(time.UnixMilli(edge + 30)) // the TAT, ~edge+1030, is in the next window
@@ -177,6 +172,19 @@ func TestThrottleClockStepBackOfAWindow(t *testing.T) {
 
 // throttleOf is the buy throttle of a GCRA limit, refused as ratelimit
 // refuses the limit.
+// throttledSale is a rig with sale s1 (sku A, 100 units, per-user limit
+// 100) and the throttle of l.
+func throttledSale(t *testing.T, b backend, l ratelimit.Limit) (*rig, inventory.Throttle) {
+	t.Helper()
+	r := newRig(t, b, inventory.Options{})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	th, err := throttleOf(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, th
+}
+
 func throttleOf(l ratelimit.Limit) (inventory.Throttle, error) {
 	if _, err := l.Bucket(); err != nil {
 		return inventory.Throttle{}, err

@@ -34,13 +34,21 @@ var ErrTokensNeedRedis = errors.New("failover: purchase tokens are checked in re
 // over under it (unsure buys). A buy that carries a purchase token is not
 // sold by the database (ErrTokensNeedRedis). Errors are the engine's and
 // the store's typed ones, ErrNobodySells and ErrTokensNeedRedis.
+//
+// A buy of a segmented sale (Parts.Segments) is made in the buyer's home
+// segment: its order id is of that segment, and the database sells it from
+// that segment's row alone.
 func (f *Seller) Buy(ctx context.Context, b inventory.BuyRequest) (inventory.Receipt, error) {
+	home, err := f.home(ctx, b.SaleID, b.UserID)
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
 	if !f.beginRedisBuy() {
-		return f.buyOnDB(ctx, b)
+		return f.buyOnDB(ctx, b, home)
 	}
 	began := time.Now()
 	if b.OrderID == "" {
-		b.OrderID = inventory.NewOrderID(b.SaleID)
+		b.OrderID = inventory.NewOrderID(home)
 	}
 	rc, err := f.buyOnRedis(ctx, b)
 	if err != nil {
@@ -54,7 +62,7 @@ func (f *Seller) Buy(ctx context.Context, b inventory.BuyRequest) (inventory.Rec
 	}
 	if errors.Is(err, inventory.ErrFenced) || err != nil && RedisDown(err) {
 		if _, ok := f.dbSells(); ok { // the mode changed while the buy was on its way
-			return f.buyOnDB(ctx, b)
+			return f.buyOnDB(ctx, b, home)
 		}
 		return rc, ErrNobodySells
 	}
@@ -77,8 +85,10 @@ func (f *Seller) buyOnRedis(ctx context.Context, b inventory.BuyRequest) (rc inv
 // buyOnDB buys on the database in degraded mode, or refuses while nobody
 // sells. It keeps the defences of a buy from Redis: BeforeDatabaseBuy (the
 // buyer's rate limit, which buy.lua checks itself for Redis buys); the
-// pause, read under the sale's lock; purchase tokens, by refusing.
-func (f *Seller) buyOnDB(ctx context.Context, b inventory.BuyRequest) (inventory.Receipt, error) {
+// pause, read under the sale's lock; purchase tokens, by refusing. The
+// buy is made in the engine sale home (the buyer's home segment of a
+// segmented sale).
+func (f *Seller) buyOnDB(ctx context.Context, b inventory.BuyRequest, home string) (inventory.Receipt, error) {
 	m, ok := f.dbSells()
 	if !ok {
 		return inventory.Receipt{}, ErrNobodySells
@@ -92,7 +102,7 @@ func (f *Seller) buyOnDB(ctx context.Context, b inventory.BuyRequest) (inventory
 		}
 	}
 	began := time.Now()
-	rc, err := f.db.Buy(ctx, store.DegradedBuy{Epoch: m.Epoch, SaleID: b.SaleID, UserID: b.UserID, Lines: b.Lines,
+	rc, err := f.db.Buy(ctx, store.DegradedBuy{Epoch: m.Epoch, SaleID: home, UserID: b.UserID, Lines: b.Lines,
 		IdempotencyKey: b.IdempotencyKey, Now: time.Now()})
 	if errors.Is(err, store.ErrModeChanged) {
 		err = ErrNobodySells
@@ -145,11 +155,20 @@ func (f *Seller) Pause(ctx context.Context, saleID string, paused bool) error {
 	if m.Mode != store.ModeDB {
 		return ErrNobodySells
 	}
-	err := f.db.SetPaused(ctx, m.Epoch, saleID, paused, time.Now())
-	if errors.Is(err, store.ErrModeChanged) {
-		return ErrNobodySells
+	ids, err := f.engineSales(ctx, saleID) // every segment of a segmented sale
+	if err != nil {
+		return err
 	}
-	return err
+	for _, id := range ids {
+		err := f.db.SetPaused(ctx, m.Epoch, id, paused, time.Now())
+		if errors.Is(err, store.ErrModeChanged) {
+			return ErrNobodySells
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // beginRedisBuy reports whether a buy goes to Redis, and if so counts it
@@ -174,7 +193,8 @@ func (f *Seller) endRedisBuy(buy inventory.BuyRequest, rc inventory.Receipt, err
 	case err == nil:
 		f.acks.add(rc.Order)
 	case buy.OrderID != "" && outcomeUnknown(err):
-		f.acks.addUnsure(inventory.Order{ID: buy.OrderID, SaleID: buy.SaleID, UserID: buy.UserID, Status: inventory.OrderPending,
+		sale, _ := inventory.SaleOfOrder(buy.OrderID) // the home segment of a segmented sale
+		f.acks.addUnsure(inventory.Order{ID: buy.OrderID, SaleID: sale, UserID: buy.UserID, Status: inventory.OrderPending,
 			Items: buy.Lines, IdempotencyKey: buy.IdempotencyKey, CreatedAt: time.Now().UTC()})
 	}
 }

@@ -98,6 +98,10 @@ type Parts struct {
 	Ping func(ctx context.Context) error
 	// Consumer is this instance's order consumer (named in heartbeats).
 	Consumer string
+	// Segments, if set, tells the engine sale a buy of a segmented sale is
+	// made in (segments.go); Engine then takes the segmented sale's id for
+	// its buys, pauses and stale fences (segment.Router).
+	Segments Segments
 }
 
 // Seller sells each buy where it may be sold now, and keeps who sells up to
@@ -113,6 +117,7 @@ type Seller struct {
 	eng      Engine
 	db       Store
 	streams  Streams
+	segs     Segments
 	ping     func(ctx context.Context) error
 	consumer string
 
@@ -175,7 +180,7 @@ func New(cfg Config) *Seller {
 // Wire gives the seller its parts. It is called once, before the first
 // buy and the first Step.
 func (f *Seller) Wire(p Parts) {
-	f.eng, f.db, f.streams, f.ping, f.consumer = p.Engine, p.Store, p.Streams, p.Ping, p.Consumer
+	f.eng, f.db, f.streams, f.ping, f.consumer, f.segs = p.Engine, p.Store, p.Streams, p.Ping, p.Consumer, p.Segments
 }
 
 // Ticks reports whether the seller runs at all (Config.Tick >= 0).

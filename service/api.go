@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/store"
 )
 
@@ -101,13 +100,7 @@ type saleJSON struct {
 }
 
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
-	var st inventory.SaleState
-	var err error
-	if s.seller.RedisSells() {
-		st, err = s.eng.Stock(ctx, id)
-	} else {
-		st, err = s.stockInDB(ctx, id) // the database sells: its numbers are the live ones
-	}
+	st, err := s.stock(ctx, id) // segments.go: Redis's, or the database's while it sells
 	if err != nil {
 		return saleJSON{}, err
 	}
@@ -160,10 +153,13 @@ type createSaleRequest struct {
 	EndsAt               *string     `json:"ends_at"`
 	RequirePurchaseToken *bool       `json:"require_purchase_token"`
 	RateLimits           *RateLimits `json:"rate_limits"`
-	Items                []struct {
-		SKU   *string `json:"sku"`
-		Stock *int64  `json:"stock"`
-	} `json:"items"`
+	Items                []itemRequest `json:"items"`
+}
+
+type itemRequest struct {
+	SKU      *string `json:"sku"`
+	Stock    *int64  `json:"stock"`
+	Segments *int64  `json:"segments"` // segments.go
 }
 
 // newSale is a sale to create: the engine's definition and the service's
@@ -229,6 +225,16 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if k, err := segmentsOf(req.Items); err != nil || k > 1 {
+		if err == nil {
+			err = s.createSegmented(r.Context(), def, k)
+		}
+		if err != nil {
+			return err
+		}
+		s.audit(r, "sale created", def.ID, "", map[string]any{"items": len(def.Items), "per_user_limit": def.PerUserLimit, "segments": k})
+		return s.writeSaleCreated(w, r, def.ID)
+	}
 	sale := store.Sale{Sale: def.Sale, Settings: def.SaleSettings.encode(), CreatedAt: time.Now().UTC()}
 	// The database first: it is the system of record, and the one that says
 	// whether the id is taken. Then Redis; if Redis holds a sale of that id
@@ -265,6 +271,9 @@ func (s *Service) getSale(w http.ResponseWriter, r *http.Request) error {
 // listSales lists every sale (for the dashboard).
 func (s *Service) listSales(w http.ResponseWriter, r *http.Request) error {
 	ids, err := s.db.SaleIDs(r.Context())
+	if err == nil {
+		ids, err = s.saleIDsAsOne(r.Context(), ids)
+	}
 	if err != nil {
 		return err
 	}
@@ -292,11 +301,11 @@ func (s *Service) restock(w http.ResponseWriter, r *http.Request) error {
 		return errInvalid("qty is required")
 	}
 	sale, sku := r.PathValue("sale"), r.PathValue("sku")
-	remaining, err := s.eng.Restock(r.Context(), sale, sku, *req.Qty)
+	remaining, err := s.router.Restock(r.Context(), sale, sku, *req.Qty)
 	if err != nil {
 		return err
 	}
-	s.orders.Wake(sale) // its stream has a new entry, even if the sale has ended
+	s.wakeSale(r.Context(), sale) // its stream has a new entry, even if the sale has ended
 	s.audit(r, "restocked", sale, sku, map[string]any{"qty": *req.Qty, "remaining": remaining})
 	writeJSON(w, http.StatusOK, map[string]any{"sku": sku, "remaining": remaining})
 	return nil
@@ -331,7 +340,7 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("sale")
-	rep, err := reconcile.Sale(r.Context(), s.eng, s.rdb, s.db, id)
+	rep, err := s.reconcileSale(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -356,7 +365,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 	if v, ok := s.saleCache.Get(saleID, now); ok {
 		return v, nil
 	}
-	sale, err := s.db.Sale(ctx, saleID)
+	sale, err := s.storedSale(ctx, saleID)
 	if err != nil {
 		if errors.Is(err, inventory.ErrNotFound) {
 			return saleSettings{}, errNotFound("sale not found: " + saleID)

@@ -79,6 +79,7 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
+	rc.Order.SaleID = settings.ID // a segmented sale's, not its segment's
 	status := http.StatusCreated
 	if rc.Replayed {
 		status = http.StatusOK
@@ -157,6 +158,7 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
 	writeOrder(w, http.StatusOK, o, nil)
 	return nil
 }
@@ -174,6 +176,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	rc.Order.SaleID = s.publicSale(r.Context(), rc.Order.SaleID)
 	if who.admin {
 		s.audit(r, "order cancelled", rc.Order.SaleID, id, map[string]any{"user": rc.Order.UserID})
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/ratelimit"
+	"github.com/seckill/seckill/segment"
 	"github.com/seckill/seckill/store"
 )
 
@@ -96,6 +97,7 @@ type Service struct {
 	miniStop  func()
 	db        *store.Store
 	eng       *inventory.Engine
+	router    *segment.Router // the engine's sales by id, segmented ones through segment/ (segments.go)
 	auth      *auth
 	limits    limits
 	limiter   *ratelimit.Limiter
@@ -166,6 +168,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.secrets()
 	s.auth = newAuth(s.cfg.JWTSecret, s.cfg.AdminToken)
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale)})
+	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.db.Segments}), s.db.SaleKind)
 	if err := s.eng.Preload(ctx); err != nil {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}
@@ -448,7 +451,7 @@ func (s *Service) startBackground(ctx context.Context) {
 		host, _ := os.Hostname()
 		po.Name = "serve-" + host + "-" + s.listener.Addr().String()
 	}
-	s.seller.Wire(failover.Parts{Engine: s.eng, Store: s.db, Streams: streamBacklog{s.rdb, s.eng},
+	s.seller.Wire(failover.Parts{Engine: s.router, Segments: s.router, Store: s.db, Streams: streamBacklog{s.rdb, s.eng},
 		Ping: func(ctx context.Context) error { return s.probe.Ping(ctx).Err() }, Consumer: po.Name})
 	if s.seller.Ticks() {
 		po.Alive = s.seller.ConsumerAlive

@@ -46,6 +46,16 @@ func (s *Store) CreateSale(ctx context.Context, sale Sale) error {
 		sale.CreatedAt = time.Now()
 	}
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if err := s.claimSaleID(ctx, tx, sale.ID); err != nil {
+			return err
+		}
+		var segmented int // a segmented sale of that id (segments.go)
+		if err := s.queryRow(ctx, tx, "SELECT COUNT(*) FROM sale_segments WHERE sale_id = ?", sale.ID).Scan(&segmented); err != nil {
+			return err
+		}
+		if segmented > 0 {
+			return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
+		}
 		created, err := s.insertSale(ctx, tx, sale)
 		if err != nil {
 			return err

@@ -1,0 +1,44 @@
+package reconcile
+
+import "github.com/seckill/seckill/inventory"
+
+// Combine is the report of a segmented sale (package segment) from the
+// reports of its segments, each an ordinary sale reconciled alone (Sale):
+// every figure of an item summed over the segments (an unlimited item's
+// stock figures stay -1), consistent only if every segment is. Segments
+// have the same items in the same order; an item a segment's report lacks
+// counts nothing there.
+func Combine(saleID string, segments []Report) Report {
+	out := Report{Sale: saleID, Consistent: true}
+	for i, r := range segments {
+		out.Consistent = out.Consistent && r.Consistent
+		if i == 0 {
+			out.Items = append([]Item(nil), r.Items...)
+			continue
+		}
+		for j := range out.Items {
+			var it Item
+			for _, cand := range r.Items {
+				if cand.SKU == out.Items[j].SKU {
+					it = cand
+				}
+			}
+			sum := &out.Items[j]
+			sum.Sold += it.Sold
+			sum.OrdersInDB += it.OrdersInDB
+			sum.InFlight += it.InFlight
+			sum.Drift += it.Drift
+			sum.Held += it.Held
+			sum.HeldDrift += it.HeldDrift
+			if sum.Stocked != inventory.Unlimited {
+				sum.Stocked += it.Stocked
+				sum.Remaining += it.Remaining
+				sum.StockDrift += it.StockDrift
+				sum.StockedInDB += it.StockedInDB
+				sum.StockedInFlight += it.StockedInFlight
+				sum.StockedDrift += it.StockedDrift
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,209 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/segment"
+	"github.com/seckill/seckill/store"
+)
+
+// A sale with an item of "segments": K > 1 (hot items) is split into
+// K = the largest segments of its items: K ordinary sales of the engine
+// ("<sale>:<n>", package segment), each with every item of the sale and
+// every limited item's stock spread evenly over them. Its buys go through
+// segment.Router (wired into failover): each buyer buys in a home segment,
+// so the per-user limit and a multi-item buy's all-or-nothing are the
+// engine's, and units are moved to the home segment when it is short. The
+// database keeps the segments as ordinary sales and their list
+// (store.Store.Segments); the sale itself has no row, and reads as one
+// sale everywhere (saleBody, listSales, reconcile, the live view).
+
+// segmentsOf checks the items' segments (1..segment.MaxSegments, default
+// 1) and returns the sale's K, the largest.
+func segmentsOf(items []itemRequest) (int, error) {
+	k := int64(1)
+	for i, it := range items {
+		if it.Segments == nil {
+			continue
+		}
+		if *it.Segments < 1 || *it.Segments > segment.MaxSegments {
+			return 0, errInvalid(fmt.Sprintf("items[%d].segments must be between 1 and %d", i, segment.MaxSegments))
+		}
+		k = max(k, *it.Segments)
+	}
+	return int(k), nil
+}
+
+// createSegmented creates a sale split into k segments: in the database
+// first (the segments and the directory, one transaction), then in Redis;
+// a create Redis refuses is undone in the database.
+func (s *Service) createSegmented(ctx context.Context, def newSale, k int) error {
+	sel := s.router.Seller()
+	ids, err := sel.Place(ctx, def.ID, k)
+	if err != nil {
+		return err
+	}
+	plans, err := segment.Plan(def.Sale, ids)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	rows := make([]store.Sale, len(plans))
+	for i, p := range plans {
+		rows[i] = store.Sale{Sale: p, Settings: def.SaleSettings.encode(), CreatedAt: now}
+	}
+	if err := s.db.CreateSegmentedSale(ctx, def.ID, rows); err != nil {
+		return err
+	}
+	if err := sel.Create(ctx, def.Sale, ids); err != nil {
+		if delErr := s.db.DeleteSegmentedSale(context.WithoutCancel(ctx), def.ID); delErr != nil {
+			s.log.Error("undo segmented sale create", "sale", def.ID, "err", delErr)
+		}
+		s.router.Forget(def.ID)
+		s.saleCache.Delete(def.ID)
+		return err
+	}
+	return nil
+}
+
+// storedSale is a sale's row, a segmented sale's being its first
+// segment's under the sale's id (every segment has the sale's settings,
+// limit and window).
+func (s *Service) storedSale(ctx context.Context, id string) (store.Sale, error) {
+	sale, err := s.db.Sale(ctx, id)
+	if !errors.Is(err, inventory.ErrNotFound) {
+		return sale, err
+	}
+	segs, serr := s.router.Segments(ctx, id)
+	if serr != nil || segs == nil {
+		return sale, err
+	}
+	if sale, err = s.db.Sale(ctx, segs[0]); err != nil {
+		return sale, err
+	}
+	sale.ID = id
+	return sale, nil
+}
+
+// stock is a sale's state, a segmented sale's summed over its segments:
+// from Redis, or from the database while it sells.
+func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, error) {
+	if s.seller.RedisSells() {
+		return s.router.Stock(ctx, id)
+	}
+	segs, err := s.router.Segments(ctx, id)
+	if err != nil || segs == nil {
+		if err != nil {
+			return inventory.SaleState{}, err
+		}
+		return s.stockInDB(ctx, id)
+	}
+	var sum inventory.SaleState
+	for i, seg := range segs {
+		st, err := s.stockInDB(ctx, seg)
+		if err != nil {
+			return inventory.SaleState{}, err
+		}
+		if i == 0 {
+			sum = st
+			sum.Sale.ID = id
+			sum.Items = slices.Clone(st.Items)
+			continue
+		}
+		for j := range sum.Items {
+			if j >= len(st.Items) || st.Items[j].SKU != sum.Items[j].SKU {
+				return inventory.SaleState{}, fmt.Errorf("%w: segments of %s differ in items", inventory.ErrCorrupt, id)
+			}
+			sum.Items[j].Sold += st.Items[j].Sold
+			if sum.Items[j].Stocked != inventory.Unlimited {
+				sum.Items[j].Stocked += st.Items[j].Stocked
+				sum.Items[j].Remaining += st.Items[j].Remaining
+			}
+		}
+	}
+	return sum, nil
+}
+
+// publicSale is the sale an engine sale's orders are shown under: a
+// segment's segmented sale, else the sale itself.
+func (s *Service) publicSale(ctx context.Context, saleID string) string {
+	if p, err := s.router.Parent(ctx, saleID); err == nil && p != "" {
+		return p
+	}
+	return saleID
+}
+
+// saleIDsAsOne lists the sales as buyers know them: the ids the database
+// lists, each segmented sale's segments replaced by the sale.
+func (s *Service) saleIDsAsOne(ctx context.Context, ids []string) ([]string, error) {
+	segmented, err := s.db.SegmentedSales(ctx)
+	if err != nil || len(segmented) == 0 {
+		return ids, err
+	}
+	isSegment := map[string]bool{}
+	for _, segs := range segmented {
+		for _, id := range segs {
+			isSegment[id] = true
+		}
+	}
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !isSegment[id] {
+			out = append(out, id)
+		}
+	}
+	for id := range segmented {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// reconcileSale is reconcile.Sale of a sale, of every segment of a
+// segmented one summed into one report (reconcile.Combine).
+func (s *Service) reconcileSale(ctx context.Context, id string) (reconcile.Report, error) {
+	segs, err := s.router.Segments(ctx, id)
+	if err != nil {
+		return reconcile.Report{}, err
+	}
+	if segs == nil {
+		return reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
+	}
+	reps := make([]reconcile.Report, len(segs))
+	for i, seg := range segs {
+		if reps[i], err = reconcile.Sale(ctx, s.eng, s.rdb, s.db, seg); err != nil {
+			return reconcile.Report{}, err
+		}
+	}
+	return reconcile.Combine(id, reps), nil
+}
+
+// wakeSale tells the order consumer a sale's streams have new entries
+// (every segment's, of a segmented sale).
+func (s *Service) wakeSale(ctx context.Context, id string) {
+	segs, err := s.router.Segments(ctx, id)
+	if err != nil || segs == nil {
+		s.orders.Wake(id)
+		return
+	}
+	for _, seg := range segs {
+		s.orders.Wake(seg)
+	}
+}
+
+// writeSaleCreated answers a create with the sale as GET shows it.
+func (s *Service) writeSaleCreated(w http.ResponseWriter, r *http.Request, id string) error {
+	body, err := s.saleBody(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, body)
+	return nil
+}

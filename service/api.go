@@ -153,10 +153,10 @@ type createSaleRequest struct {
 	EndsAt               *string     `json:"ends_at"`
 	RequirePurchaseToken *bool       `json:"require_purchase_token"`
 	RateLimits           *RateLimits `json:"rate_limits"`
-	Items                []itemRequest `json:"items"`
+	Items                []saleItem  `json:"items"`
 }
 
-type itemRequest struct {
+type saleItem struct {
 	SKU      *string `json:"sku"`
 	Stock    *int64  `json:"stock"`
 	Segments *int64  `json:"segments"` // segments.go

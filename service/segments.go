@@ -27,7 +27,7 @@ import (
 
 // segmentsOf checks the items' segments (1..segment.MaxSegments, default
 // 1) and returns the sale's K, the largest.
-func segmentsOf(items []itemRequest) (int, error) {
+func segmentsOf(items []saleItem) (int, error) {
 	k := int64(1)
 	for i, it := range items {
 		if it.Segments == nil {

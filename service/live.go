@@ -233,6 +233,7 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 		}
 		v.Sales = append(v.Sales, ls)
 	}
+	v.Sales = s.asOneSale(ctx, v.Sales) // segments_live.go: a segmented sale shows once
 	return v
 }
 

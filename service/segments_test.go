@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/segment"
 )
@@ -256,4 +258,36 @@ func TestSegmentsBadInput(t *testing.T) {
 			t.Fatalf("segmented sale over a plain one: %d %s", r.status, r.body)
 		}
 	})
+}
+
+// TestSegmentedSaleInMetrics: the live view behind the dashboard and the
+// per-sale metrics shows a segmented sale once, under its id, with its
+// item's units summed over the segments.
+func TestSegmentedSaleInMetrics(t *testing.T) {
+	a := liveApp(t)
+	mustStatus(t, a.createSegmented("hotm", 1, "A", int64(20), 4), http.StatusCreated)
+	for u := range 7 {
+		mustStatus(t, buyOne(a, "hotm", fmt.Sprintf("u%d", u)), http.StatusCreated)
+	}
+	want := []string{`seckill_stock_remaining{sale="hotm",sku="A"} 13`, `seckill_stock_sold{sale="hotm",sku="A"} 7`,
+		`seckill_stock_stocked{sale="hotm",sku="A"} 20`, `seckill_orders_confirmed{sale="hotm"} 7`}
+	var body string
+	for deadline := time.Now().Add(waitfor.Patience); ; time.Sleep(50 * time.Millisecond) {
+		body = string(a.call("GET", "/metrics", "", nil).body)
+		missing := false
+		for _, w := range want {
+			missing = missing || !strings.Contains(body, w)
+		}
+		if !missing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed %v", want)
+		}
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.Contains(line, `sale="hotm:`) && strings.HasPrefix(line, "seckill_stock_") {
+			t.Errorf("a segment in the metrics: %s", line)
+		}
+	}
 }

@@ -291,3 +291,28 @@ func TestSegmentedSaleInMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentedSaleWithPurchaseTokens: a segmented sale keeps its settings
+// (purchase tokens, here): a token is issued for the sale, spent once by
+// a buy, and refused the second time.
+func TestSegmentedSaleWithPurchaseTokens(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		mustStatus(t, a.admin("POST", "/v1/admin/sales", map[string]any{"id": "tok", "per_user_limit": 2, "require_purchase_token": true,
+			"items": []map[string]any{{"sku": "A", "stock": 10, "segments": 3}}}), http.StatusCreated)
+		if r := a.call("GET", "/v1/sales/tok", "", nil); r.json(t)["require_purchase_token"] != true {
+			t.Fatalf("sale reads %s", r.body)
+		}
+		alice := a.token("alice")
+		one := map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}
+		if r := a.call("POST", "/v1/sales/tok/orders", alice, one); r.status != http.StatusForbidden {
+			t.Fatalf("buy without a token: %d %s", r.status, r.body)
+		}
+		r := a.call("POST", "/v1/sales/tok/purchase-tokens", alice, nil)
+		mustStatus(t, r, http.StatusCreated)
+		tok := r.json(t)["token"].(string)
+		mustStatus(t, a.call("POST", "/v1/sales/tok/orders", alice, one, "X-Purchase-Token", tok), http.StatusCreated)
+		if r := a.call("POST", "/v1/sales/tok/orders", alice, one, "X-Purchase-Token", tok); r.status != http.StatusForbidden || r.code(t) != "permission_denied" {
+			t.Fatalf("token spent twice: %d %s", r.status, r.body)
+		}
+	})
+}

@@ -53,7 +53,7 @@ func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) err
 	if err := s.throttle(r, settings, user, "pt"); err != nil {
 		return err
 	}
-	st, err := s.eng.Stock(r.Context(), saleID)
+	st, err := s.router.Stock(r.Context(), saleID) // a segmented sale: its segments summed
 	if err != nil {
 		return err
 	}

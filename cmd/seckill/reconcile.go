@@ -61,6 +61,13 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	}
 	defer db.Close()
 	eng := inventory.New(rdb, inventory.Options{Prefix: cfg.KeyPrefix})
+	if segs, err := db.Segments(ctx, *sale); err != nil || len(segs) > 0 { // reconcile_segments.go
+		if err != nil {
+			fmt.Fprintln(stderr, "seckill reconcile:", err)
+			return 1
+		}
+		return reconcileSegmented(ctx, eng, rdb, db, *sale, segs, *repair, stdout, stderr)
+	}
 	if *repair {
 		res, err := reconcile.Repair(ctx, eng, rdb, db, *sale)
 		if err != nil {

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/store"
+)
+
+// reconcileSegmented is runReconcile of a segmented sale (package
+// segment): each segment is an ordinary sale, reconciled (and repaired)
+// alone; the pass of the sale is their sum (reconcile.Combine). Exit status
+// as runReconcile's.
+func reconcileSegmented(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient, db *store.Store,
+	sale string, segs []string, repair bool, stdout, stderr io.Writer) int {
+	reps := make([]reconcile.Report, 0, len(segs))
+	drifted := false
+	for _, seg := range segs {
+		if repair {
+			res, err := reconcile.Repair(ctx, eng, rdb, db, seg)
+			if err != nil {
+				fmt.Fprintln(stderr, "seckill reconcile:", err)
+				return 1
+			}
+			if len(res.Changes) > 0 {
+				reconcile.PrintRepair(stdout, res)
+			}
+			drifted = drifted || res.After.Drifted()
+			reps = append(reps, res.After)
+			continue
+		}
+		rep, err := reconcile.Sale(ctx, eng, rdb, db, seg)
+		if err != nil {
+			fmt.Fprintln(stderr, "seckill reconcile:", err)
+			return 1
+		}
+		drifted = drifted || rep.Drifted()
+		reps = append(reps, rep)
+	}
+	fmt.Fprintf(stdout, "sale %s is on %d segments; their sum:\n", sale, len(segs))
+	reconcile.Print(stdout, reconcile.Combine(sale, reps))
+	if drifted {
+		return 1
+	}
+	return 0
+}

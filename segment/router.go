@@ -31,8 +31,10 @@ type Router struct {
 // routerTTL is how long a Router believes what a sale id names. A sale's
 // kind never changes while it lives; the time only bounds how long a sale
 // whose creation was undone (and created again as the other kind) is
-// routed as it was, on another instance.
-const routerTTL = time.Minute
+// routed as it was, on another instance (its buys fail as not found
+// meanwhile; nothing is sold wrongly), and how often each sale costs a
+// look at the database.
+const routerTTL = 10 * time.Minute
 
 // NewRouter returns a router of the sales of eng; sel sells its segmented
 // ones, and kind tells them apart.

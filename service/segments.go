@@ -75,9 +75,19 @@ func (s *Service) createSegmented(ctx context.Context, def newSale, k int) error
 
 // storedSale is a sale's row, a segmented sale's being its first
 // segment's under the sale's id (every segment has the sale's settings,
-// limit and window).
+// limit and window). A segment is no sale to buyers (ErrNotFound): bought
+// from directly, its buyers would pass the per-user limit the segmented
+// sale keeps in each buyer's home segment.
 func (s *Service) storedSale(ctx context.Context, id string) (store.Sale, error) {
 	sale, err := s.db.Sale(ctx, id)
+	if err == nil {
+		if p, perr := s.router.Parent(ctx, id); perr != nil || p != "" {
+			if perr != nil {
+				return store.Sale{}, perr
+			}
+			return store.Sale{}, &inventory.NotFoundError{Kind: "sale", IDs: []string{id}}
+		}
+	}
 	if !errors.Is(err, inventory.ErrNotFound) {
 		return sale, err
 	}

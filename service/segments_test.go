@@ -63,6 +63,16 @@ func TestSegmentedSaleSellsOutExactly(t *testing.T) {
 		if got := saleItems(t, a, "hot"); got["A"] != [3]int64{stock, stock, 0} || len(got) != 2 {
 			t.Fatalf("new sale reads %v", got)
 		}
+		// A segment is no sale to buyers: bought from directly, a buyer
+		// would pass the limit kept in the buyer's home segment.
+		for _, seg := range segs {
+			if r := buyOne(a, seg, "sneaky"); r.status != http.StatusNotFound {
+				t.Fatalf("a buy of segment %s: %d %s", seg, r.status, r.body)
+			}
+			if r := a.call("GET", "/v1/sales/"+seg, "", nil); r.status != http.StatusNotFound {
+				t.Fatalf("GET of segment %s: %d %s", seg, r.status, r.body)
+			}
+		}
 
 		var mu sync.Mutex
 		orders := map[string]string{} // order id -> user

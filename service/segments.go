@@ -195,16 +195,27 @@ func (s *Service) reconcileSale(ctx context.Context, id string) (reconcile.Repor
 	return reconcile.Combine(id, reps), nil
 }
 
+// engineSales returns the engine sales a sale is made of: a segmented
+// sale's segments (store.Store.Segments, cached by the router), or the
+// sale itself. What acts on each engine sale of a sale (waking its
+// streams, closing or archiving it) walks this list.
+func (s *Service) engineSales(ctx context.Context, id string) ([]string, error) {
+	segs, err := s.router.Segments(ctx, id)
+	if err != nil || segs != nil {
+		return segs, err
+	}
+	return []string{id}, nil
+}
+
 // wakeSale tells the order consumer a sale's streams have new entries
 // (every segment's, of a segmented sale).
 func (s *Service) wakeSale(ctx context.Context, id string) {
-	segs, err := s.router.Segments(ctx, id)
-	if err != nil || segs == nil {
-		s.orders.Wake(id)
-		return
+	ids, err := s.engineSales(ctx, id)
+	if err != nil {
+		ids = []string{id}
 	}
-	for _, seg := range segs {
-		s.orders.Wake(seg)
+	for _, id := range ids {
+		s.orders.Wake(id)
 	}
 }
 

@@ -227,17 +227,16 @@ func (s *Seller) each(ctx context.Context, saleID string, f func(context.Context
 }
 
 // Stock returns the sale's definition, status and every item's counters
-// summed over its segments, and each segment's own state.
+// summed over its segments, and each segment's own state, read in one
+// pipeline.
 func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState, []inventory.SaleState, error) {
 	segs, err := s.Segments(ctx, saleID)
 	if err != nil {
 		return inventory.SaleState{}, nil, err
 	}
-	per := make([]inventory.SaleState, len(segs))
-	for i, id := range segs {
-		if per[i], err = s.eng.Stock(ctx, id); err != nil {
-			return inventory.SaleState{}, nil, err
-		}
+	per, errs := s.eng.Stocks(ctx, segs) // one round trip per node; a lost segment is rebuilt
+	if err := errors.Join(errs...); err != nil {
+		return inventory.SaleState{}, nil, err
 	}
 	sum := per[0]
 	sum.Sale.ID = saleID

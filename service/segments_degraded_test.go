@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,5 +214,85 @@ func TestSegmentedSaleInDegradedMode(t *testing.T) {
 				t.Fatalf("the database's order %s: %+v", dbOrder, o)
 			}
 		})
+	}
+}
+
+// TestSegmentedSaleTwoInstances: two instances sell one segmented sale at
+// once (each with its own segment seller, moving units between segments
+// for its own buyers): exactly the stock is sold, nobody over the limit,
+// every order confirmed once, and the books reconcile.
+func TestSegmentedSaleTwoInstances(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	cfg := service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
+		DatabaseURL: dbtest.PostgresURL(t), RateLimitUser: "off"}
+	a, b := startApp(t, cfg), startApp(t, cfg)
+	const stock, buyers = 50, 120
+	mustStatus(t, a.createSegmented("hot", 1, "A", int64(stock), 4), http.StatusCreated)
+	var mu sync.Mutex
+	orders := map[string]string{}
+	var wg sync.WaitGroup
+	for u := range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := fmt.Sprintf("u%03d", u)
+			for try := range 2 { // the second try is over the limit, from either instance
+				r := buyOne([]*app{a, b}[(u+try)%2], "hot", user)
+				switch {
+				case r.status == http.StatusCreated:
+					mu.Lock()
+					if prev, ok := orders[user]; ok {
+						t.Errorf("%s bought twice (%s and %s)", user, prev, r.json(t)["order_id"])
+					}
+					orders[user] = r.json(t)["order_id"].(string)
+					mu.Unlock()
+				case r.status == http.StatusConflict && (r.code(t) == "sold_out" || r.code(t) == "limit_exceeded"):
+				default:
+					t.Errorf("buy: %d %s", r.status, r.body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// An instance may refuse a buyer as sold out for a moment while the
+	// other moves units between segments (its seller sees only its own
+	// moves, and flags the item for segment.Options.SoldOutTTL): late
+	// buyers take what is left, until both instances say sold out after
+	// that time has passed.
+	for i, refused := 0, 0; refused < 4; i++ {
+		if i > 200 {
+			t.Fatalf("never sold out; %d sold", len(orders))
+		}
+		user := fmt.Sprintf("late%d", i)
+		r := buyOne([]*app{a, b}[i%2], "hot", user)
+		switch {
+		case r.status == http.StatusCreated:
+			orders[user], refused = r.json(t)["order_id"].(string), 0
+		case r.status == http.StatusConflict && r.code(t) == "sold_out":
+			refused++
+			time.Sleep(600 * time.Millisecond)
+		default:
+			t.Fatalf("late buy: %d %s", r.status, r.body)
+		}
+	}
+	if len(orders) != stock {
+		t.Fatalf("%d sold by two instances, stock %d", len(orders), stock)
+	}
+	a.settle("hot")
+	for user, id := range orders {
+		if o, err := a.svc.Store().Order(context.Background(), id); err != nil || o.Status != inventory.OrderConfirmed || o.UserID != user {
+			t.Fatalf("order %s: %+v %v", id, o, err)
+		}
+	}
+	if units := confirmedUnits(t, a, "hot"); units != stock {
+		t.Fatalf("%d units confirmed, stock %d", units, stock)
+	}
+	for _, x := range []*app{a, b} {
+		if got := saleItems(t, x, "hot"); got["A"] != [3]int64{0, stock, stock} {
+			t.Fatalf("sold out, the sale reads %v", got)
+		}
+	}
+	if rep := b.admin("GET", "/v1/admin/sales/hot/reconcile", nil); rep.json(t)["consistent"] != true {
+		t.Fatalf("reconcile: %s", rep.body)
 	}
 }

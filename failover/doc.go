@@ -7,7 +7,8 @@
 // one Cancel and one Pause, and asks it who sells for /readyz and metrics.
 //
 // It talks to the engine and to the store through the small interfaces it
-// declares (Engine, Store, Streams), with the domain's types (inventory)
+// declares (Engine, Store, Streams, and Segments, which names the engine
+// sale a buy of a segmented sale is made in), with the domain's types (inventory)
 // and the store's sell-mode row (store.SellMode); it never imports the
 // service.
 //

@@ -219,6 +219,9 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 	}
 	st.sale = append(st.sale, "limit", limitOf(s), "start", unixMs(s.StartsAt), "end", unixMs(s.EndsAt),
 		"paused", flag(s.Paused), "items", formatItems(s.Items))
+	if s.PaymentTimeout > 0 {
+		st.sale = append(st.sale, "pay", s.PaymentTimeout.Milliseconds())
+	}
 	for _, it := range s.Items {
 		if it.Stock == Unlimited {
 			st.sale = append(st.sale, "r:"+it.SKU, Unlimited, "t:"+it.SKU, Unlimited, "s:"+it.SKU, sold[it.SKU])

@@ -247,3 +247,25 @@ func awaitingUnits(h map[string]string, sku string) int64 {
 	n, _ := strconv.ParseInt(h["a:"+sku], 10, 64)
 	return n
 }
+
+// addPayment adds a snapshot's order o of a sale with a payment timeout to
+// the payment step's state: a paid order to the paid hash, an order that
+// is neither paid nor cancelled to the deadlines (at its PayBy, or its
+// creation + timeout) and its units to awaiting. An order whose Payment
+// the loader left "" counts as awaiting unless cancelled.
+func (st *saleState) addPayment(o Order, timeout time.Duration, awaiting map[string]int64) {
+	switch {
+	case o.Payment == PaymentPaid:
+		st.paid = append(st.paid, o.ID, o.PaymentRef)
+	case o.Status == OrderCancelled || o.Payment == PaymentExpired || o.Payment == PaymentNotRequired:
+	default:
+		payBy := o.PayBy
+		if payBy.IsZero() {
+			payBy = o.CreatedAt.Add(timeout)
+		}
+		st.deadlines = append(st.deadlines, o.ID, payBy.UnixMilli())
+		for _, l := range o.Items {
+			awaiting[l.SKU] += l.Qty
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package inventory_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -246,6 +247,70 @@ func TestPayRacesExpiry(t *testing.T) {
 		}
 		if count["bought"] != 5*rounds || count["paid"] != len(paid) || count["expired"] != len(expired) {
 			t.Fatalf("events %v; paid %d expired %d", count, len(paid), len(expired))
+		}
+	})
+}
+
+// TestRebuildRestoresPayment: a sale rebuilt from a snapshot gets its
+// payment step back: the awaiting order's deadline (it can be paid, then
+// expires at its pay_by), the paid order's ref, the awaiting units.
+func TestRebuildRestoresPayment(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		var snap inventory.Snapshot
+		r := newRig(t, b, inventory.Options{Loader: inventory.LoaderFunc(func(context.Context, string) (inventory.Snapshot, error) {
+			return snap, nil
+		})})
+		r.paySale("s", 10, time.Minute)
+		var ids []string
+		for _, u := range []string{"u1", "u2", "u3", "u4"} {
+			rc, err := r.eng.Buy(r.ctx, "s", u, lines("A", 1), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, rc.Order.ID)
+		}
+		if _, _, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, ids[2], ""); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.eng.Stock(r.ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = inventory.Snapshot{Sale: st.Sale, EventsApplied: inventory.EventsIgnored}
+		for _, id := range ids {
+			snap.Orders = append(snap.Orders, r.payment(id))
+		}
+		for _, name := range []string{"sale", "bought", "orders", "idem", "deadlines", "paid"} {
+			if err := r.rdb.Del(r.ctx, r.key("s", name)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The first call finds the sale missing and rebuilds it.
+		if _, replayed, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil || !replayed {
+			t.Fatalf("pay of the paid order after the rebuild: replayed %v, %v", replayed, err)
+		}
+		if got := r.counter("s", func(it inventory.ItemState) int64 { return it.Awaiting }); got["A"] != 2 {
+			t.Fatalf("awaiting units after the rebuild %v, want A: 2", got)
+		}
+		if o := r.payment(ids[0]); o.Payment != inventory.PaymentAwaiting || !o.PayBy.Equal(snap.Orders[0].PayBy) {
+			t.Fatalf("awaiting order after the rebuild: %+v, want pay_by %v", o, snap.Orders[0].PayBy)
+		}
+		if _, _, err := r.eng.Pay(r.ctx, ids[2], "", "ref"); !errors.Is(err, inventory.ErrOrderClosed) {
+			t.Fatalf("pay of the cancelled order after the rebuild: %v", err)
+		}
+		if _, _, err := r.eng.Pay(r.ctx, ids[3], "", "ref-4"); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.Set(snap.Orders[0].PayBy)
+		got, _, err := r.eng.ExpireDue(r.ctx, "s", 10)
+		if err != nil || len(got) != 1 || got[0] != ids[0] {
+			t.Fatalf("ExpireDue after the rebuild = %v, %v; want [%s]", got, err, ids[0])
+		}
+		if rem := r.remaining("s"); rem["A"] != 8 {
+			t.Fatalf("remaining %v, want A: 8 (two paid)", rem)
 		}
 	})
 }

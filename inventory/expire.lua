@@ -18,12 +18,16 @@
 --   {0, n, more, id1, id2, ...}  expired the n orders id1..idn; more is 1
 --                      if orders past their deadline are left (call again)
 --   {2}                the sale is not in Redis (nothing to expire here)
+--   {0, 0, 0}          also: the sale is fenced (the database sells it)
 --   {8, field, n, id1, ...}  a stored value is not what the engine wrote;
 --                      the orders listed before it were expired, it and the
 --                      ones after it were not
 -- Each order is checked in full before any write of it.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
+-- While the database sells the sale (degraded mode, fence.lua) its
+-- reservations wait: the recovery brings Redis back to the database first.
+if redis.call('HEXISTS', KEYS[1], 'fenced') == 1 then return {0, 0, 0} end
 local now_ms = math.floor(script_now(ARGV[1]) / 1000)
 local max = tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, max + 1)

@@ -61,8 +61,9 @@ type liveItem struct {
 	Stocked    int64  `json:"stocked"`   // -1: unlimited
 	Sold       int64  `json:"sold"`
 	SoldOut    bool   `json:"sold_out"`
-	Drift      int64  `json:"drift"`       // from the last reconciliation pass
-	StockDrift int64  `json:"stock_drift"` // likewise
+	Awaiting   int64  `json:"awaiting_payment"` // sold units held by orders awaiting payment
+	Drift      int64  `json:"drift"`            // from the last reconciliation pass
+	StockDrift int64  `json:"stock_drift"`      // likewise
 }
 
 // live keeps the newest sample and the dashboard's subscribers.
@@ -308,7 +309,7 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 		}
 		ls.Status, sales[i] = string(states[i].Status), states[i].Sale
 		for _, it := range states[i].Items {
-			li := liveItem{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold,
+			li := liveItem{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold, Awaiting: it.Awaiting,
 				SoldOut: it.Stocked >= 0 && it.Remaining == 0}
 			if d, ok := s.live.drift.Load(id + "|" + it.SKU); ok {
 				li.Drift, li.StockDrift = d.([2]int64)[0], d.([2]int64)[1]

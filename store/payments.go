@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/seckill/seckill/inventory"
@@ -63,4 +64,26 @@ func (s *Store) applyPayment(ctx context.Context, tx *sql.Tx, saleID string, ev 
 		return err
 	}
 	return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
+}
+
+// PaymentSales returns the sales with a payment step: id, end and payment
+// timeout (the expiry loop's list).
+func (s *Store) PaymentSales(ctx context.Context) ([]inventory.Sale, error) {
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at, payment_timeout_ms FROM sales WHERE payment_timeout_ms > 0")
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
+	}
+	var out []inventory.Sale
+	err = scanEach(rows, func() error {
+		var sale inventory.Sale
+		var end, pay int64
+		err := rows.Scan(&sale.ID, &end, &pay)
+		sale.EndsAt, sale.PaymentTimeout = fromMs(end), time.Duration(pay)*time.Millisecond
+		out = append(out, sale)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
+	}
+	return out, nil
 }

@@ -5,7 +5,7 @@
 -- the sale's timeout, or expired once cancelled), 'paid' or 'expired' once
 -- a paid or expired event was applied; payment_ref and paid_at (unix ms)
 -- of a paid order.
-ALTER TABLE sales ADD COLUMN payment_timeout_ms BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE sales ADD COLUMN payment_timeout_ms INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE orders ADD COLUMN payment_status TEXT NOT NULL DEFAULT '';
 ALTER TABLE orders ADD COLUMN payment_ref TEXT NOT NULL DEFAULT '';
-ALTER TABLE orders ADD COLUMN paid_at BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE orders ADD COLUMN paid_at INTEGER NOT NULL DEFAULT 0;

@@ -145,7 +145,7 @@ func (s *Service) limitDatabaseBuy(ctx context.Context, b inventory.BuyRequest) 
 func (s *Service) order(ctx context.Context, id string) (inventory.Order, error) {
 	o, err := s.db.Order(ctx, id)
 	if err == nil {
-		return s.freshPayment(ctx, o), nil
+		return s.withPayment(ctx, s.freshPayment(ctx, o)), nil
 	}
 	fromRedis, rerr := s.eng.Order(ctx, id)
 	if rerr != nil && !errors.Is(err, inventory.ErrNotFound) {

@@ -16,7 +16,9 @@ import (
 // sale's timeout, as buy.lua files it.
 
 // paymentOf fills o's payment step from its stored payment_status and its
-// sale's timeout (ms).
+// sale's timeout (ms). An order of a sale without a payment step keeps
+// Payment "" (as before the payment step existed; the service says
+// not_required).
 func paymentOf(o *inventory.Order, status string, timeoutMs int64) {
 	switch {
 	case status == string(inventory.PaymentPaid):
@@ -24,7 +26,6 @@ func paymentOf(o *inventory.Order, status string, timeoutMs int64) {
 	case status == string(inventory.PaymentExpired):
 		o.Payment = inventory.PaymentExpired
 	case timeoutMs == 0:
-		o.Payment = inventory.PaymentNotRequired
 	case o.Status == inventory.OrderCancelled:
 		o.Payment = inventory.PaymentExpired // cancelled before it was paid
 	default:

@@ -269,3 +269,28 @@ func (st *saleState) addPayment(o Order, timeout time.Duration, awaiting map[str
 		}
 	}
 }
+
+// scanDeadlines reads a sale's deadlines as order id -> pay_by (unix ms,
+// as repair.lua compares them), with ZSCAN.
+func (e *Engine) scanDeadlines(ctx context.Context, key string) (map[string]string, error) {
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		pipe := e.rdb.Pipeline() // (the engine's Client is narrow: no ZSCAN of its own)
+		scan := pipe.ZScan(ctx, key, cursor, "", 1000)
+		_, _ = pipe.Exec(ctx)
+		kv, next, err := scan.Result()
+		if err != nil {
+			return nil, fmt.Errorf("seckill: scan %s: %w", key, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+			if f, err := strconv.ParseFloat(kv[i+1], 64); err == nil {
+				out[kv[i]] = strconv.FormatInt(int64(f), 10)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}

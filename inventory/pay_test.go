@@ -314,3 +314,63 @@ func TestRebuildRestoresPayment(t *testing.T) {
 		}
 	})
 }
+
+// TestRepairRestoresPayment: a sale whose payment step Redis lost (its
+// deadlines, paid refs and awaiting units: an AOF that lost its tail, or
+// orders the database sold in degraded mode) gets it back from the system
+// of record by Repair, and nothing more changes on a second Repair.
+func TestRepairRestoresPayment(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, time.Minute)
+		var ids []string
+		for _, u := range []string{"u1", "u2", "u3"} {
+			rc, err := r.eng.Buy(r.ctx, "s", u, lines("A", 1), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, rc.Order.ID)
+		}
+		if _, _, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.eng.Stock(r.ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := inventory.Snapshot{Sale: st.Sale, EventsApplied: inventory.EventsIgnored}
+		for _, id := range ids {
+			snap.Orders = append(snap.Orders, r.payment(id))
+		}
+		db := inventory.LoaderFunc(func(context.Context, string) (inventory.Snapshot, error) { return snap, nil })
+		for _, k := range []string{"deadlines", "paid", "events"} { // the stream: nothing in flight
+			if err := r.rdb.Del(r.ctx, r.key("s", k)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.rdb.HDel(r.ctx, r.key("s", "sale"), "a:A").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := r.eng.Repair(r.ctx, "s", db)
+		if err != nil || !rep.Changed() {
+			t.Fatalf("Repair = %+v, %v", rep, err)
+		}
+		if o := r.payment(ids[0]); o.Payment != inventory.PaymentAwaiting || !o.PayBy.Equal(snap.Orders[0].PayBy) {
+			t.Fatalf("awaiting order after the repair: %+v", o)
+		}
+		if _, replayed, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil || !replayed {
+			t.Fatalf("pay of the paid order after the repair: %v, %v", replayed, err)
+		}
+		if got := r.counter("s", func(it inventory.ItemState) int64 { return it.Awaiting }); got["A"] != 2 {
+			t.Fatalf("awaiting units after the repair %v, want A: 2", got)
+		}
+		snap.Orders[0] = r.payment(ids[0])
+		snap.Orders[2] = r.payment(ids[2])
+		if err := r.rdb.Del(r.ctx, r.key("s", "events")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := r.eng.Repair(r.ctx, "s", db); err != nil || rep.Changed() {
+			t.Fatalf("second Repair = %+v, %v; want nothing changed", rep, err)
+		}
+	})
+}

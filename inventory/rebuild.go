@@ -238,8 +238,10 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 		}
 		st.sale = append(st.sale, "r:"+it.SKU, max(it.Stock-sold[it.SKU], 0), "t:"+it.SKU, it.Stock)
 	}
-	for sku, n := range awaiting {
-		st.sale = append(st.sale, "a:"+sku, n)
+	if s.PaymentTimeout > 0 {
+		for _, it := range s.Items { // every item's, 0 included, so that a repair sets them all
+			st.sale = append(st.sale, "a:"+it.SKU, awaiting[it.SKU])
+		}
 	}
 	for f, q := range held {
 		st.bought = append(st.bought, f, q)

@@ -325,7 +325,11 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 			ops = append(ops, h+1, f, before, after)
 			switch h {
 			case hashSale:
-				fix("", RepairField(f))
+				if f == "pay" || strings.HasPrefix(f, "a:") { // the payment step's
+					fix("", RepairPayments)
+				} else {
+					fix("", RepairField(f))
+				}
 			case hashBought:
 				_, sku, _ := strings.Cut(f, "|")
 				fix(sku, RepairHeld)

@@ -216,3 +216,70 @@ func TestExpiryOtherInstanceAndRestart(t *testing.T) {
 		t.Fatalf("item %+v, want everything back in stock", it)
 	}
 }
+
+// TestPaymentWhileTheDatabaseSells: while the database sells (the
+// operator's switch), a pay is refused with 503 and reservations wait,
+// also the ones the database sold; once Redis sells again (repaired from
+// the database) they expire and their units are back.
+func TestPaymentWhileTheDatabaseSells(t *testing.T) {
+	for _, st := range stacks {
+		t.Run(st.name, func(t *testing.T) {
+			cfg := st.start(t)
+			cfg.RateLimitUser, cfg.DegradedTick, cfg.DegradedGrace = "off", 50*time.Millisecond, 200*time.Millisecond
+			a := startApp(t, cfg)
+			a.createPaySale("s", 3, 1)
+			waitMode := func(mode string) {
+				t.Helper()
+				waitfor.Until(t, waitfor.Patience, "sell mode "+mode, func() error {
+					if m := a.sellMode(); m["mode"] != mode {
+						return fmt.Errorf("%v", m)
+					}
+					return nil
+				})
+			}
+			r := buyOne(a, "s", "u1") // from Redis
+			mustStatus(t, r, http.StatusCreated)
+			fromRedis := r.json(t)["order_id"].(string)
+			a.settle("s")
+
+			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "force"}), http.StatusOK)
+			waitMode("db")
+			var fromDB string
+			var payBy time.Time
+			waitfor.Until(t, waitfor.Patience, "a buy from the database", func() error {
+				r := buyOne(a, "s", "u2")
+				if r.status != http.StatusCreated || r.json(t)["status"] != "confirmed" {
+					return fmt.Errorf("%d %s", r.status, r.body)
+				}
+				fromDB = r.json(t)["order_id"].(string)
+				if r.json(t)["payment_status"] != "awaiting" {
+					t.Fatalf("an order the database sold: %s", r.body)
+				}
+				payBy, _ = time.Parse(time.RFC3339, r.json(t)["pay_by"].(string))
+				return nil
+			})
+			if r := a.pay("u1", fromRedis, "ref"); r.status != http.StatusServiceUnavailable {
+				t.Fatalf("pay while the database sells: %d %s", r.status, r.body)
+			}
+			waitfor.Until(t, waitfor.Patience, "both deadlines pass", func() error {
+				if now := redisNow(t, a); !now.After(payBy.Add(500 * time.Millisecond)) {
+					return fmt.Errorf("redis time %v, pay_by %v", now, payBy)
+				}
+				return nil
+			})
+			if o := a.getOrder("u1", fromRedis); o["payment_status"] != "awaiting" {
+				t.Fatalf("a reservation expired while the database sells: %v", o)
+			}
+
+			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
+			waitMode("redis")
+			a.waitExpired("u1", fromRedis)
+			a.waitExpired("u2", fromDB)
+			a.settle("s")
+			item := a.call("GET", "/v1/sales/s", "", nil).json(t)["items"].([]any)[0].(map[string]any)
+			if item["remaining"] != 3.0 || item["awaiting_payment"] != 0.0 {
+				t.Fatalf("item after the expiries: %v", item)
+			}
+		})
+	}
+}

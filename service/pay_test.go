@@ -2,8 +2,10 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,6 +156,32 @@ func TestPaymentDeadline(t *testing.T) {
 		item = a.call("GET", "/v1/sales/s", "", nil).json(t)["items"].([]any)[0].(map[string]any)
 		if item["awaiting_payment"] != 0.0 || item["sold"] != 1.0 || item["remaining"] != 1.0 {
 			t.Fatalf("item at the end: %v", item)
+		}
+		// The live view (the dashboard's) and the metrics.
+		waitfor.Until(t, waitfor.Patience, "the live view counts the paid and expired orders", func() error {
+			var view struct {
+				Sales []struct {
+					ID      string `json:"id"`
+					Paid    int    `json:"orders_paid"`
+					Expired int    `json:"orders_expired"`
+				} `json:"sales"`
+			}
+			if err := json.Unmarshal(a.call("GET", "/v1/live", "", nil).body, &view); err != nil {
+				return err
+			}
+			for _, v := range view.Sales {
+				if v.ID == "s" && v.Paid == 1 && v.Expired == 1 {
+					return nil
+				}
+			}
+			return fmt.Errorf("%+v", view.Sales)
+		})
+		metrics := string(a.call("GET", "/metrics", "", nil).body)
+		for _, want := range []string{"seckill_orders_paid_total 1", "seckill_orders_expired_total 1",
+			`seckill_stock_awaiting_payment{sale="s",sku="A"} 0`} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("no %s in /metrics", want)
+			}
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/seckill/seckill/inventory"
@@ -87,4 +89,36 @@ func (s *Store) PaymentSales(ctx context.Context) ([]inventory.Sale, error) {
 		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
 	}
 	return out, nil
+}
+
+// CountPaymentsOf counts, per sale of saleIDs, the orders paid and expired
+// (one query per 500 sales; a sale without any is absent).
+func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[string]map[inventory.PaymentStatus]int, error) {
+	counts := make(map[string]map[inventory.PaymentStatus]int)
+	for chunk := range slices.Chunk(saleIDs, 500) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.query(ctx, s.db, "SELECT sale_id, payment_status, COUNT(*) FROM orders WHERE sale_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+") AND payment_status <> '' GROUP BY sale_id, payment_status", args...)
+		if err != nil {
+			return nil, fmt.Errorf("store: count payments: %w", err)
+		}
+		err = scanEach(rows, func() error {
+			var id string
+			var status inventory.PaymentStatus
+			var n int
+			err := rows.Scan(&id, &status, &n)
+			if counts[id] == nil {
+				counts[id] = map[inventory.PaymentStatus]int{}
+			}
+			counts[id][status] = n
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: count payments: %w", err)
+		}
+	}
+	return counts, nil
 }

@@ -149,6 +149,9 @@ func TestPaymentDeadline(t *testing.T) {
 		kinds := map[inventory.EventType]int{}
 		for _, j := range journal {
 			kinds[j.Type]++
+			if j.Type == inventory.EventExpired {
+				t.Logf("expired %v after its pay_by (the expiry's time by Redis's clock)", j.At.Sub(payBy))
+			}
 		}
 		if kinds[inventory.EventPaid] != 1 || kinds[inventory.EventExpired] != 1 {
 			t.Fatalf("journal: %v", kinds)

@@ -202,7 +202,7 @@ func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
 	}
 	return buyCall{
 		throttle: th,
-		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token},
+		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines},
 		args:     args,
 		placed: Order{ID: orderID, SaleID: r.SaleID, UserID: r.UserID, Status: OrderPending,
 			Items: r.Lines, IdempotencyKey: r.IdempotencyKey},

@@ -26,6 +26,11 @@
 --         else is in the batch
 -- KEYS[7] the start of the spent purchase tokens' keys: KEYS[7] .. token
 --         exists once an accepted buy has spent the token
+-- KEYS[8] the deadlines zset (order id -> pay_by, unix ms): a sale whose
+--         hash has a payment timeout ("pay", ms) adds each order it accepts
+--         with now + timeout (see pay.lua, expire.lua), and adds its units
+--         to the sale's "a:<sku>" (units held by awaiting orders); a sale
+--         without one touches neither
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
@@ -170,7 +175,7 @@ end
 -- tkeys the token keys, if any.
 local at, bf, ids, bfields = {}, {}, {}, {}
 local rem, skus = {}, {}
-local rfields = {'limit', 'start', 'end', 'paused', 'fenced'}
+local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay'}
 local ifields, tkeys, spent
 local a = 4 + 4 * nth
 for b = 1, count do
@@ -214,7 +219,7 @@ local meta = read('HMGET', KEYS[1], rfields)
 if not meta[1] then return {2} end
 local unlimited
 for i, sku in ipairs(skus) do
-  local v = meta[5 + i]
+  local v = meta[6 + i]
   if v then
     v = int(v) or 'bad'
     if v == -1 then
@@ -298,8 +303,12 @@ if tkeys then
 end
 
 local limit, starts, ends = int(meta[1]), int(meta[2]), int(meta[3])
+-- pay: the payment timeout (ms), false for none; deadlines: the
+-- deadline, order id pairs to add
+local pay, deadlines = meta[6] and int(meta[6]), nil
+if pay == 0 then pay = false end
 local not_selling
-if not (limit and starts and ends) then
+if not (limit and starts and ends) or pay == nil or pay and pay < 0 then
   not_selling = 'sale'
 elseif meta[5] then
   not_selling = 'fenced'
@@ -491,6 +500,11 @@ local function buy_one(b)
     w = w + 2
   end
   if made then made[id] = record end
+  if pay then
+    deadlines = deadlines or {}
+    w = #deadlines
+    deadlines[w + 1], deadlines[w + 2] = now_ms + pay, id
+  end
   w = #new_orders
   new_orders[w + 1], new_orders[w + 2] = id, record
   if key ~= '' then
@@ -521,11 +535,23 @@ for _, sku in ipairs(skus) do
   end
 end
 if sale_writes then hset(KEYS[1], sale_writes) end
+-- A sale with a payment step counts the units its awaiting orders hold,
+-- per sku ("a:<sku>"; pay.lua, expire.lua and cancel.lua take them off).
+if deadlines then
+  for _, sku in ipairs(skus) do
+    if sold[sku] then redis.call('HINCRBY', KEYS[1], 'a:' .. sku, exact(sold[sku])) end
+  end
+end
 if #new_held > 0 then
   hset(KEYS[2], new_held)
   hset(KEYS[3], new_orders)
 end
 if new_idem then hset(KEYS[4], new_idem) end
+if deadlines then
+  for i = 1, #deadlines, chunk do
+    redis.call('ZADD', KEYS[8], unpack(deadlines, i, math.min(i + chunk - 1, #deadlines)))
+  end
+end
 -- A throttle's state is kept until its TAT has passed, in the hash of the
 -- window its expiry falls in (see KEYS[6]), which expires at that
 -- window's end; a spent token as long as it could still be presented.

@@ -7,6 +7,10 @@
 --         it, as "r1,r2,..." (kept for a day). A call retried after its reply
 --         was lost finds it, is no replay, and answers what its first
 --         attempt did
+-- KEYS[6] deadlines zset: an order awaiting payment leaves it when
+--         cancelled (a paid order may be cancelled too: its payment ref stays
+--         in the paid hash, a refund is the shop's business); its units
+--         leave the sale's "a:<sku>" (units held by awaiting orders)
 -- ARGV[1] now, unix ms
 -- ARGV[2] order id
 -- ARGV[3] user id the order must belong to, "" for any (an operator)
@@ -90,6 +94,9 @@ for i = 1, #sku do
   end
 end
 redis.call('HSET', KEYS[3], order_id, record)
+if redis.call('ZREM', KEYS[6], order_id) == 1 then
+  for i = 1, #sku do redis.call('HINCRBY', KEYS[1], 'a:' .. sku[i], string.format('%d', -qty[i])) end
+end
 redis.call('SET', KEYS[5], table.concat(kept, ','), 'EX', 86400)
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5] .. '|' .. table.concat(sku, ',')) end
 return reply

@@ -16,6 +16,9 @@
 -- KEYS[1] sale hash       KEYS[2] bought hash     KEYS[3] orders hash
 -- KEYS[4] idem hash       KEYS[5] events stream   KEYS[6] lock
 -- KEYS[7..10] staging hashes of sale, bought, orders, idem
+-- KEYS[11] deadlines zset    KEYS[12] paid hash (the payment step, pay.go)
+-- KEYS[13] staging hash of the deadlines (order id -> pay_by, unix ms),
+--          made a zset at the commit    KEYS[14] staging hash of paid
 -- ARGV[1] owner token
 -- ARGV[2] id of the last event the snapshot reflects: every event up to it
 --         is in the snapshot ("" none, "+" do not check)
@@ -37,7 +40,7 @@ local function release()
   if redis.call('GET', KEYS[6]) == ARGV[1] then redis.call('DEL', KEYS[6]) end
 end
 local function discard()
-  redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10])
+  redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[13], KEYS[14])
   release()
 end
 
@@ -91,12 +94,30 @@ if ARGV[3] ~= '' then
 end
 
 -- Whatever is left of the lost sale is replaced by the snapshot.
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[12])
 for i = 1, 4 do
   if redis.call('EXISTS', KEYS[6 + i]) == 1 then
     redis.call('RENAME', KEYS[6 + i], KEYS[i])
     redis.call('PERSIST', KEYS[i])
   end
+end
+if redis.call('EXISTS', KEYS[14]) == 1 then
+  redis.call('RENAME', KEYS[14], KEYS[12])
+  redis.call('PERSIST', KEYS[12])
+end
+if redis.call('EXISTS', KEYS[13]) == 1 then
+  local staged = redis.call('HGETALL', KEYS[13])
+  local z = {}
+  for i = 1, #staged, 2 do
+    z[#z + 1] = staged[i + 1]
+    z[#z + 1] = staged[i]
+    if #z >= 1000 then
+      redis.call('ZADD', KEYS[11], unpack(z))
+      z = {}
+    end
+  end
+  if #z > 0 then redis.call('ZADD', KEYS[11], unpack(z)) end
+  redis.call('DEL', KEYS[13])
 end
 release()
 return {0}

@@ -9,7 +9,9 @@
 --         items, and journaled in the event)
 -- ARGV[7] this call's token (kept as field "created"): a call resent after
 --         its reply was lost finds the sale it made, and is no conflict
--- ARGV[8], ARGV[9], ...  sku, stock of each item (-1 unlimited)
+-- ARGV[8] payment timeout, ms (0: none; kept as field "pay" only if set,
+--         and journaled as "pay" in the event only then)
+-- ARGV[9], ARGV[10], ...  sku, stock of each item (-1 unlimited)
 --
 -- Reply: {0} created (by this call, or by its first attempt), {10} a sale
 -- with this id exists (nothing changed).
@@ -20,13 +22,19 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 -- The event is the first write: XADD is the one write whose key no check
 -- above has read, so if it fails, nothing has been written.
-redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
-  'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
+if ARGV[8] ~= '0' then
+  redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
+    'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1], 'pay', ARGV[8])
+  redis.call('HSET', KEYS[1], 'pay', ARGV[8])
+else
+  redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
+    'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
+end
 redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5],
   'items', ARGV[6], 'created', ARGV[7])
 -- HSET in chunks: unpack() of a very long list would overflow Lua's C stack.
 local batch = {}
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   local sku, stock = ARGV[i], ARGV[i + 1]
   batch[#batch + 1] = 'r:' .. sku
   batch[#batch + 1] = stock

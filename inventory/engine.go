@@ -190,10 +190,10 @@ func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
 		return err
 	}
 	k := e.keys(s.ID)
-	args := make([]any, 0, 7+2*len(s.Items))
+	args := make([]any, 0, 8+2*len(s.Items))
 	// The token makes a resent call (its reply lost) find its own sale.
 	args = append(args, e.nowMs(), limitOf(s), unixMs(s.StartsAt), unixMs(s.EndsAt), flag(s.Paused), formatItems(s.Items),
-		newToken())
+		newToken(), s.PaymentTimeout.Milliseconds())
 	for _, it := range s.Items {
 		args = append(args, it.SKU, it.Stock)
 	}

@@ -30,6 +30,10 @@ type EventType string
 //	moved:     sku, qty (negative out of the sale, positive into it), move
 //	           (the move id), peer (the other sale), remaining (see Engine.Move)
 //	paused, resumed: nothing more
+//	paid:      order, user, items, key, created (as cancelled), ref (the
+//	           payment ref): the order awaiting payment was paid (pay.lua)
+//	expired:   order, user, items, key, created (as cancelled): the order
+//	           was cancelled at its payment deadline (expire.lua)
 const (
 	EventCreated   EventType = "created"
 	EventBought    EventType = "bought"
@@ -40,6 +44,12 @@ const (
 	EventResumed   EventType = "resumed"
 )
 
+// The events of the payment step (pay.go).
+const (
+	EventPaid    EventType = "paid"
+	EventExpired EventType = "expired"
+)
+
 // Event is one decoded entry of a sale's event stream.
 type Event struct {
 	ID     string // stream entry id
@@ -47,8 +57,8 @@ type Event struct {
 	Type   EventType
 	At     time.Time
 
-	// bought and cancelled
-	Order Order // Status is pending for bought, cancelled for cancelled
+	// bought, cancelled, paid and expired
+	Order Order // Status is pending for bought and paid, cancelled for cancelled and expired
 
 	// restocked and moved (Qty < 0: moved out of the sale)
 	SKU       string
@@ -82,19 +92,30 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 	}
 	ev := Event{ID: msg.ID, SaleID: saleID, Type: EventType(get("type")), At: time.UnixMilli(at).UTC()}
 	switch ev.Type {
-	case EventBought, EventCancelled:
+	case EventBought, EventCancelled, EventPaid, EventExpired:
 		lines, err := parseLines(get("items"), false)
 		if err != nil {
 			return Event{}, fmt.Errorf("%w: event %s of sale %s: %v", ErrCorrupt, msg.ID, saleID, err)
 		}
 		ev.Order = Order{ID: get("order"), SaleID: saleID, UserID: get("user"), Items: lines,
 			IdempotencyKey: get("key"), CreatedAt: ev.At, Status: OrderPending}
-		if ev.Type == EventCancelled {
+		if ev.Type != EventBought {
 			created, err := num("created")
 			if err != nil {
 				return Event{}, err
 			}
-			ev.Order.Status, ev.Order.CreatedAt = OrderCancelled, time.UnixMilli(created).UTC()
+			ev.Order.CreatedAt = time.UnixMilli(created).UTC()
+		}
+		switch ev.Type {
+		case EventCancelled:
+			ev.Order.Status = OrderCancelled
+		case EventExpired:
+			ev.Order.Status, ev.Order.Payment = OrderCancelled, PaymentExpired
+		case EventPaid:
+			ev.Order.Payment, ev.Order.PaymentRef = PaymentPaid, get("ref")
+			if ValidatePaymentRef(ev.Order.PaymentRef) != nil {
+				return Event{}, fmt.Errorf("%w: event %s of sale %s: ref %q", ErrCorrupt, msg.ID, saleID, truncate(ev.Order.PaymentRef, 200))
+			}
 		}
 	case EventRestocked, EventMoved:
 		ev.SKU = get("sku")
@@ -121,6 +142,13 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 		}
 		ev.Sale = Sale{ID: saleID, PerUserLimit: limit, StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end),
 			Paused: get("paused") == "1"}
+		if get("pay") != "" {
+			pay, err := num("pay")
+			if err != nil || pay < 0 {
+				return Event{}, fmt.Errorf("%w: event %s of sale %s: field \"pay\": %q", ErrCorrupt, msg.ID, saleID, get("pay"))
+			}
+			ev.Sale.PaymentTimeout = time.Duration(pay) * time.Millisecond
+		}
 		for _, l := range items {
 			ev.Sale.Items = append(ev.Sale.Items, Item{SKU: l.SKU, Stock: l.Qty})
 		}

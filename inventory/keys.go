@@ -16,7 +16,9 @@ import (
 //	                       "t:<sku>" stocked in total (-1 unlimited),
 //	                       "s:<sku>" sold, kept for unlimited items only,
 //	                       "m:<move id>" a move of units out of or into the
-//	                       sale (see move.lua), kept while the sale lives
+//	                       sale (see move.lua), kept while the sale lives,
+//	                       "pay" the payment timeout in ms (absent: no
+//	                       payment step, Sale.PaymentTimeout)
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order id>" -> order record (see record.go)
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
@@ -26,6 +28,9 @@ import (
 //	{p:s}:ptoken:<token>   string  a purchase token an accepted buy spent
 //	                       (BuyRequest.Token), kept while it can be presented
 //	{p:s}:events    stream every stock movement, in order (see events.go)
+//	{p:s}:deadlines zset   "<order id>" -> pay_by (unix ms, Redis's clock):
+//	                       exactly the orders still awaiting payment (pay.go)
+//	{p:s}:paid      hash   "<order id>" -> payment ref of a paid order
 //	{p:s}:initlock  string owner token of the instance rebuilding the sale
 //	{p:s}:op:<id>   string marks a restock or cancel call as applied, with the
 //	                       remaining right after it, or a pause or resume
@@ -33,6 +38,7 @@ import (
 //	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
 type saleKeys struct {
 	sale, bought, orders, idem, events, initLock string
+	deadlines, paid                              string // payment step (pay.go)
 	tag                                          string
 	throttle, token                              string // the starts of the keys
 }
@@ -40,15 +46,17 @@ type saleKeys struct {
 func (e *Engine) keys(saleID string) saleKeys {
 	tag := "{" + e.prefix + ":" + saleID + "}"
 	return saleKeys{
-		tag:      tag,
-		sale:     tag + ":sale",
-		bought:   tag + ":bought",
-		orders:   tag + ":orders",
-		idem:     tag + ":idem",
-		events:   tag + ":events",
-		initLock: tag + ":initlock",
-		throttle: tag + ":tat:",
-		token:    tag + ":ptoken:",
+		tag:       tag,
+		sale:      tag + ":sale",
+		bought:    tag + ":bought",
+		orders:    tag + ":orders",
+		idem:      tag + ":idem",
+		events:    tag + ":events",
+		initLock:  tag + ":initlock",
+		deadlines: tag + ":deadlines",
+		paid:      tag + ":paid",
+		throttle:  tag + ":tat:",
+		token:     tag + ":ptoken:",
 	}
 }
 
@@ -65,7 +73,7 @@ func (k saleKeys) stage(token, name string) string {
 // data ("{<prefix>:<sale>}:<name>"), so it shares the sale's cluster slot.
 // Names the engine uses itself: sale, bought, orders, idem, events,
 // initlock, op:*, stage:*, tat:*, throttle:* (before the tat:* hashes),
-// ptoken:*.
+// ptoken:*, deadlines, paid.
 func (e *Engine) Key(saleID, name string) string { return e.keys(saleID).tag + ":" + name }
 
 // EventsKey is the Redis Stream holding the sale's stock movements, the

@@ -24,7 +24,7 @@ func (e *Engine) Cancel(ctx context.Context, orderID, userID string) (Receipt, e
 		}
 	}
 	k := e.keys(saleID)
-	keys := []string{k.sale, k.bought, k.orders, k.events, k.op(newToken())}
+	keys := []string{k.sale, k.bought, k.orders, k.events, k.op(newToken()), k.deadlines}
 	now := e.nowMs()
 	done := e.soldOut.returning()
 	reply, err := e.retryTransient(ctx, func() ([]any, error) {

@@ -128,10 +128,11 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 	if snap.NewestEvent != "" && !isEventID(snap.NewestEvent) {
 		return false, fmt.Errorf("%w: snapshot of sale %s: newest event id %q", ErrCorrupt, saleID, snap.NewestEvent)
 	}
-	stageKeys := [4]string{k.stage(token, "sale"), k.stage(token, "bought"), k.stage(token, "orders"), k.stage(token, "idem")}
+	stageKeys := [6]string{k.stage(token, "sale"), k.stage(token, "bought"), k.stage(token, "orders"), k.stage(token, "idem"),
+		k.stage(token, "deadlines"), k.stage(token, "paid")}
 	ttl := max(2*e.lockTTL, time.Minute).Milliseconds()
 	var calls []call
-	for i, fields := range [4][]any{state.sale, state.bought, state.orders, state.idem} {
+	for i, fields := range [6][]any{state.sale, state.bought, state.orders, state.idem, state.deadlines, state.paid} {
 		for len(fields) > 0 {
 			n := min(len(fields), 2*stageChunk)
 			calls = append(calls, call{s: stageScript, keys: []string{stageKeys[i]}, args: append([]any{ttl}, fields[:n]...)})
@@ -144,7 +145,8 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		}
 	}
 	reply, err := e.run.run(ctx, commitScript,
-		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3]},
+		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3],
+			k.deadlines, k.paid, stageKeys[4], stageKeys[5]},
 		token, snap.EventsApplied, snap.NewestEvent)
 	if err != nil {
 		return false, err
@@ -161,9 +163,12 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 // stageChunk is how many fields one stage.lua call writes.
 const stageChunk = 500
 
-// saleState is a snapshot as the field/value pairs of the four live hashes.
+// saleState is a snapshot as the field/value pairs of the four live hashes,
+// and of the payment step: the deadlines (order id, pay_by ms; a zset once
+// live) and the paid hash.
 type saleState struct {
 	sale, bought, orders, idem []any
+	deadlines, paid            []any
 }
 
 // stateOf checks a snapshot and turns it into hash fields: remaining is
@@ -186,6 +191,7 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 		sold[it.SKU] = 0
 	}
 	held := map[string]int64{}
+	awaiting := map[string]int64{} // units of orders awaiting payment, by sku
 	st := saleState{}
 	for _, o := range snap.Orders {
 		if o.SaleID != saleID {
@@ -213,18 +219,29 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 			}
 		}
 		st.orders = append(st.orders, o.ID, encodeRecord(o))
+		if s.PaymentTimeout > 0 {
+			st.addPayment(o, s.PaymentTimeout, awaiting)
+		}
 		if o.IdempotencyKey != "" {
 			st.idem = append(st.idem, o.UserID+"|"+o.IdempotencyKey, o.ID)
 		}
 	}
 	st.sale = append(st.sale, "limit", limitOf(s), "start", unixMs(s.StartsAt), "end", unixMs(s.EndsAt),
 		"paused", flag(s.Paused), "items", formatItems(s.Items))
+	if s.PaymentTimeout > 0 {
+		st.sale = append(st.sale, "pay", s.PaymentTimeout.Milliseconds())
+	}
 	for _, it := range s.Items {
 		if it.Stock == Unlimited {
 			st.sale = append(st.sale, "r:"+it.SKU, Unlimited, "t:"+it.SKU, Unlimited, "s:"+it.SKU, sold[it.SKU])
 			continue
 		}
 		st.sale = append(st.sale, "r:"+it.SKU, max(it.Stock-sold[it.SKU], 0), "t:"+it.SKU, it.Stock)
+	}
+	if s.PaymentTimeout > 0 {
+		for _, it := range s.Items { // every item's, 0 included, so that a repair sets them all
+			st.sale = append(st.sale, "a:"+it.SKU, awaiting[it.SKU])
+		}
 	}
 	for f, q := range held {
 		st.bought = append(st.bought, f, q)

@@ -63,10 +63,13 @@ const (
 	// RepairIdempotencyKeys is how many idempotency keys the sale has;
 	// Fixed is how many were written or removed.
 	RepairIdempotencyKeys RepairField = "idempotency_keys"
-	RepairPaused          RepairField = "paused" // 1 paused, 0 not
-	RepairLimit           RepairField = "limit"  // per-user limit
-	RepairStart           RepairField = "start"  // starts at, unix ms (0 none)
-	RepairEnd             RepairField = "end"    // ends at, unix ms (0 none)
+	// RepairPayments is how many orders await payment (the deadlines);
+	// Fixed is how many deadlines and paid refs were written or removed.
+	RepairPayments RepairField = "payments"
+	RepairPaused   RepairField = "paused" // 1 paused, 0 not
+	RepairLimit    RepairField = "limit"  // per-user limit
+	RepairStart    RepairField = "start"  // starts at, unix ms (0 none)
+	RepairEnd      RepairField = "end"    // ends at, unix ms (0 none)
 )
 
 // RepairChange is one quantity Repair changed: its value in Redis before
@@ -136,7 +139,7 @@ func (e *Engine) Repair(ctx context.Context, saleID string, from Loader) (Repair
 		return Repaired{}, errors.New("seckill: Repair needs a Loader to read the system of record")
 	}
 	k := e.keys(saleID)
-	keys := []string{k.sale, k.bought, k.orders, k.idem, k.events}
+	keys := []string{k.sale, k.bought, k.orders, k.idem, k.events, k.deadlines, k.paid}
 	for attempt := 1; ; attempt++ {
 		reply, err := e.run.run(ctx, repairScript, keys, "")
 		if err != nil {
@@ -215,20 +218,24 @@ func repairOutcome(saleID string, reply []any) error {
 	return unexpected(repairScript, reply)
 }
 
-// The four hashes of a sale as field -> value, indexed like repair.lua's ops.
+// The four hashes of a sale as field -> value, indexed like repair.lua's
+// ops, and the payment step's deadlines (order id -> pay_by ms, a zset) and
+// paid hash.
 const (
 	hashSale = iota
 	hashBought
 	hashOrders
 	hashIdem
+	hashDeadlines
+	hashPaid
 )
 
-type saleHashes [4]map[string]string
+type saleHashes [6]map[string]string
 
 // hashes is the state as the hashes hold it.
 func (st saleState) hashes() saleHashes {
 	var h saleHashes
-	for i, pairs := range [4][]any{st.sale, st.bought, st.orders, st.idem} {
+	for i, pairs := range [6][]any{st.sale, st.bought, st.orders, st.idem, st.deadlines, st.paid} {
 		h[i] = make(map[string]string, len(pairs)/2)
 		for j := 0; j+1 < len(pairs); j += 2 {
 			h[i][fmt.Sprint(pairs[j])] = fmt.Sprint(pairs[j+1])
@@ -246,12 +253,13 @@ func (e *Engine) readState(ctx context.Context, k saleKeys) (saleHashes, error) 
 	if h[hashSale], err = e.rdb.HGetAll(ctx, k.sale).Result(); err != nil {
 		return h, fmt.Errorf("seckill: read %s: %w", k.sale, err)
 	}
-	for i, key := range map[int]string{hashBought: k.bought, hashOrders: k.orders, hashIdem: k.idem} {
+	for i, key := range map[int]string{hashBought: k.bought, hashOrders: k.orders, hashIdem: k.idem, hashPaid: k.paid} {
 		if h[i], err = e.scanHash(ctx, key); err != nil {
 			return h, err
 		}
 	}
-	return h, nil
+	h[hashDeadlines], err = e.scanDeadlines(ctx, k.deadlines)
+	return h, err
 }
 
 func (e *Engine) scanHash(ctx context.Context, key string) (map[string]string, error) {
@@ -293,7 +301,7 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 		}
 		fixed[sku][f]++
 	}
-	for h := hashSale; h <= hashIdem; h++ {
+	for h := hashSale; h <= hashPaid; h++ {
 		var fields []string
 		for f := range want[h] {
 			fields = append(fields, f)
@@ -317,7 +325,11 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 			ops = append(ops, h+1, f, before, after)
 			switch h {
 			case hashSale:
-				fix("", RepairField(f))
+				if f == "pay" || strings.HasPrefix(f, "a:") { // the payment step's
+					fix("", RepairPayments)
+				} else {
+					fix("", RepairField(f))
+				}
 			case hashBought:
 				_, sku, _ := strings.Cut(f, "|")
 				fix(sku, RepairHeld)
@@ -338,6 +350,8 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 				}
 			case hashIdem:
 				fix("", RepairIdempotencyKeys)
+			case hashDeadlines, hashPaid:
+				fix("", RepairPayments)
 			}
 		}
 	}
@@ -357,6 +371,10 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 	}
 	for _, f := range []RepairField{RepairLimit, RepairStart, RepairEnd, RepairPaused} {
 		counter("", f, string(f))
+	}
+	if n := fixed[""][RepairPayments]; n > 0 {
+		changes = append(changes, RepairChange{Field: RepairPayments,
+			Before: int64(len(cur[hashDeadlines])), After: int64(len(want[hashDeadlines])), Fixed: n})
 	}
 	if n := fixed[""][RepairIdempotencyKeys]; n > 0 {
 		changes = append(changes, RepairChange{Field: RepairIdempotencyKeys,

@@ -12,6 +12,7 @@
 --
 -- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
 -- KEYS[4] idem hash    KEYS[5] events stream
+-- KEYS[6] deadlines zset    KEYS[7] paid hash (the payment step, pay.go)
 -- ARGV[1] the stream's last generated id the caller saw settled before it
 --         read the system of record; "" to only look (no ops then)
 -- ARGV[2] the floor: the newest event id the system of record holds ("" none).
@@ -20,8 +21,9 @@
 --         commit.lua does, so that the stream never hands out an id the
 --         system of record already holds (and would skip as applied).
 -- ARGV[3], ARGV[4], ...  ops, four values each: the hash (1 sale, 2 bought,
---         3 orders, 4 idem), the field, the value the caller read ("": no
---         such field), the value to set ("": remove the field)
+--         3 orders, 4 idem, 6 paid; 5 the deadlines zset, whose values are
+--         scores), the field, the value the caller read ("": no such
+--         field), the value to set ("": remove the field)
 --
 -- Settled means: every consumer group of the stream has been delivered every
 -- entry and has acknowledged them all (no pending entries); a stream with
@@ -90,11 +92,18 @@ end
 if ARGV[1] == '' then return {0, last, 0} end
 
 -- Every value as the caller read it? Checked in full before the first write.
-local names = {'sale', 'bought', 'orders', 'idem'}
+local names = {'sale', 'bought', 'orders', 'idem', 'deadlines', 'paid'}
 for i = 3, #ARGV, 4 do
   local h = tonumber(ARGV[i])
   if not names[h] then return {15, 'op ' .. ARGV[i]} end
-  local cur = redis.call('HGET', KEYS[h], ARGV[i + 1]) or ''
+  local cur
+  if h == 5 then
+    cur = redis.call('ZSCORE', KEYS[5 + 1], ARGV[i + 1])
+    if cur and tonumber(cur) == tonumber(ARGV[i + 2]) then cur = ARGV[i + 2] end
+    cur = cur or ''
+  else
+    cur = redis.call('HGET', KEYS[h], ARGV[i + 1]) or ''
+  end
   if cur ~= ARGV[i + 2] then return {15, names[h] .. ':' .. ARGV[i + 1]} end
 end
 
@@ -107,11 +116,21 @@ end
 
 local n = 0
 for i = 3, #ARGV, 4 do
-  local key, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 3]
-  if value == '' then
-    redis.call('HDEL', key, field)
+  local h, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 3]
+  if h == 5 then -- the deadlines zset is KEYS[6]
+    if value == '' then
+      redis.call('ZREM', KEYS[6], field)
+    else
+      redis.call('ZADD', KEYS[6], value, field)
+    end
   else
-    redis.call('HSET', key, field, value)
+    local key = KEYS[h]
+    if h == 6 then key = KEYS[7] end
+    if value == '' then
+      redis.call('HDEL', key, field)
+    else
+      redis.call('HSET', key, field, value)
+    end
   end
   n = n + 1
 end

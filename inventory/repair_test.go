@@ -368,11 +368,23 @@ type countingHook struct {
 	writes atomic.Int64
 }
 
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int:
+		return int64(n)
+	case int64:
+		return n
+	}
+	return 0
+}
+
 func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if n := cmd.Name(); (n == "evalsha" || n == "eval") && len(args) > 9 && args[3] == h.key {
+		// A script with writes has more ARGV than the look's one "".
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && len(args) > 3 && args[3] == h.key &&
+			len(args) > 3+int(toInt(args[2]))+1 {
 			h.writes.Add(1)
 		}
 		return next(ctx, cmd)
@@ -564,7 +576,8 @@ func (h *interleave) DialHook(next redis.DialHook) redis.DialHook { return next 
 func (h *interleave) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if cmd.Name() == "evalsha" && len(args) > 9 && args[1] == h.sha && h.done.CompareAndSwap(false, true) {
+		if cmd.Name() == "evalsha" && len(args) > 3 && len(args) > 3+int(toInt(args[2]))+1 && args[1] == h.sha &&
+			h.done.CompareAndSwap(false, true) {
 			h.f()
 		}
 		return next(ctx, cmd)

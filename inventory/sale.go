@@ -17,6 +17,8 @@ const (
 	MaxItems = 100_000
 	// MaxIdempotencyKey is the longest idempotency key.
 	MaxIdempotencyKey = 64
+	// MaxPaymentTimeout is the longest payment timeout of a sale.
+	MaxPaymentTimeout = 24 * time.Hour
 	// Unlimited as an item's stock means the item never runs out; per-user
 	// limits still apply to it.
 	Unlimited = -1
@@ -63,6 +65,11 @@ type Sale struct {
 	StartsAt, EndsAt time.Time
 	Paused           bool
 	Items            []Item
+	// PaymentTimeout, if set, makes every order of the sale a reservation
+	// that must be paid (Engine.Pay) within it, or expires (ExpireDue):
+	// its units go back to stock and to the buyer's quota. Whole
+	// milliseconds, at most MaxPaymentTimeout; 0: no payment step.
+	PaymentTimeout time.Duration
 }
 
 // Item is one sku of a sale and its stock: when creating a sale, the initial
@@ -99,6 +106,11 @@ type Order struct {
 	Items          []Line
 	IdempotencyKey string
 	CreatedAt      time.Time
+	// The payment step (see pay.go): Payment is "" where the reader did
+	// not look it up; PayBy is set while awaiting, PaymentRef once paid.
+	Payment    PaymentStatus
+	PayBy      time.Time
+	PaymentRef string
 }
 
 // Receipt is the result of Buy or Cancel: the order and the remaining stock
@@ -133,6 +145,9 @@ type ItemState struct {
 	Remaining int64
 	Stocked   int64
 	Sold      int64
+	// Awaiting is how many of the Sold units orders awaiting payment hold
+	// (a sale with a PaymentTimeout); they go back to stock if unpaid.
+	Awaiting int64
 }
 
 // StatusAt says where a sale is at time now.
@@ -171,6 +186,9 @@ func ValidateSale(s Sale) error {
 	}
 	if !s.StartsAt.IsZero() && !s.EndsAt.IsZero() && !s.EndsAt.After(s.StartsAt) {
 		return invalid("ends_at", "must be after starts_at")
+	}
+	if s.PaymentTimeout < 0 || s.PaymentTimeout > MaxPaymentTimeout || s.PaymentTimeout%time.Millisecond != 0 {
+		return invalid("payment_timeout", "must be whole milliseconds between 0 (none) and %v", MaxPaymentTimeout)
 	}
 	if len(s.Items) == 0 {
 		return invalid("items", "must not be empty")

@@ -38,6 +38,10 @@ var (
 	fenceSrc string
 	//go:embed move.lua
 	moveSrc string
+	//go:embed pay.lua
+	paySrc string
+	//go:embed expire.lua
+	expireSrc string
 	//go:embed int.lua
 	intSrc string
 
@@ -53,9 +57,12 @@ var (
 	repairScript   = luascript.New("repair", repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
 	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
+	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+paySrc)
+	expireScript   = luascript.New("expire", gcra.ClockLua+"\n"+intSrc+"\n"+expireSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
-		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript}
+		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript,
+		payScript, expireScript}
 )
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.

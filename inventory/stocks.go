@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -104,6 +105,11 @@ func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, erro
 		ID: saleID, PerUserLimit: limit, Paused: h["paused"] == "1",
 		StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end),
 	}}
+	if pay, ok := num("pay"); ok {
+		st.Sale.PaymentTimeout = time.Duration(pay) * time.Millisecond
+	} else if h["pay"] != "" {
+		return bad("pay")
+	}
 	st.Status = StatusAt(st.Sale.Paused, st.Sale.StartsAt, st.Sale.EndsAt, e.clock.Now())
 	for _, d := range defined {
 		it := ItemState{SKU: d.SKU}
@@ -121,6 +127,7 @@ func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, erro
 		} else {
 			it.Sold = it.Stocked - it.Remaining
 		}
+		it.Awaiting = awaitingUnits(h, d.SKU)
 		st.Items = append(st.Items, it)
 		st.Sale.Items = append(st.Sale.Items, Item{SKU: d.SKU, Stock: it.Stocked})
 	}

@@ -170,7 +170,7 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 			switch j.Type {
 			case inventory.EventBought:
 				t.Sold += j.Qty
-			case inventory.EventCancelled:
+			case inventory.EventCancelled, inventory.EventExpired:
 				t.Sold -= j.Qty
 			case inventory.EventRestocked, inventory.EventMoved:
 				t.Stocked += j.Qty
@@ -187,7 +187,7 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 		switch ev.Type {
 		case inventory.EventBought:
 			sign = 1
-		case inventory.EventCancelled:
+		case inventory.EventCancelled, inventory.EventExpired:
 			sign = -1
 		case inventory.EventRestocked, inventory.EventMoved: // Qty < 0: moved out
 			stocking[ev.SKU] += ev.Qty

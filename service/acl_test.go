@@ -80,6 +80,12 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 	a.createSale("s2", 5, "A", 1)
 	mustStatus(t, a.call("POST", "/v1/sales/s2/orders", a.token("carol"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}), http.StatusCreated)
 	mustStatus(t, a.call("POST", "/v1/sales/s2/orders", a.token("dave"), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}), http.StatusConflict)
+	// A sale with a payment step: a pay, an expiry (the expiry loop's
+	// pipeline and script), the order read back from Redis.
+	a.createPaySale("s3", 5, 1)
+	paidOrder := buyOne(a, "s3", "erin").json(t)["order_id"].(string)
+	mustStatus(t, a.pay("erin", paidOrder, "ref-1"), http.StatusOK)
+	a.waitExpired("frank", buyOne(a, "s3", "frank").json(t)["order_id"].(string))
 	// The script cache lost: the scripts are sent again.
 	must(root.ScriptFlush(ctx).Err())
 	mustStatus(t, buy("bob", "k2"), http.StatusCreated)

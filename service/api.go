@@ -51,6 +51,7 @@ func (s *Service) routes() http.Handler {
 	handle("/v1/sales/{sale}/purchase-tokens", map[string]handler{"POST": s.issuePurchaseToken})
 	handle("/v1/orders/{order}", map[string]handler{"GET": s.getOrder})
 	handle("/v1/orders/{order}/cancel", map[string]handler{"POST": s.cancel})
+	handle("/v1/orders/{order}/pay", map[string]handler{"POST": s.pay})
 	handle("/healthz", map[string]handler{"GET": func(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
@@ -86,6 +87,9 @@ type itemJSON struct {
 	Remaining int64  `json:"remaining"`
 	Stocked   int64  `json:"stocked"`
 	Sold      int64  `json:"sold"`
+	// AwaitingPayment: of the sold units, those held by orders awaiting
+	// payment (a sale with a payment step only)
+	AwaitingPayment *int64 `json:"awaiting_payment,omitempty"`
 }
 
 type saleJSON struct {
@@ -96,6 +100,7 @@ type saleJSON struct {
 	EndsAt               *time.Time  `json:"ends_at,omitempty"`
 	RequirePurchaseToken bool        `json:"require_purchase_token"`
 	RateLimits           *RateLimits `json:"rate_limits,omitempty"`
+	PaymentTimeoutS      int64       `json:"payment_timeout_s,omitempty"`
 	Items                []itemJSON  `json:"items"`
 }
 
@@ -119,8 +124,13 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	if t := st.Sale.EndsAt; !t.IsZero() {
 		b.EndsAt = &t
 	}
+	b.PaymentTimeoutS = int64(settings.PaymentTimeout / time.Second)
 	for _, it := range st.Items {
-		b.Items = append(b.Items, itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold})
+		item := itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold}
+		if b.PaymentTimeoutS > 0 {
+			item.AwaitingPayment = &it.Awaiting
+		}
+		b.Items = append(b.Items, item)
 	}
 	return b, nil
 }
@@ -153,6 +163,7 @@ type createSaleRequest struct {
 	EndsAt               *string     `json:"ends_at"`
 	RequirePurchaseToken *bool       `json:"require_purchase_token"`
 	RateLimits           *RateLimits `json:"rate_limits"`
+	PaymentTimeoutS      *int64      `json:"payment_timeout_s"`
 	Items                []saleItem  `json:"items"`
 }
 
@@ -203,6 +214,12 @@ func (req createSaleRequest) sale() (newSale, error) {
 			return sale, err
 		}
 		sale.RateLimits = *req.RateLimits
+	}
+	if t := req.PaymentTimeoutS; t != nil && *t != 0 {
+		if *t < 1 || *t > int64(inventory.MaxPaymentTimeout/time.Second) {
+			return sale, errInvalid("payment_timeout_s must be between 1 and 86400 (0: no payment step)")
+		}
+		sale.PaymentTimeout = time.Duration(*t) * time.Second
 	}
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Stock == nil {

@@ -256,7 +256,25 @@ func appendOrder(b []byte, o inventory.Order, remaining []int64) ([]byte, bool) 
 		ok = false
 	}
 	b = o.CreatedAt.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, "\"}\n"...)
+	b = append(b, '"')
+	if o.Payment != "" {
+		str(`,"payment_status":`, string(o.Payment))
+	}
+	if !o.PayBy.IsZero() {
+		if y := o.PayBy.Year(); y < 0 || y > 9999 {
+			ok = false
+		}
+		if _, off := o.PayBy.Zone(); off <= -24*3600 || off >= 24*3600 {
+			ok = false
+		}
+		b = append(b, `,"pay_by":"`...)
+		b = o.PayBy.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	if o.PaymentRef != "" {
+		str(`,"payment_ref":`, o.PaymentRef)
+	}
+	b = append(b, "}\n"...)
 	return b, ok
 }
 

@@ -165,6 +165,11 @@ func orderSeeds() []inventory.Order {
 		{CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		{CreatedAt: at.In(time.FixedZone("far", 24*3600))},
 		{CreatedAt: at.In(time.FixedZone("seconds", 3600+17))},
+		{ID: "p", SaleID: "s", UserID: "u", Status: "pending", CreatedAt: at, Items: []inventory.Line{{SKU: "A", Qty: 1}},
+			Payment: inventory.PaymentAwaiting, PayBy: at.Add(time.Minute)},
+		{ID: "p", SaleID: "s", UserID: "u", Status: "confirmed", CreatedAt: at, Payment: inventory.PaymentPaid, PaymentRef: "r<&>\"x"},
+		{ID: "p", SaleID: "s", UserID: "u", Status: "cancelled", CreatedAt: at, Payment: inventory.PaymentExpired,
+			PayBy: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 	}
 }
 

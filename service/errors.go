@@ -71,6 +71,8 @@ func toAPI(err error) *apiError {
 	case errors.As(err, &limit):
 		return &apiError{Status: http.StatusConflict, Code: "limit_exceeded",
 			Message: "the per-user limit is " + strconv.FormatInt(limit.Limit, 10), SKUs: limit.SKUs}
+	case errors.Is(err, inventory.ErrAlreadyPaid), errors.Is(err, inventory.ErrOrderClosed):
+		return toAPI(payError(err))
 	case errors.Is(err, inventory.ErrTokenSpent):
 		return errTokenDenied
 	case errors.Is(err, inventory.ErrIdempotencyMismatch):

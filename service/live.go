@@ -50,6 +50,10 @@ type liveSale struct {
 	Pending   int64 `json:"orders_pending"`
 	// Backlog is the order stream's entries not yet stored; LagSeconds the
 	// age of the oldest of them.
+	// Paid and Expired orders of a sale with a payment step, in the
+	// database (counted with Confirmed).
+	Paid       int64   `json:"orders_paid,omitempty"`
+	Expired    int64   `json:"orders_expired,omitempty"`
 	Backlog    int64   `json:"stream_backlog"`
 	LagSeconds float64 `json:"consumer_lag_seconds"`
 	Error      string  `json:"error,omitempty"` // the sale could not be read
@@ -61,8 +65,9 @@ type liveItem struct {
 	Stocked    int64  `json:"stocked"`   // -1: unlimited
 	Sold       int64  `json:"sold"`
 	SoldOut    bool   `json:"sold_out"`
-	Drift      int64  `json:"drift"`       // from the last reconciliation pass
-	StockDrift int64  `json:"stock_drift"` // likewise
+	Awaiting   int64  `json:"awaiting_payment"` // sold units held by orders awaiting payment
+	Drift      int64  `json:"drift"`            // from the last reconciliation pass
+	StockDrift int64  `json:"stock_drift"`      // likewise
 }
 
 // live keeps the newest sample and the dashboard's subscribers.
@@ -166,6 +171,7 @@ type saleRead struct {
 type dbCount struct {
 	orders, backlog      int64
 	confirmed, cancelled int64
+	paid, expired        int64
 	at                   time.Time
 }
 
@@ -309,7 +315,7 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 		}
 		ls.Status, sales[i] = string(states[i].Status), states[i].Sale
 		for _, it := range states[i].Items {
-			li := liveItem{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold,
+			li := liveItem{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold, Awaiting: it.Awaiting,
 				SoldOut: it.Stocked >= 0 && it.Remaining == 0}
 			if d, ok := s.live.drift.Load(id + "|" + it.SKU); ok {
 				li.Drift, li.StockDrift = d.([2]int64)[0], d.([2]int64)[1]
@@ -347,6 +353,10 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 	}
 	if len(recount) > 0 {
 		counts, err := s.db.CountOrdersOf(ctx, recount)
+		var payments map[string]map[inventory.PaymentStatus]int
+		if err == nil {
+			payments, err = s.db.CountPaymentsOf(ctx, recount)
+		}
 		for i, id := range ids {
 			if _, ok := counts[id]; !ok && err == nil || err != nil && !slices.Contains(recount, id) {
 				continue
@@ -357,7 +367,8 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 				continue
 			}
 			st.counted[id] = dbCount{orders: out[i].Orders, backlog: out[i].Backlog, at: now,
-				confirmed: int64(counts[id][inventory.OrderConfirmed]), cancelled: int64(counts[id][inventory.OrderCancelled])}
+				confirmed: int64(counts[id][inventory.OrderConfirmed]), cancelled: int64(counts[id][inventory.OrderCancelled]),
+				paid: int64(payments[id][inventory.PaymentPaid]), expired: int64(payments[id][inventory.PaymentExpired])}
 		}
 	}
 	for i, id := range ids {
@@ -366,6 +377,7 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 			continue
 		}
 		out[i].Confirmed = c.confirmed
+		out[i].Paid, out[i].Expired = c.paid, c.expired
 		out[i].Pending = max(out[i].Orders-c.confirmed-c.cancelled, 0)
 	}
 	return out, sales

@@ -16,22 +16,23 @@ import (
 // orders, backlog, drift) is read from the live view at scrape time, so a
 // scrape costs no Redis or database call and a deleted sale's series go.
 type metrics struct {
-	reg          *prometheus.Registry
-	collectors   []prometheus.Collector // ours, for MetricNames
-	buys         *prometheus.CounterVec
-	buysOK       prometheus.Counter // buys{result="ok"}, looked up once
-	buyLatency   prometheus.Histogram
-	scriptErrors prometheus.Counter
-	rateLimited  *prometheus.CounterVec
-	batches      prometheus.Histogram
-	batchSizes   prometheus.Histogram
-	batchEntries prometheus.Counter
-	deadLetters  *prometheus.CounterVec
-	dbRetries    prometheus.Counter
-	repairs      *prometheus.CounterVec
-	degraded     prometheus.Gauge
-	dbBuys       *prometheus.CounterVec
-	window       *latencyWindow // the live view's
+	reg           *prometheus.Registry
+	collectors    []prometheus.Collector // ours, for MetricNames
+	buys          *prometheus.CounterVec
+	buysOK        prometheus.Counter // buys{result="ok"}, looked up once
+	buyLatency    prometheus.Histogram
+	scriptErrors  prometheus.Counter
+	rateLimited   *prometheus.CounterVec
+	batches       prometheus.Histogram
+	batchSizes    prometheus.Histogram
+	batchEntries  prometheus.Counter
+	deadLetters   *prometheus.CounterVec
+	dbRetries     prometheus.Counter
+	repairs       *prometheus.CounterVec
+	degraded      prometheus.Gauge
+	dbBuys        *prometheus.CounterVec
+	paid, expired prometheus.Counter // the payment step (pay.go)
+	window        *latencyWindow     // the live view's
 }
 
 func newMetrics(s *Service) *metrics {
@@ -77,6 +78,12 @@ func newMetrics(s *Service) *metrics {
 		dbBuys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_degraded_buys_total", Help: "Buys answered by the database in degraded mode, by result (ok or the error code).",
 		}, []string{"result"}),
+		paid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_orders_paid_total", Help: "Orders awaiting payment that this instance recorded as paid.",
+		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_orders_expired_total", Help: "Orders this instance expired at their payment deadline (their units went back to stock).",
+		}),
 	}
 	reloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "seckill_script_reloads_total", Help: "Script calls that met NOSCRIPT and sent the script again.",
@@ -91,7 +98,7 @@ func newMetrics(s *Service) *metrics {
 	})
 	m.buysOK = m.buys.WithLabelValues("ok")
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
-		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}}
+		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}, m.paid, m.expired}
 	m.reg.MustRegister(m.collectors...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -155,11 +162,13 @@ var (
 	descRemaining  = prometheus.NewDesc("seckill_stock_remaining", "Units of the item left to sell; -1: unlimited.", []string{"sale", "sku"}, nil)
 	descStocked    = prometheus.NewDesc("seckill_stock_stocked", "Units of the item stocked (initial + restocks); -1: unlimited.", []string{"sale", "sku"}, nil)
 	descSold       = prometheus.NewDesc("seckill_stock_sold", "Units of the item in live orders.", []string{"sale", "sku"}, nil)
-	descSoldOut    = prometheus.NewDesc("seckill_sold_out", "1 if the item has no units left.", []string{"sale", "sku"}, nil)
-	descConfirmed  = prometheus.NewDesc("seckill_orders_confirmed", "Orders of the sale in the database, not cancelled.", []string{"sale"}, nil)
-	descPending    = prometheus.NewDesc("seckill_orders_pending", "Orders of the sale accepted and not yet in the database.", []string{"sale"}, nil)
-	descBacklog    = prometheus.NewDesc("seckill_order_stream_backlog", "Entries of the sale's order stream not yet stored.", []string{"sale"}, nil)
-	descLag        = prometheus.NewDesc("seckill_order_consumer_lag_seconds",
+	descAwaiting   = prometheus.NewDesc("seckill_stock_awaiting_payment",
+		"Units of the item held by orders awaiting payment (sold, back in stock if unpaid by their deadline).", []string{"sale", "sku"}, nil)
+	descSoldOut   = prometheus.NewDesc("seckill_sold_out", "1 if the item has no units left.", []string{"sale", "sku"}, nil)
+	descConfirmed = prometheus.NewDesc("seckill_orders_confirmed", "Orders of the sale in the database, not cancelled.", []string{"sale"}, nil)
+	descPending   = prometheus.NewDesc("seckill_orders_pending", "Orders of the sale accepted and not yet in the database.", []string{"sale"}, nil)
+	descBacklog   = prometheus.NewDesc("seckill_order_stream_backlog", "Entries of the sale's order stream not yet stored.", []string{"sale"}, nil)
+	descLag       = prometheus.NewDesc("seckill_order_consumer_lag_seconds",
 		"Age of the oldest entry of the sale's order stream not yet stored; 0 if none.", []string{"sale"}, nil)
 	descDrift = prometheus.NewDesc("seckill_reconcile_drift",
 		"Orders in the database + in flight − sold, per item, at the last reconciliation pass; 0 when consistent.", []string{"sale", "sku"}, nil)
@@ -169,7 +178,7 @@ var (
 
 func (c liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRedisUp, descDatabaseUp, descDegraded, descSaleActive, descRemaining, descStocked,
-		descSold, descSoldOut, descConfirmed, descPending, descBacklog, descLag, descDrift, descStockDrift} {
+		descSold, descAwaiting, descSoldOut, descConfirmed, descPending, descBacklog, descLag, descDrift, descStockDrift} {
 		ch <- d
 	}
 }
@@ -195,6 +204,7 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descStocked, float64(it.Stocked), sale.ID, it.SKU)
 			gauge(descSold, float64(it.Sold), sale.ID, it.SKU)
 			gauge(descSoldOut, b2f(it.SoldOut), sale.ID, it.SKU)
+			gauge(descAwaiting, float64(it.Awaiting), sale.ID, it.SKU)
 			gauge(descDrift, float64(it.Drift), sale.ID, it.SKU)
 			gauge(descStockDrift, float64(it.StockDrift), sale.ID, it.SKU)
 		}

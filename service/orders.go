@@ -23,11 +23,19 @@ type orderJSON struct {
 	Status    string     `json:"status"`
 	Items     []lineJSON `json:"items"`
 	CreatedAt time.Time  `json:"created_at"`
+	// the payment step (service/pay.go)
+	PaymentStatus string     `json:"payment_status,omitempty"`
+	PayBy         *time.Time `json:"pay_by,omitempty"`
+	PaymentRef    string     `json:"payment_ref,omitempty"`
 }
 
 func orderBody(o inventory.Order, remaining []int64) orderJSON {
 	b := orderJSON{OrderID: o.ID, SaleID: o.SaleID, UserID: o.UserID, Status: string(o.Status),
-		CreatedAt: o.CreatedAt, Items: make([]lineJSON, len(o.Items))}
+		CreatedAt: o.CreatedAt, Items: make([]lineJSON, len(o.Items)),
+		PaymentStatus: string(o.Payment), PaymentRef: o.PaymentRef}
+	if !o.PayBy.IsZero() {
+		b.PayBy = &o.PayBy
+	}
 	for i, l := range o.Items {
 		b.Items[i] = lineJSON{SKU: l.SKU, Qty: l.Qty}
 		if i < len(remaining) {
@@ -81,10 +89,12 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	}
 	rc.Order.SaleID = settings.ID // a segmented sale's, not its segment's
 	status := http.StatusCreated
+	boughtPayment(&rc.Order, settings.PaymentTimeout)
 	if rc.Replayed {
 		status = http.StatusOK
 		if o, err := s.order(r.Context(), rc.Order.ID); err == nil {
 			rc.Order.Status = o.Status // it may be confirmed or cancelled by now
+			rc.Order.Payment, rc.Order.PayBy, rc.Order.PaymentRef = o.Payment, o.PayBy, o.PaymentRef
 		}
 	}
 	writeOrder(w, status, rc.Order, rc.Remaining)
@@ -136,13 +146,16 @@ func (s *Service) limitDatabaseBuy(ctx context.Context, b inventory.BuyRequest) 
 func (s *Service) order(ctx context.Context, id string) (inventory.Order, error) {
 	o, err := s.db.Order(ctx, id)
 	if err == nil {
-		return o, nil
+		return s.withPayment(ctx, s.freshPayment(ctx, o)), nil
 	}
 	fromRedis, rerr := s.eng.Order(ctx, id)
 	if rerr != nil && !errors.Is(err, inventory.ErrNotFound) {
 		return o, err // the database's error says more
 	}
-	return fromRedis, rerr
+	if rerr != nil {
+		return fromRedis, rerr
+	}
+	return s.withPayment(ctx, fromRedis), nil
 }
 
 func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) error {
@@ -180,6 +193,6 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 	if who.admin {
 		s.audit(r, "order cancelled", rc.Order.SaleID, id, map[string]any{"user": rc.Order.UserID})
 	}
-	writeOrder(w, http.StatusOK, rc.Order, nil)
+	writeOrder(w, http.StatusOK, s.withPayment(r.Context(), rc.Order), nil)
 	return nil
 }

@@ -48,6 +48,10 @@ type Config struct {
 	// ReconcileEvery is the period of the reconciliation loop; default 30s,
 	// negative turns it off.
 	ReconcileEvery time.Duration
+	// ExpireEvery is how often the expiry loop looks for reservations past
+	// their payment deadline (service/pay.go); default 250ms, negative
+	// turns it off (another instance expires them).
+	ExpireEvery time.Duration
 	// Rate limits of the buying flow, each a ratelimit.ParseLimit spec
 	// ("5/s,burst=10") or "off". Defaults: DefaultRateLimitUser per user,
 	// off per client address and per sale. See limits.go.
@@ -144,6 +148,9 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if s.cfg.SampleEvery == 0 {
 		s.cfg.SampleEvery = time.Second
+	}
+	if s.cfg.ExpireEvery == 0 {
+		s.cfg.ExpireEvery = 250 * time.Millisecond
 	}
 	if err := s.parseLimits(); err != nil {
 		return nil, err
@@ -470,6 +477,10 @@ func (s *Service) startBackground(ctx context.Context) {
 	if s.cfg.ReconcileEvery > 0 {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.reconcileLoop(ctx) }()
+	}
+	if s.cfg.ExpireEvery > 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.expiryLoop(ctx) }()
 	}
 	if s.cfg.SampleEvery > 0 {
 		s.bg.Add(1)

@@ -52,6 +52,9 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 //   - restocked: adds the units to the item's stocked total.
 //   - moved: adds the units (negative: moved out) to the item's stocked
 //     total.
+//   - paid: marks the order paid with its ref (inserting it, confirmed, if
+//     its bought event has not been applied yet); expired: as cancelled,
+//     and marks the order's payment expired (see payments.go).
 //   - paused, resumed: sets the sale's paused flag, unless a pause or
 //     resume later in the stream set it already (a crashed consumer's
 //     entries are reclaimed after later ones are applied): state changes
@@ -104,7 +107,7 @@ func checkEvent(saleID string, ev inventory.Event) string {
 		return fmt.Sprintf("is an event of sale %q", truncate(ev.SaleID, 80))
 	}
 	switch ev.Type {
-	case inventory.EventBought, inventory.EventCancelled:
+	case inventory.EventBought, inventory.EventCancelled, inventory.EventPaid, inventory.EventExpired:
 		o := ev.Order
 		if err := inventory.ValidateBuy(saleID, o.UserID, o.Items, o.IdempotencyKey); err != nil {
 			return err.Error()
@@ -313,6 +316,8 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
 	case inventory.EventPaused, inventory.EventResumed:
 		return s.applyPause(ctx, tx, saleID, ev.ID, ev.Type == inventory.EventPaused)
+	case inventory.EventPaid, inventory.EventExpired:
+		return s.applyPayment(ctx, tx, saleID, ev)
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ func (t *journalRows) add(saleID string, ev inventory.Event) {
 		t.at = append(t.at, ms(ev.At))
 	}
 	switch ev.Type {
-	case inventory.EventBought, inventory.EventCancelled:
+	case inventory.EventBought, inventory.EventCancelled, inventory.EventPaid, inventory.EventExpired:
 		for _, l := range ev.Order.Items {
 			row(l.SKU, ev.Order.ID, ev.Order.UserID, l.Qty)
 		}

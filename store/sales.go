@@ -74,9 +74,10 @@ func (s *Store) CreateSale(ctx context.Context, sale Sale) error {
 // insertSale inserts the sale and its items unless a sale with its id
 // exists; created says whether it did.
 func (s *Store) insertSale(ctx context.Context, tx *sql.Tx, sale Sale) (created bool, err error) {
-	res, err := s.exec(ctx, tx, `INSERT INTO sales (id, per_user_limit, starts_at, ends_at, paused, settings, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-		sale.ID, sale.PerUserLimit, ms(sale.StartsAt), ms(sale.EndsAt), flag(sale.Paused), sale.Settings, ms(sale.CreatedAt))
+	res, err := s.exec(ctx, tx, `INSERT INTO sales (id, per_user_limit, starts_at, ends_at, paused, settings, created_at, payment_timeout_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+		sale.ID, sale.PerUserLimit, ms(sale.StartsAt), ms(sale.EndsAt), flag(sale.Paused), sale.Settings, ms(sale.CreatedAt),
+		sale.PaymentTimeout.Milliseconds())
 	if err != nil {
 		return false, err
 	}
@@ -139,9 +140,9 @@ func (s *Store) Sale(ctx context.Context, id string) (Sale, error) {
 
 func (s *Store) readSale(ctx context.Context, q querier, id string) (Sale, error) {
 	sale := Sale{Sale: inventory.Sale{ID: id}}
-	var startsAt, endsAt, paused, createdAt int64
-	err := s.queryRow(ctx, q, `SELECT per_user_limit, starts_at, ends_at, paused, settings, created_at
-		FROM sales WHERE id = ?`, id).Scan(&sale.PerUserLimit, &startsAt, &endsAt, &paused, &sale.Settings, &createdAt)
+	var startsAt, endsAt, paused, createdAt, payMs int64
+	err := s.queryRow(ctx, q, `SELECT per_user_limit, starts_at, ends_at, paused, settings, created_at, payment_timeout_ms
+		FROM sales WHERE id = ?`, id).Scan(&sale.PerUserLimit, &startsAt, &endsAt, &paused, &sale.Settings, &createdAt, &payMs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sale{}, saleNotFound(id)
 	}
@@ -150,6 +151,7 @@ func (s *Store) readSale(ctx context.Context, q querier, id string) (Sale, error
 	}
 	sale.StartsAt, sale.EndsAt, sale.CreatedAt = fromMs(startsAt), fromMs(endsAt), fromMs(createdAt)
 	sale.Paused = paused != 0
+	sale.PaymentTimeout = time.Duration(payMs) * time.Millisecond
 	rows, err := s.query(ctx, q, "SELECT sku, stocked FROM sale_items WHERE sale_id = ? ORDER BY position", id)
 	if err != nil {
 		return Sale{}, err
@@ -308,7 +310,8 @@ func (s *Store) Order(ctx context.Context, id string) (inventory.Order, error) {
 // readOrders returns the orders matching where (a condition on orders o
 // with parameters args) with their items, by creation time then id.
 func (s *Store) readOrders(ctx context.Context, q querier, where string, args ...any) ([]inventory.Order, error) {
-	rows, err := s.query(ctx, q, `SELECT o.id, o.sale_id, o.user_id, o.status, o.idempotency_key, o.created_at
+	rows, err := s.query(ctx, q, `SELECT o.id, o.sale_id, o.user_id, o.status, o.idempotency_key, o.created_at,
+		o.payment_status, o.payment_ref, COALESCE((SELECT s.payment_timeout_ms FROM sales s WHERE s.id = o.sale_id), 0)
 		FROM orders o WHERE `+where+` ORDER BY o.created_at, o.id`, args...)
 	if err != nil {
 		return nil, err
@@ -317,11 +320,14 @@ func (s *Store) readOrders(ctx context.Context, q querier, where string, args ..
 	index := map[string]int{}
 	err = scanEach(rows, func() error {
 		var o inventory.Order
-		var created int64
-		if err := rows.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Status, &o.IdempotencyKey, &created); err != nil {
+		var created, payMs int64
+		var payment string
+		if err := rows.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Status, &o.IdempotencyKey, &created,
+			&payment, &o.PaymentRef, &payMs); err != nil {
 			return err
 		}
 		o.CreatedAt = fromMs(created)
+		paymentOf(&o, payment, payMs)
 		index[o.ID] = len(orders)
 		orders = append(orders, o)
 		return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/seckill/seckill/cmd/seckill/demo"
 )
@@ -23,6 +24,8 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "buyers buying at once")
 	fs.Int64Var(&cfg.HotStock, "stock", 100, "units of the hot item")
 	fs.Int64Var(&cfg.PerUserLimit, "limit", 2, "per-user limit of each item")
+	fs.DurationVar(&cfg.PaymentTimeout, "pay-timeout", 2*time.Second,
+		"payment timeout of the payment round (some buyers never pay; their units go to later buyers); 0 leaves it out")
 	verbose := fs.Bool("v", false, "log what the service does")
 	if err := fs.Parse(args); err != nil {
 		return 2

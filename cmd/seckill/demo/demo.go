@@ -30,6 +30,9 @@ type Config struct {
 	Concurrency  int   // buyers buying at once; default 64
 	HotStock     int64 // units of the hot item; default 100
 	PerUserLimit int64 // default 2
+	// PaymentTimeout, whole seconds, adds the payment round (payment.go)
+	// after the sale: 0 leaves it out.
+	PaymentTimeout time.Duration
 	// Progress, if not nil, receives a progress bar (for a terminal).
 	Progress io.Writer
 }
@@ -62,6 +65,7 @@ type Result struct {
 	Reconcile                             reconcile.Report
 	Elapsed, Settle                       time.Duration
 	P50, P99                              time.Duration
+	Payment                               *PaymentResult // the payment round, if run
 }
 
 // ItemResult is one item's outcome.
@@ -87,6 +91,9 @@ func (r Result) Oversold() int64 {
 // OK reports whether every invariant held.
 func (r Result) OK() bool {
 	if r.Oversold() != 0 || r.BuyersOverLimit != 0 || r.Errors != 0 || r.OrdersInDB != r.Accepted || !r.Reconcile.Consistent {
+		return false
+	}
+	if r.Payment != nil && !r.Payment.OK() {
 		return false
 	}
 	for _, it := range r.Items {
@@ -224,6 +231,13 @@ func Run(ctx context.Context, svcCfg service.Config, cfg Config) (Result, error)
 	slices.Sort(latencies)
 	if n := len(latencies); n > 0 {
 		res.P50, res.P99 = latencies[n/2], latencies[n*99/100]
+	}
+	if cfg.PaymentTimeout > 0 {
+		p, err := paymentRound(ctx, svc, c, cfg)
+		res.Payment = &p
+		if err != nil {
+			return res, fmt.Errorf("payment round: %w", err)
+		}
 	}
 	return res, nil
 }
@@ -392,6 +406,9 @@ func Print(w io.Writer, r Result) {
 	_ = tw.Flush()
 	if r.FirstError != "" {
 		fmt.Fprintln(w, "first error:", r.FirstError)
+	}
+	if r.Payment != nil {
+		printPayment(w, *r.Payment)
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "\nall invariants held: no oversell, nobody over the limit, every accepted order confirmed in the database")

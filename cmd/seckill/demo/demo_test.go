@@ -5,6 +5,7 @@ import (
 	"context"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
@@ -69,5 +70,35 @@ func TestResultCatchesBrokenInvariants(t *testing.T) {
 	}
 	if (Result{Items: []ItemResult{{Stock: 5, Sold: 7}, {Stock: -1, Sold: 100}}}).Oversold() != 2 {
 		t.Error("Oversold miscounts")
+	}
+}
+
+// TestDemoPaymentRound: with a payment timeout the demo runs its payment
+// round: the reservations of the buyers who never pay expire and later
+// buyers get their units; the table says so.
+func TestDemoPaymentRound(t *testing.T) {
+	for name, cfg := range map[string]func(t *testing.T) service.Config{
+		"redis+postgres": func(t *testing.T) service.Config {
+			rdb := redistest.Standalone(t)
+			return service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
+				DatabaseURL: dbtest.PostgresURL(t)}
+		},
+		"embedded": func(t *testing.T) service.Config { return service.Config{DatabaseURL: dbtest.SQLiteURL(t)} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Run(context.Background(), cfg(t), Config{Buyers: 50, Concurrency: 8, HotStock: 12, PaymentTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := res.Payment
+			if p == nil || !p.OK() || !res.OK() || p.EarlyUnpaid != 4 || p.LateBought != 4 {
+				t.Fatalf("payment round: %+v", p)
+			}
+			var out bytes.Buffer
+			Print(&out, res)
+			if !regexp.MustCompile(`(?m)^units later buyers got after the expiries\s+4$`).Match(out.Bytes()) {
+				t.Errorf("table lacks the payment round:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -1,0 +1,70 @@
+package expiry_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/expiry"
+)
+
+// fakeEngine answers DueSales with due, and ExpireDue with batches of
+// two orders while a sale has orders left in left.
+type fakeEngine struct {
+	due   []string
+	left  map[string]int
+	asked [][]string
+	calls int
+	err   error
+}
+
+func (f *fakeEngine) DueSales(_ context.Context, ids []string) ([]string, error) {
+	f.asked = append(f.asked, slices.Clone(ids))
+	return f.due, f.err
+}
+
+func (f *fakeEngine) ExpireDue(_ context.Context, sale string, max int) ([]string, bool, error) {
+	f.calls++
+	n := min(f.left[sale], max)
+	f.left[sale] -= n
+	out := make([]string, n)
+	for i := range out {
+		out[i] = sale + ".order"
+	}
+	return out, f.left[sale] > 0, nil
+}
+
+// TestTick: a tick looks at the sales with no end or a recent one (all of
+// them on a sweep, the first tick's included), and expires a due sale's
+// orders batch after batch until none is left.
+func TestTick(t *testing.T) {
+	now := time.Now()
+	sales := []expiry.Sale{
+		{ID: "open", Timeout: time.Minute},
+		{ID: "recent", EndsAt: now.Add(-10 * time.Minute), Timeout: time.Minute},
+		{ID: "old", EndsAt: now.Add(-3 * time.Hour), Timeout: time.Minute},
+	}
+	eng := &fakeEngine{due: []string{"open"}, left: map[string]int{"open": 5}}
+	var told int
+	loop := expiry.New(eng, expiry.Options{
+		Sales:     func(context.Context) ([]expiry.Sale, error) { return sales, nil },
+		Batch:     2,
+		OnExpired: func(_ string, orders []string) { told += len(orders) },
+	})
+	n, err := loop.Tick(context.Background())
+	if err != nil || n != 5 || told != 5 || eng.calls != 3 {
+		t.Fatalf("first tick: %d expired, %v, %d told, %d calls; want 5 in 3 calls", n, err, told, eng.calls)
+	}
+	if _, err := loop.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"open", "recent", "old"}, {"open", "recent"}}; !slices.EqualFunc(eng.asked, want, slices.Equal) {
+		t.Fatalf("sales asked about: %v, want %v", eng.asked, want)
+	}
+	eng.err = errors.New("redis away")
+	if _, err := loop.Tick(context.Background()); err == nil {
+		t.Fatal("a tick whose DueSales failed returned no error")
+	}
+}

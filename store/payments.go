@@ -1,0 +1,124 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// The payment step of a sale with a payment timeout (inventory/pay.go), as
+// stored (migration 010): the sale's payment_timeout_ms, and per order
+// payment_status ('' while the sale decides it, 'paid' or 'expired'),
+// payment_ref and paid_at. pay_by is not stored: it is created_at + the
+// sale's timeout, as buy.lua files it.
+
+// paymentOf fills o's payment step from its stored payment_status and its
+// sale's timeout (ms). An order of a sale without a payment step keeps
+// Payment "" (as before the payment step existed; the service says
+// not_required).
+func paymentOf(o *inventory.Order, status string, timeoutMs int64) {
+	switch {
+	case status == string(inventory.PaymentPaid):
+		o.Payment = inventory.PaymentPaid
+	case status == string(inventory.PaymentExpired):
+		o.Payment = inventory.PaymentExpired
+	case timeoutMs == 0:
+	case o.Status == inventory.OrderCancelled:
+		o.Payment = inventory.PaymentExpired // cancelled before it was paid
+	default:
+		o.Payment = inventory.PaymentAwaiting
+		o.PayBy = o.CreatedAt.Add(time.Duration(timeoutMs) * time.Millisecond)
+	}
+	if o.Payment != inventory.PaymentPaid {
+		o.PaymentRef = ""
+	}
+}
+
+// applyPayment applies a paid or an expired event whose journal rows were
+// new. Either may come before the order's bought event (a crashed
+// consumer's entries are reclaimed after later ones): then the order goes
+// in with it, and its bought event leaves it so. A paid event never undoes
+// a cancel applied before it (a paid order may be cancelled after); an
+// expired one cancels the order as a cancelled event does.
+func (s *Store) applyPayment(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
+	o := ev.Order
+	var err error
+	if ev.Type == inventory.EventPaid {
+		_, err = s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at,
+			payment_status, payment_ref, paid_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET payment_status = excluded.payment_status,
+			payment_ref = excluded.payment_ref, paid_at = excluded.paid_at`,
+			o.ID, saleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt),
+			string(inventory.PaymentPaid), o.PaymentRef, ms(ev.At))
+	} else {
+		_, err = s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at,
+			cancelled_at, payment_status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET status = excluded.status, cancelled_at = excluded.cancelled_at,
+			payment_status = excluded.payment_status`,
+			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt),
+			ms(ev.At), string(inventory.PaymentExpired))
+	}
+	if err != nil {
+		return err
+	}
+	return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
+}
+
+// PaymentSales returns the sales with a payment step: id, end and payment
+// timeout (the expiry loop's list).
+func (s *Store) PaymentSales(ctx context.Context) ([]inventory.Sale, error) {
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at, payment_timeout_ms FROM sales WHERE payment_timeout_ms > 0")
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
+	}
+	var out []inventory.Sale
+	err = scanEach(rows, func() error {
+		var sale inventory.Sale
+		var end, pay int64
+		err := rows.Scan(&sale.ID, &end, &pay)
+		sale.EndsAt, sale.PaymentTimeout = fromMs(end), time.Duration(pay)*time.Millisecond
+		out = append(out, sale)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
+	}
+	return out, nil
+}
+
+// CountPaymentsOf counts, per sale of saleIDs, the orders paid and expired
+// (one query per 500 sales; a sale without any is absent).
+func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[string]map[inventory.PaymentStatus]int, error) {
+	counts := make(map[string]map[inventory.PaymentStatus]int)
+	for chunk := range slices.Chunk(saleIDs, 500) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.query(ctx, s.db, "SELECT sale_id, payment_status, COUNT(*) FROM orders WHERE sale_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+") AND payment_status <> '' GROUP BY sale_id, payment_status", args...)
+		if err != nil {
+			return nil, fmt.Errorf("store: count payments: %w", err)
+		}
+		err = scanEach(rows, func() error {
+			var id string
+			var status inventory.PaymentStatus
+			var n int
+			err := rows.Scan(&id, &status, &n)
+			if counts[id] == nil {
+				counts[id] = map[inventory.PaymentStatus]int{}
+			}
+			counts[id][status] = n
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: count payments: %w", err)
+		}
+	}
+	return counts, nil
+}

@@ -30,6 +30,9 @@ type EventType string
 //	moved:     sku, qty (negative out of the sale, positive into it), move
 //	           (the move id), peer (the other sale), remaining (see Engine.Move)
 //	paused, resumed: nothing more
+//	closed:    start, end (unix ms): the sale's window as the close left it
+//	           (end is the close's time; start is lowered below it for a
+//	           sale closed before it started)
 const (
 	EventCreated   EventType = "created"
 	EventBought    EventType = "bought"
@@ -39,6 +42,9 @@ const (
 	EventPaused    EventType = "paused"
 	EventResumed   EventType = "resumed"
 )
+
+// EventClosed: Engine.Close ended the sale (see close.lua).
+const EventClosed EventType = "closed"
 
 // Event is one decoded entry of a sale's event stream.
 type Event struct {
@@ -125,6 +131,16 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 			ev.Sale.Items = append(ev.Sale.Items, Item{SKU: l.SKU, Stock: l.Qty})
 		}
 	case EventPaused, EventResumed:
+	case EventClosed:
+		start, err := num("start")
+		if err != nil {
+			return Event{}, err
+		}
+		end, err := num("end")
+		if err != nil {
+			return Event{}, err
+		}
+		ev.Sale = Sale{ID: saleID, StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end)}
 	default:
 		return Event{}, fmt.Errorf("%w: event %s of sale %s: unknown type %q", ErrCorrupt, msg.ID, saleID, ev.Type)
 	}

@@ -56,6 +56,16 @@ func (e *Engine) keys(saleID string) saleKeys {
 // pause or resume call) as applied.
 func (k saleKeys) op(id string) string { return k.tag + ":op:" + id }
 
+// archived returns the keys archive.lua gets: the sale hash, its stream,
+// the rebuild lock and the payment deadlines first (its checks read them),
+// then every other key of the sale that lives until the sale is removed.
+// The keys that expire on their own (op:*, ptoken:*, tat:*, stage:*) are
+// left to expire: op:* within a day, ptoken:* with their token, tat:* at
+// their window's end, stage:* with the rebuild's staging.
+func (k saleKeys) archived() []string {
+	return []string{k.sale, k.events, k.initLock, k.tag + ":deadlines", k.bought, k.orders, k.idem, k.tag + ":paid"}
+}
+
 // stage returns the staging key of one live hash during a rebuild.
 func (k saleKeys) stage(token, name string) string {
 	return k.tag + ":stage:" + token + ":" + name

@@ -18,7 +18,7 @@ func (e *Engine) Restock(ctx context.Context, saleID, sku string, qty int64) (in
 	}
 	k := e.keys(saleID)
 	keys := []string{k.sale, k.events, k.op(newToken())}
-	args := []any{e.nowMs(), sku, qty, int64(maxStocked), e.StockChannel(), saleID + "|" + sku}
+	args := []any{e.nowMs(), sku, qty, int64(maxStocked), e.StockChannel(), saleID + "|" + sku, e.scriptNow()}
 	done := e.soldOut.returning()
 	reply, err := e.retryTransient(ctx, func() ([]any, error) {
 		return e.runSale(ctx, saleID, restockScript, keys, args...)
@@ -34,6 +34,8 @@ func (e *Engine) Restock(ctx context.Context, saleID, sku string, qty int64) (in
 		}
 	case codeUnknown:
 		return 0, &NotFoundError{Kind: "sku", IDs: []string{sku}}
+	case codeNotActive:
+		return 0, &NotActiveError{Status: StatusEnded}
 	case codeRefused:
 		if str(at(reply, 1)) == "unlimited" {
 			return 0, invalid("sku", "%s has unlimited stock", sku)

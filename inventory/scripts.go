@@ -43,7 +43,7 @@ var (
 
 	buyScript      = luascript.New("buy", gcra.ClockLua+"\n"+gcra.TakeLua+"\n"+intSrc+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", intSrc+"\n"+cancelSrc)
-	restockScript  = luascript.New("restock", intSrc+"\n"+restockSrc)
+	restockScript  = luascript.New("restock", gcra.ClockLua+"\n"+intSrc+"\n"+restockSrc)
 	createScript   = luascript.New("create", createSrc)
 	pauseScript    = luascript.New("pause", pauseSrc)
 	initLockScript = luascript.New("initlock", initLockSrc)
@@ -55,7 +55,8 @@ var (
 	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
-		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript}
+		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript,
+		closeScript, archiveScript}
 )
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.

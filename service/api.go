@@ -43,6 +43,7 @@ func (s *Service) routes() http.Handler {
 	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": s.restock})
 	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": s.setPaused(true)})
 	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
+	handle("/v1/admin/sales/{sale}/close", map[string]handler{"POST": s.closeSale})
 	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
 	handle("/v1/admin/degraded", map[string]handler{"GET": s.getDegraded, "PUT": s.putDegraded})
 	handle("/v1/sales", map[string]handler{"GET": s.listSales})
@@ -98,6 +99,7 @@ type saleJSON struct {
 	RequirePurchaseToken bool        `json:"require_purchase_token"`
 	RateLimits           *RateLimits `json:"rate_limits,omitempty"`
 	Items                []itemJSON  `json:"items"`
+	Archived             bool        `json:"archived,omitempty"` // ended, its keys gone from Redis (close.go)
 }
 
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
@@ -105,6 +107,9 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	var err error
 	if s.seller.RedisSells() {
 		st, err = s.eng.Stock(ctx, id)
+		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+			return s.archivedSaleBody(ctx, id)
+		}
 	} else {
 		st, err = s.stockInDB(ctx, id) // the database sells: its numbers are the live ones
 	}
@@ -332,6 +337,9 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("sale")
 	rep, err := reconcile.Sale(r.Context(), s.eng, s.rdb, s.db, id)
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+		rep, err = s.archivedReport(r.Context(), id)
+	}
 	if err != nil {
 		return err
 	}

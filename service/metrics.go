@@ -31,7 +31,10 @@ type metrics struct {
 	repairs      *prometheus.CounterVec
 	degraded     prometheus.Gauge
 	dbBuys       *prometheus.CounterVec
-	window       *latencyWindow // the live view's
+	// the archiver's (close.go)
+	archived       prometheus.Counter
+	archiveWaiting prometheus.Gauge
+	window         *latencyWindow // the live view's
 }
 
 func newMetrics(s *Service) *metrics {
@@ -77,6 +80,12 @@ func newMetrics(s *Service) *metrics {
 		dbBuys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_degraded_buys_total", Help: "Buys answered by the database in degraded mode, by result (ok or the error code).",
 		}, []string{"result"}),
+		archived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_sales_archived_total", Help: "Sales whose Redis keys this instance's archiver removed (ended, every order in the database).",
+		}),
+		archiveWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seckill_sales_awaiting_archive", Help: "Sales that have ended and whose keys are still in Redis (orders in flight, payments awaiting), as of the archiver's last pass.",
+		}),
 	}
 	reloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "seckill_script_reloads_total", Help: "Script calls that met NOSCRIPT and sent the script again.",
@@ -91,7 +100,7 @@ func newMetrics(s *Service) *metrics {
 	})
 	m.buysOK = m.buys.WithLabelValues("ok")
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
-		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}}
+		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, m.archived, m.archiveWaiting, reloads, soldOut, liveCollector{s.live}}
 	m.reg.MustRegister(m.collectors...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

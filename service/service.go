@@ -47,6 +47,10 @@ type Config struct {
 	// ReconcileEvery is the period of the reconciliation loop; default 30s,
 	// negative turns it off.
 	ReconcileEvery time.Duration
+	// ArchiveEvery is the period of the archiver, which removes the Redis
+	// keys of sales that have ended and are all in the database (archive/);
+	// default 2s, negative turns it off.
+	ArchiveEvery time.Duration
 	// Rate limits of the buying flow, each a ratelimit.ParseLimit spec
 	// ("5/s,burst=10") or "off". Defaults: DefaultRateLimitUser per user,
 	// off per client address and per sale. See limits.go.
@@ -411,6 +415,9 @@ func (s *Service) secrets() {
 // stream is read first: if every entry is acknowledged (so committed), the
 // database holds everything the stream said.
 func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+	if err := s.refuseArchived(ctx, saleID); err != nil {
+		return inventory.Snapshot{}, err
+	}
 	if err := s.seller.MayRebuild(ctx); err != nil {
 		return inventory.Snapshot{}, err
 	}
@@ -467,6 +474,10 @@ func (s *Service) startBackground(ctx context.Context) {
 	if s.cfg.ReconcileEvery > 0 {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.reconcileLoop(ctx) }()
+	}
+	if s.cfg.ArchiveEvery >= 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.runArchiver(ctx) }()
 	}
 	if s.cfg.SampleEvery > 0 {
 		s.bg.Add(1)

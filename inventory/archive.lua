@@ -1,0 +1,91 @@
+-- archive.lua: remove a sale's keys from Redis once it can no longer
+-- change: it has ended (by the Redis server's clock), no rebuild of it is
+-- under way, no payment of it is awaiting, and the system of record holds
+-- every event of its stream. Checked and done in one step: an event that
+-- arrives after the caller's look (a late cancel) moves the stream, and the
+-- keys stay until the caller looks again. The caller marks the sale
+-- archived in the system of record first, so that no rebuild brings it
+-- back once the keys are gone.
+--
+-- Big hashes go with UNLINK: Redis frees them in a background thread, so
+-- the script holds the server for about as long as it takes to unlink a
+-- handful of keys, whatever the sale's number of orders and buyers.
+--
+-- script_now (internal/gcra/clock.lua) is prepended.
+--
+-- KEYS[1] sale hash    KEYS[2] events stream    KEYS[3] rebuild lock
+-- KEYS[4] payment deadlines (zset)
+-- KEYS[5..] every other key of the sale to remove with it
+-- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME)
+-- ARGV[2] the stream's last generated id, as the caller found it settled
+--         and the system of record confirmed it; "" only to look
+--
+-- Settled means (as in repair.lua): every consumer group of the stream has
+-- been delivered every entry the stream holds and has acknowledged them all;
+-- a stream with entries and no group has undelivered entries.
+--
+-- Reply:
+--   {0, id}     removed (with ARGV[2] ""; ready, nothing removed); id is
+--               the stream's last generated id ("0-0": no stream)
+--   {1}         the sale hash is gone already: whatever was left of the
+--               sale (a stream emptied and made again by a consumer that
+--               read it a last time) is removed
+--   {17, why}   not now, nothing removed; why: "active" (not ended),
+--               "rebuilding", "awaiting" (payments), "stray" (no sale hash
+--               but events in its stream)
+--   {12, id}    the stream generated an event after ARGV[2]
+--   {14, group, pending, delivered, id}  events in flight, as repair.lua
+
+local function parse(id)
+  local ms, seq = string.match(id or '', '^(%d+)-?(%d*)$')
+  if not ms then return 0, 0 end
+  return tonumber(ms), tonumber(seq) or 0
+end
+
+-- Is stream id a newer than b?
+local function newer(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am > bm or (am == bm and as > bs)
+end
+
+-- field -> value of a flat reply {f1, v1, f2, v2, ...}
+local function fields(flat)
+  local t = {}
+  for i = 1, #flat - 1, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+local stream = redis.call('EXISTS', KEYS[2]) == 1
+if redis.call('EXISTS', KEYS[3]) == 1 then return {17, 'rebuilding'} end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if stream and redis.call('XLEN', KEYS[2]) > 0 then return {17, 'stray'} end
+  if ARGV[2] ~= '' then redis.call('UNLINK', unpack(KEYS)) end
+  return {1}
+end
+local stop = tonumber(redis.call('HGET', KEYS[1], 'end')) or 0
+if stop == 0 or stop > math.floor(script_now(ARGV[1]) / 1000) then return {17, 'active'} end
+if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('ZCARD', KEYS[4]) > 0 then return {17, 'awaiting'} end
+
+local last = '0-0'
+if stream then
+  last = fields(redis.call('XINFO', 'STREAM', KEYS[2]))['last-generated-id']
+  if not last or last == '' then last = '0-0' end
+end
+if ARGV[2] ~= '' and last ~= ARGV[2] then return {12, last} end
+if stream then
+  local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
+  if #groups == 0 and redis.call('XLEN', KEYS[2]) > 0 then return {14, '', 0, '0-0', last} end
+  for _, g in ipairs(groups) do
+    local info = fields(g)
+    local pending, delivered = tonumber(info['pending']) or 0, info['last-delivered-id']
+    if not delivered or delivered == '' then delivered = '0-0' end
+    if pending > 0 or (newer(last, delivered) and
+        #redis.call('XRANGE', KEYS[2], '(' .. delivered, '+', 'COUNT', 1) > 0) then
+      return {14, info['name'], pending, delivered, last}
+    end
+  end
+end
+if ARGV[2] == '' then return {0, last} end
+redis.call('UNLINK', unpack(KEYS))
+return {0, last}

@@ -15,10 +15,15 @@
 --
 -- KEYS[1] sale hash    KEYS[2] events stream    KEYS[3] rebuild lock
 -- KEYS[4] payment deadlines (zset)
--- KEYS[5..] every other key of the sale to remove with it
+-- KEYS[5] the archived mark: set (for ARGV[3] ms) when the keys go, so
+--         that commit.lua refuses a rebuild whose snapshot was read before
+--         (a rebuilder that paused past its lock could otherwise bring back
+--         a sale as it was before it ended)
+-- KEYS[6..] every other key of the sale to remove with it
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME)
 -- ARGV[2] the stream's last generated id, as the caller found it settled
 --         and the system of record confirmed it; "" only to look
+-- ARGV[3] how long the archived mark stays, ms
 --
 -- Settled means (as in repair.lua): every consumer group of the stream has
 -- been delivered every entry the stream holds and has acknowledged them all;
@@ -56,11 +61,19 @@ local function fields(flat)
   return t
 end
 
+-- remove unlinks every key but the mark, and sets the mark.
+local function remove()
+  local doomed = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
+  for i = 6, #KEYS do doomed[#doomed + 1] = KEYS[i] end
+  redis.call('UNLINK', unpack(doomed))
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[3])
+end
+
 local stream = redis.call('EXISTS', KEYS[2]) == 1
 if redis.call('EXISTS', KEYS[3]) == 1 then return {17, 'rebuilding'} end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if stream and redis.call('XLEN', KEYS[2]) > 0 then return {17, 'stray'} end
-  if ARGV[2] ~= '' then redis.call('UNLINK', unpack(KEYS)) end
+  if ARGV[2] ~= '' then remove() end
   return {1}
 end
 local stop = tonumber(redis.call('HGET', KEYS[1], 'end')) or 0
@@ -87,5 +100,5 @@ if stream then
   end
 end
 if ARGV[2] == '' then return {0, last} end
-redis.call('UNLINK', unpack(KEYS))
+remove()
 return {0, last}

@@ -23,10 +23,17 @@ var (
 	archiveScript = luascript.New("archive", gcra.ClockLua+"\n"+archiveSrc)
 )
 
+// archivedMarkTTL is how long archive.lua's mark stays after it removed a
+// sale: a rebuild that read its snapshot before the removal and commits
+// within this time is refused (commit.lua). It outlasts any pause of a
+// rebuilder but a freeze of the process for longer than it.
+const archivedMarkTTL = time.Hour
+
 // Outcome codes of close.lua and archive.lua (the rest are engine.go's).
 const (
 	codeCloseFenced   = 16 // close.lua: the database sells the sale
 	codeArchiveNotYet = 17 // archive.lua: not ended, rebuilding, awaiting, stray
+	codeArchived      = 18 // commit.lua: archived since the snapshot was read
 )
 
 // ArchivedError: the sale has ended and its keys are removed from Redis, or
@@ -111,7 +118,7 @@ func (e *Engine) archive(ctx context.Context, saleID, last string) (ArchiveCheck
 	if err := validateID("sale", saleID); err != nil {
 		return ArchiveCheck{}, err
 	}
-	reply, err := e.run.run(ctx, archiveScript, e.keys(saleID).archived(), e.scriptNow(), last)
+	reply, err := e.run.run(ctx, archiveScript, e.keys(saleID).archived(), e.scriptNow(), last, archivedMarkTTL.Milliseconds())
 	if err != nil {
 		return ArchiveCheck{}, err
 	}

@@ -58,13 +58,18 @@ func (k saleKeys) op(id string) string { return k.tag + ":op:" + id }
 
 // archived returns the keys archive.lua gets: the sale hash, its stream,
 // the rebuild lock and the payment deadlines first (its checks read them),
-// then every other key of the sale that lives until the sale is removed.
+// the archived mark it sets, then every other key of the sale that lives until the sale is removed.
 // The keys that expire on their own (op:*, ptoken:*, tat:*, stage:*) are
 // left to expire: op:* within a day, ptoken:* with their token, tat:* at
 // their window's end, stage:* with the rebuild's staging.
 func (k saleKeys) archived() []string {
-	return []string{k.sale, k.events, k.initLock, k.tag + ":deadlines", k.bought, k.orders, k.idem, k.tag + ":paid"}
+	return []string{k.sale, k.events, k.initLock, k.tag + ":deadlines", k.archivedMark(), k.bought, k.orders, k.idem, k.tag + ":paid"}
 }
+
+// archivedMark is the mark archive.lua leaves when it removes the sale,
+// for commit.lua to refuse a rebuild whose snapshot was read before
+// (it expires: Options.ArchivedMarkTTL).
+func (k saleKeys) archivedMark() string { return k.tag + ":archived" }
 
 // stage returns the staging key of one live hash during a rebuild.
 func (k saleKeys) stage(token, name string) string {

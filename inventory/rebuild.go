@@ -144,7 +144,8 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		}
 	}
 	reply, err := e.run.run(ctx, commitScript,
-		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3]},
+		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3],
+			k.archivedMark()},
 		token, snap.EventsApplied, snap.NewestEvent)
 	if err != nil {
 		return false, err
@@ -154,6 +155,8 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		return true, nil
 	case codeInFlight, codeStageGone:
 		return false, nil
+	case codeArchived:
+		return false, &ArchivedError{SaleID: saleID}
 	}
 	return false, unexpected(commitScript, reply)
 }

@@ -17,12 +17,21 @@ func startStack(t *testing.T, st stack, change func(*service.Config)) *app {
 	return startApp(t, cfg)
 }
 
-// saleKeys lists every key of the sale in the service's Redis.
+// saleKeys lists every key of the sale in the service's Redis but the
+// mark an archived sale leaves for a while (its "archived" key, which
+// must expire).
 func (a *app) saleKeys(sale string) []string {
 	a.t.Helper()
 	var keys []string
+	mark := a.svc.Engine().Key(sale, "archived")
 	iter := a.svc.Redis().Scan(a.ctx, 0, a.svc.Engine().Key(sale, "*"), 1000).Iterator()
 	for iter.Next(a.ctx) {
+		if iter.Val() == mark {
+			if ttl, err := a.svc.Redis().PTTL(a.ctx, mark).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+				a.t.Fatalf("the archived mark of %s must expire within an hour: ttl %v (%v)", sale, ttl, err)
+			}
+			continue
+		}
 		keys = append(keys, iter.Val())
 	}
 	if err := iter.Err(); err != nil {

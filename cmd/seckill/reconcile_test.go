@@ -133,6 +133,7 @@ func TestDurationFlags(t *testing.T) {
 	}{
 		{"reconcile-every", "SECKILL_RECONCILE_EVERY", 30 * time.Second, reconcileFlag},
 		{"degraded-grace", "SECKILL_DEGRADED_GRACE", 3 * time.Second, degradedFlag},
+		{"archive-every", "SECKILL_ARCHIVE_EVERY", 2 * time.Second, archiveFlag},
 	} {
 		for _, c := range []struct {
 			env  string

@@ -105,6 +105,9 @@ type saleJSON struct {
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	var st inventory.SaleState
 	var err error
+	if s.knownArchived(id) {
+		return s.archivedSaleBody(ctx, id)
+	}
 	if s.seller.RedisSells() {
 		st, err = s.eng.Stock(ctx, id)
 		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {

@@ -75,13 +75,30 @@ func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, er
 }
 
 // refuseArchived is the Loader's first step: a sale the archiver has
-// begun to remove from Redis is never rebuilt there.
+// begun to remove from Redis is never rebuilt there. A sale found so is
+// remembered for a while (it never goes back), so that buys of it, and
+// reads, cost no database read each.
 func (s *Service) refuseArchived(ctx context.Context, saleID string) error {
+	if s.knownArchived(saleID) {
+		return &inventory.ArchivedError{SaleID: saleID}
+	}
 	st, err := s.db.Archive(ctx, saleID)
 	if err != nil || !st.Archiving() {
 		return nil // an unknown sale: the snapshot says so
 	}
+	now := time.Now().UnixNano()
+	s.archived.Set(saleID, struct{}{}, now+int64(archivedCacheTTL), now)
 	return &inventory.ArchivedError{SaleID: saleID}
+}
+
+// archivedCacheTTL is how long an instance remembers a sale archived.
+const archivedCacheTTL = 10 * time.Minute
+
+// knownArchived reports whether this instance found the sale archiving or
+// archived lately.
+func (s *Service) knownArchived(saleID string) bool {
+	_, ok := s.archived.Get(saleID, time.Now().UnixNano())
+	return ok
 }
 
 // cancelArchived cancels an order of a sale whose keys are gone, in the

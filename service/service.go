@@ -111,6 +111,7 @@ type Service struct {
 	http      *http.Server
 	listener  net.Listener
 	saleCache *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
+	archived  *ttlcache.Cache[struct{}]     // sales known archived (close.go): they stay so
 	endpoints []string                      // "METHOD /path" of every route, as registered
 
 	stop    context.CancelFunc
@@ -123,7 +124,7 @@ type Service struct {
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{}),
-		saleCache: ttlcache.New[saleSettings](maxCachedSales)}
+		saleCache: ttlcache.New[saleSettings](maxCachedSales), archived: ttlcache.New[struct{}](maxCachedSales)}
 	s.streams = newStreamSlots(cfg.LiveStreamsPerClient, cfg.LiveStreams)
 	s.metrics = newMetrics(s)
 	if s.log == nil {

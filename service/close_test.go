@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -113,7 +114,12 @@ func TestCloseSale(t *testing.T) {
 func TestArchiveEndToEnd(t *testing.T) {
 	for _, st := range stacks {
 		t.Run(st.name, func(t *testing.T) {
-			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
+			logs := &syncBuffer{}
+			a := startStack(t, st, func(c *service.Config) {
+				c.ArchiveEvery = 20 * time.Millisecond
+				c.ReconcileEvery = 50 * time.Millisecond // its loop too must leave the archived sale alone
+				c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			})
 			a.createSale("ar1", 1, "A", 10)
 			var orders []string
 			for _, u := range []string{"u1", "u2", "u3"} {
@@ -128,6 +134,7 @@ func TestArchiveEndToEnd(t *testing.T) {
 			if len(a.saleKeys("ar1")) == 0 {
 				t.Fatal("the keys of a live sale were removed")
 			}
+			logged := len(logs.String())
 			mustStatus(t, a.admin("POST", "/v1/admin/sales/ar1/close", nil), http.StatusOK)
 
 			waitfor.Until(t, waitfor.Patience, "the closed sale's keys to go", func() error {
@@ -179,9 +186,14 @@ func TestArchiveEndToEnd(t *testing.T) {
 			if r.json(t)["archived"] != true {
 				t.Fatalf("close of an archived sale: %s", r.body)
 			}
-			time.Sleep(100 * time.Millisecond) // a few consumer rounds and archiver passes
+			time.Sleep(200 * time.Millisecond) // a few consumer rounds, archiver and reconciliation passes
 			if keys := a.saleKeys("ar1"); len(keys) > 0 {
 				t.Fatalf("an archived sale is back in Redis: %v", keys)
+			}
+			// Closing, archiving and reading the archived sale logged no warning
+			// (the consumer, the reconciliation loop, the archiver).
+			if after := logs.String()[logged:]; after != "" {
+				t.Fatalf("warnings logged after the close:\n%s", after)
 			}
 		})
 	}

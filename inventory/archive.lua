@@ -11,7 +11,7 @@
 -- the script holds the server for about as long as it takes to unlink a
 -- handful of keys, whatever the sale's number of orders and buyers.
 --
--- script_now (internal/gcra/clock.lua) is prepended.
+-- script_now (internal/gcra/clock.lua) and settled.lua are prepended.
 --
 -- KEYS[1] sale hash    KEYS[2] events stream    KEYS[3] rebuild lock
 -- KEYS[4] payment deadlines (zset)
@@ -25,9 +25,8 @@
 --         and the system of record confirmed it; "" only to look
 -- ARGV[3] how long the archived mark stays, ms
 --
--- Settled means (as in repair.lua): every consumer group of the stream has
--- been delivered every entry the stream holds and has acknowledged them all;
--- a stream with entries and no group has undelivered entries.
+-- Settled: as settled.lua says (every group delivered and acknowledged
+-- every entry the stream holds; a missing stream is settled at "0-0").
 --
 -- Reply:
 --   {0, id}     removed (with ARGV[2] ""; ready, nothing removed); id is
@@ -39,27 +38,9 @@
 --               "rebuilding", "awaiting" (payments), "stray" (no sale hash
 --               but events in its stream)
 --   {12, id}    the stream generated an event after ARGV[2]
---   {14, group, pending, delivered, id}  events in flight, as repair.lua
+--   {14, group, pending, delivered, id}  events in flight (settled.lua)
 
-local function parse(id)
-  local ms, seq = string.match(id or '', '^(%d+)-?(%d*)$')
-  if not ms then return 0, 0 end
-  return tonumber(ms), tonumber(seq) or 0
-end
-
--- Is stream id a newer than b?
-local function newer(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am > bm or (am == bm and as > bs)
-end
-
--- field -> value of a flat reply {f1, v1, f2, v2, ...}
-local function fields(flat)
-  local t = {}
-  for i = 1, #flat - 1, 2 do t[flat[i]] = flat[i + 1] end
-  return t
-end
+-- parse, newer, fields, stream_last, stream_unsettled: settled.lua, prepended.
 
 -- remove unlinks every key but the mark, and sets the mark.
 local function remove()
@@ -69,10 +50,9 @@ local function remove()
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[3])
 end
 
-local stream = redis.call('EXISTS', KEYS[2]) == 1
 if redis.call('EXISTS', KEYS[3]) == 1 then return {17, 'rebuilding'} end
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if stream and redis.call('XLEN', KEYS[2]) > 0 then return {17, 'stray'} end
+  if redis.call('XLEN', KEYS[2]) > 0 then return {17, 'stray'} end
   if ARGV[2] ~= '' then remove() end
   return {1}
 end
@@ -80,25 +60,10 @@ local stop = tonumber(redis.call('HGET', KEYS[1], 'end')) or 0
 if stop == 0 or stop > math.floor(script_now(ARGV[1]) / 1000) then return {17, 'active'} end
 if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('ZCARD', KEYS[4]) > 0 then return {17, 'awaiting'} end
 
-local last = '0-0'
-if stream then
-  last = fields(redis.call('XINFO', 'STREAM', KEYS[2]))['last-generated-id']
-  if not last or last == '' then last = '0-0' end
-end
+local last = stream_last(KEYS[2])
 if ARGV[2] ~= '' and last ~= ARGV[2] then return {12, last} end
-if stream then
-  local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
-  if #groups == 0 and redis.call('XLEN', KEYS[2]) > 0 then return {14, '', 0, '0-0', last} end
-  for _, g in ipairs(groups) do
-    local info = fields(g)
-    local pending, delivered = tonumber(info['pending']) or 0, info['last-delivered-id']
-    if not delivered or delivered == '' then delivered = '0-0' end
-    if pending > 0 or (newer(last, delivered) and
-        #redis.call('XRANGE', KEYS[2], '(' .. delivered, '+', 'COUNT', 1) > 0) then
-      return {14, info['name'], pending, delivered, last}
-    end
-  end
-end
+local unsettled = stream_unsettled(KEYS[2], last)
+if unsettled then return unsettled end
 if ARGV[2] == '' then return {0, last} end
 remove()
 return {0, last}

@@ -20,7 +20,7 @@ var (
 	archiveSrc string
 
 	closeScript   = luascript.New("close", gcra.ClockLua+"\n"+intSrc+"\n"+closeSrc)
-	archiveScript = luascript.New("archive", gcra.ClockLua+"\n"+archiveSrc)
+	archiveScript = luascript.New("archive", gcra.ClockLua+"\n"+settledSrc+"\n"+archiveSrc)
 )
 
 // archivedMarkTTL is how long archive.lua's mark stays after it removed a

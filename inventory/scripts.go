@@ -40,6 +40,8 @@ var (
 	moveSrc string
 	//go:embed int.lua
 	intSrc string
+	//go:embed settled.lua
+	settledSrc string
 
 	buyScript      = luascript.New("buy", gcra.ClockLua+"\n"+gcra.TakeLua+"\n"+intSrc+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", intSrc+"\n"+cancelSrc)
@@ -50,7 +52,7 @@ var (
 	stageScript    = luascript.New("stage", stageSrc)
 	commitScript   = luascript.New("commit", commitSrc)
 	unlockScript   = luascript.New("unlock", unlockSrc)
-	repairScript   = luascript.New("repair", repairSrc)
+	repairScript   = luascript.New("repair", settledSrc+"\n"+repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
 	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
 

@@ -6,3 +6,6 @@
 -- answers for it.
 ALTER TABLE sales ADD COLUMN archiving_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sales ADD COLUMN archived_at INTEGER NOT NULL DEFAULT 0;
+-- The archiver's look for candidates (Store.ArchiveCandidates) every few
+-- seconds: sales not archived, and those archived lately.
+CREATE INDEX sales_archived_at ON sales (archived_at);

@@ -5,7 +5,9 @@ import (
 )
 
 // Restock adds qty units to a limited item and returns its remaining stock.
-// Unlimited items cannot be restocked (ErrInvalid).
+// Unlimited items cannot be restocked (ErrInvalid), nor can a sale that has
+// ended, closed or past its end by the Redis server's clock
+// (ErrSaleNotActive).
 func (e *Engine) Restock(ctx context.Context, saleID, sku string, qty int64) (int64, error) {
 	if err := validateID("sale", saleID); err != nil {
 		return 0, err

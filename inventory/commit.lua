@@ -19,6 +19,7 @@
 -- KEYS[11] deadlines zset    KEYS[12] paid hash (the payment step, pay.go)
 -- KEYS[13] staging hash of the deadlines (order id -> pay_by, unix ms),
 --          made a zset at the commit    KEYS[14] staging hash of paid
+-- KEYS[15] the mark archive.lua leaves for a while once it removed the sale
 -- ARGV[1] owner token
 -- ARGV[2] id of the last event the snapshot reflects: every event up to it
 --         is in the snapshot ("" none, "+" do not check)
@@ -34,7 +35,10 @@
 -- Reply: {0} live now, {1} the sale was there already (staging discarded),
 --        {12, id} the stream generated an event newer than the snapshot; id
 --        is its last generated id (staging discarded: reload and try again),
---        {13} the staged sale expired before the commit (try again).
+--        {13} the staged sale expired before the commit (try again),
+--        {18} the sale was archived (its keys removed for good) since the
+--        snapshot was read: a snapshot read before that may predate its
+--        end (staging discarded).
 
 local function release()
   if redis.call('GET', KEYS[6]) == ARGV[1] then redis.call('DEL', KEYS[6]) end
@@ -60,6 +64,10 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   discard()
   return {1}
+end
+if KEYS[15] and redis.call('EXISTS', KEYS[15]) == 1 then
+  discard()
+  return {18}
 end
 if ARGV[2] ~= '+' and redis.call('EXISTS', KEYS[5]) == 1 then
   local info = redis.call('XINFO', 'STREAM', KEYS[5])

@@ -34,6 +34,9 @@ type EventType string
 //	           payment ref): the order awaiting payment was paid (pay.lua)
 //	expired:   order, user, items, key, created (as cancelled): the order
 //	           was cancelled at its payment deadline (expire.lua)
+//	closed:    start, end (unix ms): the sale's window as the close left it
+//	           (end is the close's time; start is lowered below it for a
+//	           sale closed before it started)
 const (
 	EventCreated   EventType = "created"
 	EventBought    EventType = "bought"
@@ -49,6 +52,9 @@ const (
 	EventPaid    EventType = "paid"
 	EventExpired EventType = "expired"
 )
+
+// EventClosed: Engine.Close ended the sale (see close.lua).
+const EventClosed EventType = "closed"
 
 // Event is one decoded entry of a sale's event stream.
 type Event struct {
@@ -153,6 +159,16 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 			ev.Sale.Items = append(ev.Sale.Items, Item{SKU: l.SKU, Stock: l.Qty})
 		}
 	case EventPaused, EventResumed:
+	case EventClosed:
+		start, err := num("start")
+		if err != nil {
+			return Event{}, err
+		}
+		end, err := num("end")
+		if err != nil {
+			return Event{}, err
+		}
+		ev.Sale = Sale{ID: saleID, StartsAt: fromUnixMs(start), EndsAt: fromUnixMs(end)}
 	default:
 		return Event{}, fmt.Errorf("%w: event %s of sale %s: unknown type %q", ErrCorrupt, msg.ID, saleID, ev.Type)
 	}

@@ -36,6 +36,8 @@ import (
 //	                       remaining right after it, or a pause or resume
 //	                       call that changed the sale (expires in a day)
 //	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
+//	{p:s}:archived  string the sale was archived (its keys removed) within
+//	                       the last hour: no rebuild commits (archive.lua)
 type saleKeys struct {
 	sale, bought, orders, idem, events, initLock string
 	deadlines, paid                              string // payment step (pay.go)
@@ -63,6 +65,21 @@ func (e *Engine) keys(saleID string) saleKeys {
 // op returns the key marking a one-off operation (a restock, a cancel, a
 // pause or resume call) as applied.
 func (k saleKeys) op(id string) string { return k.tag + ":op:" + id }
+
+// archived returns the keys archive.lua gets: the sale hash, its stream,
+// the rebuild lock and the payment deadlines (its checks read them), the
+// archived mark it sets, then every other key of the sale that lives as
+// long as the sale. The keys that expire on their own (op:*, ptoken:*,
+// tat:*, stage:*) are not among them: Engine.PurgeArchived finds them.
+// "deadlines" (a zset) and "paid" (a hash) are the payment deadline's.
+func (k saleKeys) archived() []string {
+	return []string{k.sale, k.events, k.initLock, k.deadlines, k.archivedMark(), k.bought, k.orders, k.idem, k.paid}
+}
+
+// archivedMark is the mark archive.lua leaves when it removes the sale,
+// for commit.lua to refuse a rebuild whose snapshot was read before (it
+// expires after archivedMarkTTL).
+func (k saleKeys) archivedMark() string { return k.tag + ":archived" }
 
 // stage returns the staging key of one live hash during a rebuild.
 func (k saleKeys) stage(token, name string) string {

@@ -146,7 +146,7 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 	}
 	reply, err := e.run.run(ctx, commitScript,
 		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3],
-			k.deadlines, k.paid, stageKeys[4], stageKeys[5]},
+			k.deadlines, k.paid, stageKeys[4], stageKeys[5], k.archivedMark()},
 		token, snap.EventsApplied, snap.NewestEvent)
 	if err != nil {
 		return false, err
@@ -156,6 +156,8 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		return true, nil
 	case codeInFlight, codeStageGone:
 		return false, nil
+	case codeArchived:
+		return false, &ArchivedError{SaleID: saleID}
 	}
 	return false, unexpected(commitScript, reply)
 }

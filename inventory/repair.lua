@@ -25,13 +25,8 @@
 --         scores), the field, the value the caller read ("": no such
 --         field), the value to set ("": remove the field)
 --
--- Settled means: every consumer group of the stream has been delivered every
--- entry and has acknowledged them all (no pending entries); a stream with
--- entries and no group has undelivered entries. A missing stream is settled
--- at "0-0". What counts is the entries the stream holds, not its last
--- generated id: a rebuilt sale's stream has its last id raised to a floor
--- by an entry added and deleted at once (commit.lua), which no group is
--- ever delivered.
+-- Settled: as settled.lua says (every group delivered and acknowledged
+-- every entry the stream holds; a missing stream is settled at "0-0").
 --
 -- Reply:
 --   {0, id, n}          done: n fields written (0 when only looking); id is
@@ -47,48 +42,14 @@
 --   {15, field}         a value is not what the caller read (another repair
 --                       came first); nothing written
 
-local function parse(id)
-  local ms, seq = string.match(id or '', '^(%d+)-?(%d*)$')
-  if not ms then return 0, 0 end
-  return tonumber(ms), tonumber(seq) or 0
-end
-
--- Is stream id a newer than b?
-local function newer(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am > bm or (am == bm and as > bs)
-end
-
--- field -> value of a flat reply {f1, v1, f2, v2, ...}
-local function fields(flat)
-  local t = {}
-  for i = 1, #flat - 1, 2 do t[flat[i]] = flat[i + 1] end
-  return t
-end
+-- parse, newer, fields, stream_last, stream_unsettled: settled.lua, prepended.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
 
-local stream = redis.call('EXISTS', KEYS[5]) == 1
-local last = '0-0'
-if stream then
-  last = fields(redis.call('XINFO', 'STREAM', KEYS[5]))['last-generated-id']
-  if not last or last == '' then last = '0-0' end
-end
+local last = stream_last(KEYS[5])
 if ARGV[1] ~= '' and last ~= ARGV[1] then return {12, last} end
-if stream then
-  local groups = redis.call('XINFO', 'GROUPS', KEYS[5])
-  if #groups == 0 and redis.call('XLEN', KEYS[5]) > 0 then return {14, '', 0, '0-0', last} end
-  for _, g in ipairs(groups) do
-    local info = fields(g)
-    local pending, delivered = tonumber(info['pending']) or 0, info['last-delivered-id']
-    if not delivered or delivered == '' then delivered = '0-0' end
-    if pending > 0 or (newer(last, delivered) and
-        #redis.call('XRANGE', KEYS[5], '(' .. delivered, '+', 'COUNT', 1) > 0) then
-      return {14, info['name'], pending, delivered, last}
-    end
-  end
-end
+local unsettled = stream_unsettled(KEYS[5], last)
+if unsettled then return unsettled end
 if ARGV[1] == '' then return {0, last, 0} end
 
 -- Every value as the caller read it? Checked in full before the first write.

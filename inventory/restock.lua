@@ -7,19 +7,22 @@
 -- ARGV[4] the most units an item may have been stocked with in total
 -- ARGV[5] channel to announce the stock that came back on, "" for none
 -- ARGV[6] the announcement, "<sale>|<sku>"
+-- ARGV[7] now, unix µs, or "" to read the Redis server's clock (TIME): an
+--         ended sale takes no restock (script_now, clock.lua, prepended)
 --
 -- Reply, the first element is the outcome:
 --   {0, remaining}   added; remaining after it
 --   {1, remaining}   this restock id was applied already; remaining right
 --                    after it was (the marker keeps it)
 --   {2}              the sale is not in Redis: rebuild it, call again
+--   {3, "ended"}     the sale has ended (closed, or past its end)
 --   {4, sku}         the sale has no such sku
 --   {8, field}       a stored value is not what the engine wrote
 --   {9, reason}      refused: "unlimited" item, or "too_much" in total
 
 local sku, qty = ARGV[2], tonumber(ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
-local v = redis.call('HMGET', KEYS[1], 'r:' .. sku, 't:' .. sku)
+local v = redis.call('HMGET', KEYS[1], 'r:' .. sku, 't:' .. sku, 'end')
 if not v[1] then return {4, sku} end
 -- int (int.lua, prepended): HINCRBY below must not fail on what tonumber takes.
 local rem, stocked = int(v[1]), int(v[2])
@@ -27,6 +30,9 @@ if not rem then return {8, 'r:' .. sku} end
 if not stocked then return {8, 't:' .. sku} end
 local applied = redis.call('GET', KEYS[3])
 if applied then return {1, tonumber(applied) or rem} end
+local stop = int(v[3] or '0')
+if not stop then return {8, 'end'} end
+if stop ~= 0 and stop <= math.floor(script_now(ARGV[7]) / 1000) then return {3, 'ended'} end
 if rem == -1 then return {9, 'unlimited'} end
 if stocked + qty > tonumber(ARGV[4]) then return {9, 'too_much'} end
 

@@ -44,17 +44,19 @@ var (
 	expireSrc string
 	//go:embed int.lua
 	intSrc string
+	//go:embed settled.lua
+	settledSrc string
 
 	buyScript      = luascript.New("buy", gcra.ClockLua+"\n"+gcra.TakeLua+"\n"+intSrc+"\n"+buySrc)
 	cancelScript   = luascript.New("cancel", intSrc+"\n"+cancelSrc)
-	restockScript  = luascript.New("restock", intSrc+"\n"+restockSrc)
+	restockScript  = luascript.New("restock", gcra.ClockLua+"\n"+intSrc+"\n"+restockSrc)
 	createScript   = luascript.New("create", createSrc)
 	pauseScript    = luascript.New("pause", pauseSrc)
 	initLockScript = luascript.New("initlock", initLockSrc)
 	stageScript    = luascript.New("stage", stageSrc)
 	commitScript   = luascript.New("commit", commitSrc)
 	unlockScript   = luascript.New("unlock", unlockSrc)
-	repairScript   = luascript.New("repair", repairSrc)
+	repairScript   = luascript.New("repair", settledSrc+"\n"+repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
 	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
 	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+paySrc)
@@ -62,7 +64,7 @@ var (
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
 		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript,
-		payScript, expireScript}
+		payScript, expireScript, closeScript, archiveScript}
 )
 
 // scriptRunner runs scripts on a client and counts NOSCRIPT reloads.

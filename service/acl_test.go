@@ -55,7 +55,7 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 	must(root.Do(ctx, "ACL", "LOG", "RESET").Err())
 
 	a := startApp(t, service.Config{RedisURL: "redis://seckill:acl-test-password@" + srv.Addr() + "/0", DatabaseURL: dbtest.PostgresURL(t),
-		SampleEvery: 50 * time.Millisecond})
+		SampleEvery: 50 * time.Millisecond, ArchiveEvery: 20 * time.Millisecond})
 	// A sale with a purchase token and each rate-limit algorithm.
 	mustStatus(t, a.admin("POST", "/v1/admin/sales", map[string]any{"id": "s1", "per_user_limit": 5, "require_purchase_token": true,
 		"rate_limits": map[string]any{"per_user": "100/s", "per_ip": "100/m,alg=sliding-window", "per_sale": "1000/m,alg=fixed-window"},
@@ -109,6 +109,14 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 		t.Fatalf("repair as the seckill user: %+v, %v", res, err)
 	}
 	mustStatus(t, a.call("GET", "/readyz", "", nil), http.StatusOK)
+	// A close, and the archiver's removal of the sale's keys (UNLINK, SCAN).
+	mustStatus(t, a.admin("POST", "/v1/admin/sales/s2/close", nil), http.StatusOK)
+	waitfor.Until(t, waitfor.Patience, "the closed sale to be archived", func() error {
+		if n, err := root.Exists(ctx, "{seckill:s2}:sale").Result(); err != nil || n != 0 {
+			return fmt.Errorf("sale hash still there (%d, %v)", n, err)
+		}
+		return nil
+	})
 	waitfor.Until(t, waitfor.Patience, "the live view samples the sale", func() error {
 		if !strings.Contains(string(a.call("GET", "/metrics", "", nil).body), `seckill_orders_confirmed{sale="s1"} 2`) {
 			return errors.New(`no seckill_orders_confirmed{sale="s1"} 2 in /metrics`)

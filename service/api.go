@@ -42,6 +42,7 @@ func (s *Service) routes() http.Handler {
 	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": s.restock})
 	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": s.setPaused(true)})
 	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
+	handle("/v1/admin/sales/{sale}/close", map[string]handler{"POST": s.closeSale})
 	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
 	handle("/v1/admin/degraded", map[string]handler{"GET": s.getDegraded, "PUT": s.putDegraded})
 	handle("/v1/sales", map[string]handler{"GET": s.listSales})
@@ -102,10 +103,17 @@ type saleJSON struct {
 	RateLimits           *RateLimits `json:"rate_limits,omitempty"`
 	PaymentTimeoutS      int64       `json:"payment_timeout_s,omitempty"`
 	Items                []itemJSON  `json:"items"`
+	Archived             bool        `json:"archived,omitempty"` // ended, its keys gone from Redis (close.go)
 }
 
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
+	if s.knownArchived(id) {
+		return s.archivedSaleBody(ctx, id)
+	}
 	st, err := s.stock(ctx, id) // segments.go: Redis's, or the database's while it sells
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+		return s.archivedSaleBody(ctx, id)
+	}
 	if err != nil {
 		return saleJSON{}, err
 	}
@@ -358,6 +366,9 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("sale")
 	rep, err := s.reconcileSale(r.Context(), id)
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+		rep, err = s.archivedReport(r.Context(), id)
+	}
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,10 @@ type metrics struct {
 	degraded      prometheus.Gauge
 	dbBuys        *prometheus.CounterVec
 	paid, expired prometheus.Counter // the payment step (pay.go)
-	window        *latencyWindow     // the live view's
+	// the archiver's (close.go)
+	archived       prometheus.Counter
+	archiveWaiting prometheus.Gauge
+	window         *latencyWindow // the live view's
 }
 
 func newMetrics(s *Service) *metrics {
@@ -84,6 +87,12 @@ func newMetrics(s *Service) *metrics {
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_orders_expired_total", Help: "Orders this instance expired at their payment deadline (their units went back to stock).",
 		}),
+		archived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_sales_archived_total", Help: "Sales whose Redis keys this instance's archiver removed (ended, every order in the database).",
+		}),
+		archiveWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seckill_sales_awaiting_archive", Help: "Sales that have ended and whose keys are still in Redis (orders in flight, payments awaiting), as of the archiver's last pass.",
+		}),
 	}
 	reloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "seckill_script_reloads_total", Help: "Script calls that met NOSCRIPT and sent the script again.",
@@ -98,7 +107,7 @@ func newMetrics(s *Service) *metrics {
 	})
 	m.buysOK = m.buys.WithLabelValues("ok")
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
-		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}, m.paid, m.expired}
+		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}, m.paid, m.expired, m.archived, m.archiveWaiting}
 	m.reg.MustRegister(m.collectors...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -183,6 +183,9 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("order")
 	rc, err := s.seller.Cancel(r.Context(), id, who.user)
+	if err != nil {
+		rc, err = s.cancelArchived(r.Context(), id, who.user, err)
+	}
 	if errors.Is(err, inventory.ErrInvalid) {
 		err = errNotFound("order not found: " + id)
 	}

@@ -52,6 +52,10 @@ type Config struct {
 	// their payment deadline (service/pay.go); default 250ms, negative
 	// turns it off (another instance expires them).
 	ExpireEvery time.Duration
+	// ArchiveEvery is the period of the archiver, which removes the Redis
+	// keys of sales that have ended and are all in the database (archive/);
+	// default 2s, negative turns it off.
+	ArchiveEvery time.Duration
 	// Rate limits of the buying flow, each a ratelimit.ParseLimit spec
 	// ("5/s,burst=10") or "off". Defaults: DefaultRateLimitUser per user,
 	// off per client address and per sale. See limits.go.
@@ -113,6 +117,7 @@ type Service struct {
 	http      *http.Server
 	listener  net.Listener
 	saleCache *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
+	archived  *ttlcache.Cache[struct{}]     // sales known archived (close.go): they stay so
 	endpoints []string                      // "METHOD /path" of every route, as registered
 
 	stop    context.CancelFunc
@@ -125,7 +130,7 @@ type Service struct {
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{}),
-		saleCache: ttlcache.New[saleSettings](maxCachedSales)}
+		saleCache: ttlcache.New[saleSettings](maxCachedSales), archived: ttlcache.New[struct{}](maxCachedSales)}
 	s.streams = newStreamSlots(cfg.LiveStreamsPerClient, cfg.LiveStreams)
 	s.metrics = newMetrics(s)
 	if s.log == nil {
@@ -421,6 +426,9 @@ func (s *Service) secrets() {
 // stream is read first: if every entry is acknowledged (so committed), the
 // database holds everything the stream said.
 func (s *Service) loadSale(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+	if err := s.refuseArchived(ctx, saleID); err != nil {
+		return inventory.Snapshot{}, err
+	}
 	if err := s.seller.MayRebuild(ctx); err != nil {
 		return inventory.Snapshot{}, err
 	}
@@ -481,6 +489,10 @@ func (s *Service) startBackground(ctx context.Context) {
 	if s.cfg.ExpireEvery > 0 {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.expiryLoop(ctx) }()
+	}
+	if s.cfg.ArchiveEvery >= 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.runArchiver(ctx) }()
 	}
 	if s.cfg.SampleEvery > 0 {
 		s.bg.Add(1)

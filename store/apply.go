@@ -145,6 +145,8 @@ func checkEvent(saleID string, ev inventory.Event) string {
 			return err.Error()
 		}
 	case inventory.EventPaused, inventory.EventResumed:
+	case inventory.EventClosed:
+		return checkClosed(ev)
 	default:
 		return fmt.Sprintf("unknown type %q", truncate(string(ev.Type), 80))
 	}
@@ -318,6 +320,8 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		return s.applyPause(ctx, tx, saleID, ev.ID, ev.Type == inventory.EventPaused)
 	case inventory.EventPaid, inventory.EventExpired:
 		return s.applyPayment(ctx, tx, saleID, ev)
+	case inventory.EventClosed:
+		return s.applyClosed(ctx, tx, saleID, ms(ev.Sale.EndsAt))
 	}
 	return nil
 }
@@ -394,6 +398,9 @@ func (s *Store) applyCreated(ctx context.Context, tx *sql.Tx, saleID string, ev 
 		if err := s.restock(ctx, tx, saleID, it.SKU, it.Stock); err != nil {
 			return err
 		}
+	}
+	if err := s.applyEarlyClose(ctx, tx, saleID); err != nil {
+		return err
 	}
 	// Likewise pauses and resumes: the newest of them sets the flag.
 	rows, err = s.query(ctx, tx, "SELECT event_id, type FROM journal WHERE sale_id = ? AND type IN (?, ?)",

@@ -189,9 +189,9 @@ func (s *Store) SaleIDs(ctx context.Context) ([]string, error) {
 
 // SaleEnds returns every sale's end (ends_at; zero for a sale without
 // one), by id: what the order consumer needs to know which sales can still
-// take orders.
+// take orders. Archived sales, whose streams are gone, are left out.
 func (s *Store) SaleEnds(ctx context.Context) (map[string]time.Time, error) {
-	rows, err := s.query(ctx, s.db, "SELECT id, ends_at FROM sales")
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at FROM sales WHERE archived_at = 0")
 	if err != nil {
 		return nil, fmt.Errorf("store: list sales: %w", err)
 	}

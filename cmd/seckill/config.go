@@ -77,6 +77,13 @@ func reconcileFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Du
 		"period of the reconciliation loop, which repairs drift two passes in a row find, like 30s or 5m; 0 turns it off", "turn the loop off")
 }
 
+// archiveFlag defines --archive-every, serve's; the returned function
+// reads it, once fs is parsed, as service.Config.ArchiveEvery.
+func archiveFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
+	return durationFlag(fs, getenv, "archive-every", "SECKILL_ARCHIVE_EVERY", "2s",
+		"period of the archiver, which removes from Redis the keys of sales that have ended and are all in the database; 0 turns it off", "turn the archiver off")
+}
+
 // degradedFlag defines --degraded-grace, serve's; the returned function
 // reads it, once fs is parsed, as service.Config.DegradedGrace.
 func degradedFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -61,6 +62,11 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	}
 	defer db.Close()
 	eng := inventory.New(rdb, inventory.Options{Prefix: cfg.KeyPrefix})
+	if st, err := db.Archive(ctx, *sale); err == nil && !st.ArchivedAt.IsZero() {
+		fmt.Fprintf(stdout, "sale %s is archived (%s): its keys are gone from Redis and the database alone holds it; nothing to compare\n",
+			*sale, st.ArchivedAt.Format(time.RFC3339))
+		return 0
+	}
 	if segs, err := db.Segments(ctx, *sale); err != nil || len(segs) > 0 { // reconcile_segments.go
 		if err != nil {
 			fmt.Fprintln(stderr, "seckill reconcile:", err)

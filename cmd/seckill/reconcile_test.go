@@ -123,6 +123,21 @@ func TestReconcileRepairCommand(t *testing.T) {
 	if code, _, errOut = reconcileCmd("--repair", "--sale", "bad id"); code != 2 {
 		t.Errorf("bad sale id: exit %d %s", code, errOut)
 	}
+
+	// An archived sale: the database alone holds it, and the command says so
+	// (it never rebuilds the sale in Redis).
+	archived := inventory.Sale{ID: "old", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 1}}}
+	db, err = store.Open(ctx, dbURL) // the service's is closed
+	must(err)
+	defer db.Close()
+	must(db.CreateSale(ctx, store.Sale{Sale: archived}))
+	must(db.BeginArchive(ctx, "old", time.Now()))
+	must(db.FinishArchive(ctx, "old", time.Now()))
+	for _, args := range [][]string{{"--sale", "old"}, {"--sale", "old", "--repair"}} {
+		if code, out, errOut = reconcileCmd(args...); code != 0 || !strings.Contains(out, "sale old is archived") {
+			t.Errorf("%v of an archived sale: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
 }
 
 func TestDurationFlags(t *testing.T) {
@@ -133,6 +148,7 @@ func TestDurationFlags(t *testing.T) {
 	}{
 		{"reconcile-every", "SECKILL_RECONCILE_EVERY", 30 * time.Second, reconcileFlag},
 		{"degraded-grace", "SECKILL_DEGRADED_GRACE", 3 * time.Second, degradedFlag},
+		{"archive-every", "SECKILL_ARCHIVE_EVERY", 2 * time.Second, archiveFlag},
 	} {
 		for _, c := range []struct {
 			env  string

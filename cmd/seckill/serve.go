@@ -25,6 +25,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	logger := logFlags(fs, getenv)
 	reconcileEvery := reconcileFlag(fs, getenv)
 	degradedGrace := degradedFlag(fs, getenv)
+	archiveEvery := archiveFlag(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -34,6 +35,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if err == nil {
 		cfg.ReconcileEvery, err = reconcileEvery()
+	}
+	if err == nil {
+		cfg.ArchiveEvery, err = archiveEvery()
 	}
 	if err == nil {
 		cfg.DegradedGrace, err = degradedGrace()

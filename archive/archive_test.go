@@ -1,0 +1,279 @@
+package archive_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/archive"
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/store"
+)
+
+// rig is an engine and a database fed by the sale streams, as the service
+// wires them, with the service's rule for rebuilds: never an archiving sale.
+type rig struct {
+	t   testing.TB
+	ctx context.Context
+	rdb redis.UniversalClient
+	eng *inventory.Engine
+	db  *store.Store
+}
+
+func newRig(t testing.TB, rdb redis.UniversalClient, prefix, dbURL string) *rig {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r := &rig{t: t, ctx: ctx, rdb: rdb, db: db}
+	r.eng = inventory.New(rdb, inventory.Options{Prefix: prefix, Loader: inventory.LoaderFunc(r.load)})
+	return r
+}
+
+func (r *rig) load(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+	if st, err := r.db.Archive(ctx, saleID); err == nil && st.Archiving() {
+		return inventory.Snapshot{}, &inventory.ArchivedError{SaleID: saleID}
+	}
+	applied, err := pipeline.Applied(ctx, r.rdb, r.eng, saleID)
+	if err != nil {
+		return inventory.Snapshot{}, err
+	}
+	snap, err := r.db.Snapshot(ctx, saleID)
+	snap.EventsApplied = applied
+	return snap, err
+}
+
+// sale creates a sale in the database and Redis and sells units to users
+// u0, u1, ...
+func (r *rig) sale(id string, units int) []string {
+	return r.saleUntil(id, units, time.Time{})
+}
+
+// saleUntil is sale for a sale that ends at end (zero: no end).
+func (r *rig) saleUntil(id string, units int, end time.Time) []string {
+	r.t.Helper()
+	s := inventory.Sale{ID: id, PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: int64(units) + 10}}, EndsAt: end}
+	if err := r.db.CreateSale(r.ctx, store.Sale{Sale: s, CreatedAt: time.Now()}); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.eng.CreateSale(r.ctx, s); err != nil {
+		r.t.Fatal(err)
+	}
+	reqs := make([]inventory.BuyRequest, units)
+	for i := range reqs {
+		reqs[i] = inventory.BuyRequest{SaleID: id, UserID: fmt.Sprintf("u%d", i), Lines: []inventory.Line{{SKU: "A", Qty: 1}}}
+	}
+	var orders []string
+	for _, res := range r.eng.BuyMany(r.ctx, reqs) {
+		if res.Err != nil {
+			r.t.Fatal(res.Err)
+		}
+		orders = append(orders, res.Receipt.Order.ID)
+	}
+	return orders
+}
+
+// consume runs an order consumer until the test ends.
+func (r *rig) consume(name string) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = pipeline.New(r.rdb, r.eng, r.db, pipeline.Options{Name: name, Block: 20 * time.Millisecond,
+			DiscoverAll: 20 * time.Millisecond, ClaimIdle: 50 * time.Millisecond, ClaimEvery: 50 * time.Millisecond}).Run(ctx)
+	}()
+	r.t.Cleanup(func() { cancel(); <-done })
+}
+
+func (r *rig) hasSale(id string) bool {
+	n, err := r.rdb.Exists(r.ctx, r.eng.Key(id, "sale"), r.eng.EventsKey(id), r.eng.Key(id, "orders")).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return n > 0
+}
+
+func (r *rig) confirmed(id string) int {
+	counts, err := r.db.CountOrders(r.ctx, id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return counts[inventory.OrderConfirmed]
+}
+
+func realRig(t *testing.T) *rig {
+	rdb := redistest.Standalone(t)
+	return newRig(t, rdb, redistest.Prefix(t, rdb), dbtest.PostgresURL(t))
+}
+
+// A sale that has ended (at its own end: the database knows it without the
+// stream) and whose orders are not all in the database keeps its keys:
+// with no consumer at all, and with entries a consumer took and never
+// acknowledged. Once a consumer has stored everything, it is archived, with
+// every order in the database, by any number of archivers at once.
+func TestArchiveWaitsForALaggingConsumer(t *testing.T) {
+	r := realRig(t)
+	const units = 300
+	end := time.Now().Add(2 * time.Second)
+	r.saleUntil("lag", units, end)
+	waitfor.Until(t, waitfor.Patience, "the sale to end", func() error {
+		if chk, err := r.eng.CheckArchive(r.ctx, "lag"); err != nil || chk.Reason == "active" {
+			return fmt.Errorf("check %+v, %v", chk, err)
+		}
+		return nil
+	})
+	arch := archive.New(r.eng, r.db, archive.Options{})
+	for range 3 {
+		if _, _, err := arch.Pass(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.hasSale("lag") {
+		t.Fatal("archived with no consumer: nothing of the sale was in the database")
+	}
+
+	// A consumer that takes 100 entries and stops (never acknowledges).
+	key := r.eng.EventsKey("lag")
+	if err := r.rdb.XGroupCreateMkStream(r.ctx, key, pipeline.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.XReadGroup(r.ctx, &redis.XReadGroupArgs{Group: pipeline.Group, Consumer: "stalled",
+		Streams: []string{key, ">"}, Count: 100}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, _, err := arch.Pass(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.hasSale("lag") || r.confirmed("lag") != 0 {
+		t.Fatalf("archived while entries were pending: keys %v, %d orders in the database", r.hasSale("lag"), r.confirmed("lag"))
+	}
+
+	// A live consumer takes over (the stalled one's entries too), while three
+	// archivers pass over and over.
+	r.consume("live")
+	var wg sync.WaitGroup
+	var archived sync.Map
+	for i := range 3 {
+		wg.Go(func() {
+			a := archive.New(r.eng, r.db, archive.Options{})
+			deadline := time.Now().Add(waitfor.Patience)
+			for time.Now().Before(deadline) {
+				n, _, err := a.Pass(r.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n > 0 {
+					archived.Store(i, n)
+				}
+				if !r.hasSale("lag") {
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	if r.hasSale("lag") {
+		t.Fatal("the sale was not archived once the consumer caught up")
+	}
+	if got := r.confirmed("lag"); got != units {
+		t.Fatalf("%d orders in the database after archiving, want %d", got, units)
+	}
+	st, err := r.db.Archive(r.ctx, "lag")
+	if err != nil || st.ArchivedAt.IsZero() {
+		t.Fatalf("archive state %+v, %v", st, err)
+	}
+	// Archived: nothing sells it, nothing brings it back.
+	_, err = r.eng.Buy(r.ctx, "lag", "late", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+	if !errors.Is(err, inventory.ErrSaleNotActive) {
+		t.Fatalf("buy of an archived sale: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // consumer rounds
+	// A consumer that read the stream a last time before it learnt the sale
+	// was archived made it again, empty: the archiver's sweep removes it.
+	if _, _, err := arch.Pass(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.hasSale("lag") {
+		t.Fatal("an archived sale is back in Redis")
+	}
+}
+
+// A cancel that reaches Redis between the archiver's look and its removal
+// moves the stream: nothing is removed, and the cancel reaches the
+// database before the sale is archived.
+func TestArchiveRefusesALateCancel(t *testing.T) {
+	r := realRig(t)
+	orders := r.sale("late", 5)
+	r.consume("c")
+	if _, _, err := r.eng.Close(r.ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	var chk inventory.ArchiveCheck
+	waitfor.Until(t, waitfor.Patience, "the sale to settle", func() error {
+		var err error
+		if chk, err = r.eng.CheckArchive(r.ctx, "late"); err != nil || !chk.Ready {
+			return fmt.Errorf("check %+v, %v", chk, err)
+		}
+		return nil
+	})
+	if _, err := r.eng.Cancel(r.ctx, orders[0], ""); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.eng.Archive(r.ctx, "late", chk.Last)
+	if err != nil || res.Ready || res.Gone {
+		t.Fatalf("archive after a late cancel: %+v, %v", res, err)
+	}
+	if !r.hasSale("late") {
+		t.Fatal("keys removed with a cancel in flight")
+	}
+	arch := archive.New(r.eng, r.db, archive.Options{})
+	waitfor.Until(t, waitfor.Patience, "the sale to be archived", func() error {
+		if _, _, err := arch.Pass(r.ctx); err != nil {
+			return err
+		}
+		if r.hasSale("late") {
+			return errors.New("keys still there")
+		}
+		return nil
+	})
+	o, err := r.db.Order(r.ctx, orders[0])
+	if err != nil || o.Status != inventory.OrderCancelled {
+		t.Fatalf("the late cancel in the database: %+v, %v", o, err)
+	}
+}
+
+// A sale that has not ended is never archived, however settled.
+func TestArchiveLeavesALiveSale(t *testing.T) {
+	r := realRig(t)
+	r.sale("live", 3)
+	r.consume("c")
+	waitfor.Until(t, waitfor.Patience, "the orders to be stored", func() error {
+		if n := r.confirmed("live"); n != 3 {
+			return fmt.Errorf("%d stored", n)
+		}
+		return nil
+	})
+	chk, err := r.eng.CheckArchive(r.ctx, "live")
+	if err != nil || chk.Ready || chk.Reason != "active" {
+		t.Fatalf("check of a live sale: %+v, %v", chk, err)
+	}
+	if res, err := r.eng.Archive(r.ctx, "live", "-"); err != nil || res.Ready || res.Gone || !r.hasSale("live") {
+		t.Fatalf("archive of a live sale: %+v, %v", res, err)
+	}
+}

@@ -1,0 +1,114 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/inventory"
+)
+
+// Close ends a sale at once by the scripts' clock: buys and restocks are
+// refused, a closed event carries the window, and a second close changes
+// nothing. A sale closed before its start gets a start below its end.
+func TestCloseEndsTheSaleAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		now := r.clock.Now()
+		r.create(inventory.Sale{ID: "c", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}},
+			EndsAt: now.Add(time.Hour)})
+		if _, err := r.eng.Buy(r.ctx, "c", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		start, end, err := r.eng.Close(r.ctx, "c")
+		if err != nil || !end.Equal(now.Truncate(time.Millisecond)) || !start.IsZero() {
+			t.Fatalf("Close: %v %v %v, want the end at %v", start, end, err, now)
+		}
+		if _, err := r.eng.Buy(r.ctx, "c", "u2", []inventory.Line{{SKU: "A", Qty: 1}}, ""); !errors.Is(err, inventory.ErrSaleNotActive) {
+			t.Fatalf("buy after close: %v", err)
+		}
+		if _, err := r.eng.Restock(r.ctx, "c", "A", 5); !errors.Is(err, inventory.ErrSaleNotActive) {
+			t.Fatalf("restock after close: %v", err)
+		}
+		evs := r.events("c")
+		last := evs[len(evs)-1]
+		if last.Type != inventory.EventClosed || !last.Sale.EndsAt.Equal(end) {
+			t.Fatalf("last event %+v, want closed at %v", last, end)
+		}
+		r.clock.Set(now.Add(time.Second))
+		if _, end2, err := r.eng.Close(r.ctx, "c"); err != nil || !end2.Equal(end) || len(r.events("c")) != len(evs) {
+			t.Fatalf("second close: end %v, %v, %d events (was %d)", end2, err, len(r.events("c")), len(evs))
+		}
+
+		// Closed before it started: ended, and a valid window.
+		r.create(inventory.Sale{ID: "early", Items: []inventory.Item{{SKU: "A", Stock: 1}}, StartsAt: now.Add(time.Hour)})
+		start, end, err = r.eng.Close(r.ctx, "early")
+		if err != nil || !start.Before(end) {
+			t.Fatalf("close before the start: %v %v %v", start, end, err)
+		}
+		if st, err := r.eng.Stock(r.ctx, "early"); err != nil || st.Status != inventory.StatusEnded {
+			t.Fatalf("a sale closed before its start: %+v %v", st, err)
+		}
+	})
+}
+
+// A rebuild that read its snapshot before a sale ended, and commits after
+// the sale was archived, would bring back the sale as it was (selling, and
+// without the orders after the snapshot). archive.lua's mark makes the
+// commit refuse it.
+func TestArchivedSaleIsNeverRebuiltFromAStaleSnapshot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		loading, release := make(chan struct{}, 1), make(chan struct{})
+		stale := inventory.Snapshot{Sale: inventory.Sale{ID: "s", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}},
+			EventsApplied: inventory.EventsIgnored}
+		r := newRig(t, b, inventory.Options{InitLockTTL: time.Hour, InitTimeout: time.Minute,
+			Loader: inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+				select {
+				case loading <- struct{}{}:
+				default:
+				}
+				<-release
+				return stale, nil
+			})})
+		other := inventory.New(r.rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock,
+			Loader: inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+				return stale, nil
+			})})
+		r.create(stale.Sale)
+		if err := r.rdb.Del(r.ctx, r.key("s", "sale"), r.key("s", "events")).Err(); err != nil { // lost with Redis
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := r.eng.Stock(r.ctx, "s"); done <- err }() // reads the snapshot, then stalls
+		<-loading
+		if err := r.rdb.Del(r.ctx, r.key("s", "initlock")).Err(); err != nil { // its lock runs out
+			t.Fatal(err)
+		}
+		// Meanwhile another instance rebuilds the sale, closes it, the
+		// database stores everything, and the sale is archived.
+		if _, _, err := other.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.XGroupCreate(r.ctx, r.eng.EventsKey("s"), "orders", "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		chk, err := other.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check: %+v %v", chk, err)
+		}
+		if res, err := other.Archive(r.ctx, "s", chk.Last); err != nil || !res.Ready {
+			t.Fatalf("archive: %+v %v", res, err)
+		}
+		close(release)
+		if err := <-done; !errors.Is(err, inventory.ErrSaleNotActive) {
+			t.Fatalf("the stale rebuild: %v, want the sale refused as archived", err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale")).Result(); err != nil || n != 0 {
+			t.Fatalf("the archived sale is back in Redis (%d, %v)", n, err)
+		}
+		if _, err := r.eng.Buy(r.ctx, "s", "u", []inventory.Line{{SKU: "A", Qty: 1}}, ""); !errors.Is(err, inventory.ErrSaleNotActive) {
+			t.Fatalf("buy of an archived sale: %v", err)
+		}
+	})
+}

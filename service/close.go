@@ -1,0 +1,144 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/seckill/seckill/archive"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/store"
+)
+
+// Closing a sale, and the reads of a sale that has ended and whose Redis
+// keys the archiver removed (see archive/): the database answers for it.
+
+// closeSale ends a sale now (POST /v1/admin/sales/{sale}/close): in Redis,
+// atomically, by the Redis server's clock; the database follows through
+// the stream. Closing an ended or archived sale changes nothing.
+func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
+	if err := s.auth.operator(r); err != nil {
+		return err
+	}
+	id := r.PathValue("sale")
+	if !s.seller.RedisSells() {
+		return errUnavailable // degraded mode: Redis does not sell; close after the recovery
+	}
+	_, _, err := s.eng.Close(r.Context(), id)
+	var archived *inventory.ArchivedError
+	if err != nil && !errors.As(err, &archived) {
+		return err
+	}
+	if err == nil {
+		s.orders.Wake(id) // its stream has a new entry
+		s.audit(r, "sale closed", id, "", nil)
+	}
+	body, err := s.saleBody(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	body.Status = string(inventory.StatusEnded) // by Redis's clock, whatever this host's says
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// archivedSaleBody is the body of a sale whose keys are gone from Redis
+// (or going): the database's numbers, ended, archived once the keys are
+// gone.
+func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, error) {
+	st, err := s.stockInDB(ctx, id)
+	if err != nil {
+		return saleJSON{}, err
+	}
+	settings, err := s.settings(ctx, id)
+	if err != nil {
+		return saleJSON{}, err
+	}
+	b := saleJSON{ID: id, Status: string(inventory.StatusEnded), PerUserLimit: st.Sale.PerUserLimit,
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: true}
+	if settings.RateLimits != (RateLimits{}) {
+		b.RateLimits = &settings.RateLimits
+	}
+	if t := st.Sale.StartsAt; !t.IsZero() {
+		b.StartsAt = &t
+	}
+	if t := st.Sale.EndsAt; !t.IsZero() {
+		b.EndsAt = &t
+	}
+	for _, it := range st.Items {
+		// An ended sale sells nothing more: what was not sold stays unsold.
+		b.Items = append(b.Items, itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold})
+	}
+	return b, nil
+}
+
+// refuseArchived is the Loader's first step: a sale the archiver has
+// begun to remove from Redis is never rebuilt there. A sale found so is
+// remembered for a while (it never goes back), so that buys of it, and
+// reads, cost no database read each.
+func (s *Service) refuseArchived(ctx context.Context, saleID string) error {
+	if s.knownArchived(saleID) {
+		return &inventory.ArchivedError{SaleID: saleID}
+	}
+	st, err := s.db.Archive(ctx, saleID)
+	if err != nil || !st.Archiving() {
+		return nil // an unknown sale: the snapshot says so
+	}
+	now := time.Now().UnixNano()
+	s.archived.Set(saleID, struct{}{}, now+int64(archivedCacheTTL), now)
+	return &inventory.ArchivedError{SaleID: saleID}
+}
+
+// archivedCacheTTL is how long an instance remembers a sale archived.
+const archivedCacheTTL = 10 * time.Minute
+
+// knownArchived reports whether this instance found the sale archiving or
+// archived lately.
+func (s *Service) knownArchived(saleID string) bool {
+	_, ok := s.archived.Get(saleID, time.Now().UnixNano())
+	return ok
+}
+
+// cancelArchived cancels an order of a sale whose keys are gone, in the
+// database; err is the seller's error when the sale is not archiving.
+func (s *Service) cancelArchived(ctx context.Context, orderID, user string, err error) (inventory.Receipt, error) {
+	var archived *inventory.ArchivedError
+	if !errors.As(err, &archived) {
+		return inventory.Receipt{}, err
+	}
+	return s.db.CancelArchived(ctx, orderID, user, time.Now())
+}
+
+// archivedReport is the reconciliation of a sale whose keys are gone: the
+// database is all there is, so its numbers are compared with nothing and
+// the sale is consistent.
+func (s *Service) archivedReport(ctx context.Context, id string) (reconcile.Report, error) {
+	totals, err := s.db.Totals(ctx, id)
+	if err != nil {
+		return reconcile.Report{}, err
+	}
+	rep := reconcile.Report{Sale: id, Consistent: true, Items: make([]reconcile.Item, 0, len(totals))}
+	for _, t := range totals {
+		remaining := int64(-1)
+		if t.Stocked != -1 {
+			remaining = t.Stocked - t.Sold
+		}
+		rep.Items = append(rep.Items, reconcile.Item{SKU: t.SKU, Stocked: t.Stocked, Remaining: remaining, Sold: t.Sold,
+			OrdersInDB: t.Sold, StockedInDB: t.Stocked, Held: t.Sold})
+	}
+	return rep, nil
+}
+
+// runArchiver runs the archiver until ctx ends.
+func (s *Service) runArchiver(ctx context.Context) {
+	a := archive.New(s.eng, s.db, archive.Options{Every: s.cfg.ArchiveEvery, Logger: s.log,
+		OnPass: func(archived, waiting int) {
+			s.metrics.archived.Add(float64(archived))
+			s.metrics.archiveWaiting.Set(float64(waiting))
+		}})
+	_ = a.Run(ctx)
+}
+
+var _ archive.Store = (*store.Store)(nil)

@@ -3,8 +3,11 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/inventory"
 )
@@ -111,4 +114,84 @@ func TestArchivedSaleIsNeverRebuiltFromAStaleSnapshot(t *testing.T) {
 			t.Fatalf("buy of an archived sale: %v", err)
 		}
 	})
+}
+
+// Archive removes every key of the sale at once and PurgeArchived those
+// that would expire on their own, on the node that holds the sale; the
+// archived mark stays (and expires), and keys of other names a caller keeps
+// under the sale's tag stay too.
+func TestArchiveRemovesEveryKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "gone", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		rc, err := r.eng.Buy(r.ctx, "gone", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "k1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, rc.Order.ID, "u1"); err != nil { // leaves an op:* marker
+			t.Fatal(err)
+		}
+		if _, err := r.eng.Restock(r.ctx, "gone", "A", 1); err != nil { // and another
+			t.Fatal(err)
+		}
+		own := r.eng.Key("gone", "mine")
+		if err := r.rdb.Set(r.ctx, own, "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.eng.Close(r.ctx, "gone"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.XGroupCreate(r.ctx, r.eng.EventsKey("gone"), "orders", "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		chk, err := r.eng.CheckArchive(r.ctx, "gone")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check: %+v %v", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "gone", chk.Last); err != nil || !res.Ready {
+			t.Fatalf("archive: %+v %v", res, err)
+		}
+		if n, err := r.eng.PurgeArchived(r.ctx, "gone"); err != nil || n != 2 {
+			t.Fatalf("purge removed %d keys (%v), want the 2 op markers", n, err)
+		}
+		left := map[string]bool{}
+		for _, k := range r.keysOf(r.key("gone", "*")) {
+			left[k] = true
+		}
+		if len(left) != 2 || !left[own] || !left[r.key("gone", "archived")] {
+			t.Fatalf("left of an archived sale: %v, want the mark and the caller's own key", left)
+		}
+		if ttl, err := r.rdb.PTTL(r.ctx, r.key("gone", "archived")).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("the mark's ttl %v (%v), want at most an hour", ttl, err)
+		}
+	})
+}
+
+// keysOf lists the keys matching pattern (on a cluster, on every master).
+func (r *rig) keysOf(pattern string) []string {
+	r.t.Helper()
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			out = append(out, iter.Val())
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		err = c.ForEachMaster(r.ctx, func(ctx context.Context, n *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, n)
+		})
+	case *redis.Client:
+		err = scan(r.ctx, c)
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
 }

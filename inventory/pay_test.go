@@ -374,3 +374,31 @@ func TestRepairRestoresPayment(t *testing.T) {
 		}
 	})
 }
+
+// TestDueSales: of the sales asked about, those whose earliest deadline has
+// passed (by the script's clock), whatever node each lives on; a sale
+// without awaiting orders (or not in Redis) is not due.
+func TestDueSales(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		start := r.clock.Now()
+		for i, id := range []string{"a", "b", "c"} {
+			r.paySale(id, 10, time.Duration(i+1)*time.Minute)
+			if _, err := r.eng.Buy(r.ctx, id, "u1", lines("A", 1), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.paySale("none", 10, time.Minute)
+		ids := []string{"a", "b", "c", "none", "missing"}
+		for _, c := range []struct {
+			at   time.Duration
+			want []string
+		}{{0, nil}, {time.Minute, []string{"a"}}, {2*time.Minute + time.Second, []string{"a", "b"}}, {time.Hour, []string{"a", "b", "c"}}} {
+			r.clock.Set(start.Add(c.at))
+			got, err := r.eng.DueSales(r.ctx, ids)
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("at +%v: DueSales = %v, %v; want %v", c.at, got, err, c.want)
+			}
+		}
+	})
+}

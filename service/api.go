@@ -154,8 +154,14 @@ func (s *Service) stockInDB(ctx context.Context, id string) (inventory.SaleState
 		return inventory.SaleState{}, err
 	}
 	st := inventory.SaleState{Sale: sale.Sale, Status: inventory.StatusAt(sale.Paused, sale.StartsAt, sale.EndsAt, time.Now())}
+	var awaiting map[string]int64
+	if sale.PaymentTimeout > 0 {
+		if awaiting, err = s.db.AwaitingUnits(ctx, id); err != nil {
+			return inventory.SaleState{}, err
+		}
+	}
 	for _, t := range totals {
-		it := inventory.ItemState{SKU: t.SKU, Stocked: t.Stocked, Sold: t.Sold, Remaining: -1}
+		it := inventory.ItemState{SKU: t.SKU, Stocked: t.Stocked, Sold: t.Sold, Remaining: -1, Awaiting: awaiting[t.SKU]}
 		if t.Stocked != -1 {
 			it.Remaining = t.Stocked - t.Sold
 		}

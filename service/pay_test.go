@@ -301,13 +301,17 @@ func TestPaymentWhileTheDatabaseSells(t *testing.T) {
 			if o := a.getOrder("u1", fromRedis); o["payment_status"] != "awaiting" {
 				t.Fatalf("a reservation expired while the database sells: %v", o)
 			}
+			item := a.call("GET", "/v1/sales/s", "", nil).json(t)["items"].([]any)[0].(map[string]any)
+			if item["awaiting_payment"] != 2.0 || item["remaining"] != 1.0 {
+				t.Fatalf("item while the database sells: %v", item)
+			}
 
 			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
 			waitMode("redis")
 			a.waitExpired("u1", fromRedis)
 			a.waitExpired("u2", fromDB)
 			a.settle("s")
-			item := a.call("GET", "/v1/sales/s", "", nil).json(t)["items"].([]any)[0].(map[string]any)
+			item = a.call("GET", "/v1/sales/s", "", nil).json(t)["items"].([]any)[0].(map[string]any)
 			if item["remaining"] != 3.0 || item["awaiting_payment"] != 0.0 {
 				t.Fatalf("item after the expiries: %v", item)
 			}

@@ -122,3 +122,28 @@ func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[stri
 	}
 	return counts, nil
 }
+
+// AwaitingUnits sums, per sku, the units of the sale's orders awaiting
+// payment as the database has them (confirmed, neither paid nor expired;
+// for a sale with a payment step): what GET /v1/sales shows while the
+// database sells.
+func (s *Store) AwaitingUnits(ctx context.Context, saleID string) (map[string]int64, error) {
+	rows, err := s.query(ctx, s.db, `SELECT oi.sku, CAST(SUM(oi.qty) AS BIGINT) FROM order_items oi
+		JOIN orders o ON o.id = oi.order_id WHERE o.sale_id = ? AND o.status = ? AND o.payment_status = ''
+		GROUP BY oi.sku`, saleID, string(inventory.OrderConfirmed))
+	if err != nil {
+		return nil, fmt.Errorf("store: awaiting units of sale %s: %w", saleID, err)
+	}
+	out := map[string]int64{}
+	err = scanEach(rows, func() error {
+		var sku string
+		var n int64
+		err := rows.Scan(&sku, &n)
+		out[sku] = n
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: awaiting units of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}

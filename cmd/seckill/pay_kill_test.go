@@ -60,6 +60,9 @@ func TestServiceKilledWithReservations(t *testing.T) {
 	defer client.CloseIdleConnections()
 
 	proc := startReady(t, env, freeAddr(t))
+	var base atomic.Pointer[string] // the buyers' (the restarted process listens on the same address)
+	b := proc.base()
+	base.Store(&b)
 	noDegradedSwitch(t, client, proc.base(), admin)
 	r, err := call(context.Background(), client, "POST", proc.base()+"/v1/admin/sales", admin, nil, map[string]any{
 		"id": sale, "per_user_limit": 1, "payment_timeout_s": 1, "items": []map[string]any{{"sku": "A", "stock": stock}}})
@@ -79,7 +82,7 @@ func TestServiceKilledWithReservations(t *testing.T) {
 	// until sends a request until it gets an HTTP answer that is not a 5xx.
 	until := func(method, path, tok string, hdr map[string]string, body any) (apiReply, bool) {
 		for ctx.Err() == nil {
-			r, err := call(ctx, client, method, proc.base()+path, tok, hdr, body)
+			r, err := call(ctx, client, method, *base.Load()+path, tok, hdr, body)
 			if err == nil && r.status < 500 {
 				return r, true
 			}

@@ -307,6 +307,17 @@ local limit, starts, ends = int(meta[1]), int(meta[2]), int(meta[3])
 -- deadline, order id pairs to add
 local pay, deadlines = meta[6] and int(meta[6]), nil
 if pay == 0 then pay = false end
+-- bad_a: an asked sku's awaiting count ("a:<sku>") that HINCRBY would fail
+-- on, read (a sale with a payment step only) before the first write
+local bad_a
+if pay then
+  local af = {}
+  for i, sku in ipairs(skus) do af[i] = 'a:' .. sku end
+  v = read('HMGET', KEYS[1], af)
+  for i = 1, #af do
+    if v[i] and not int(v[i]) then bad_a = af[i] end
+  end
+end
 local not_selling
 if not (limit and starts and ends) or pay == nil or pay and pay < 0 then
   not_selling = 'sale'
@@ -423,6 +434,7 @@ local function buy_one(b)
     if not_selling == 'sale' then return put(8, 'sale') end
     return put(3, not_selling)
   end
+  if bad_a then return put(8, bad_a) end
 
   -- The lines: a corrupt remaining, then unknown skus, a corrupt held
   -- count, the limit, the stock.

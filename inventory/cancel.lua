@@ -71,6 +71,15 @@ for i = 1, #sku do
   end
 end
 
+-- Whether it awaits payment: read before the first write (a deadlines key
+-- of another type fails here, with nothing written).
+local awaiting = redis.call('ZSCORE', KEYS[6], order_id)
+if awaiting then
+  for i = 1, #sku do
+    if not int(redis.call('HGET', KEYS[1], 'a:' .. sku[i]) or '0') then return {8, 'a:' .. sku[i]} end
+  end
+end
+
 -- Every check passed: write.
 -- The event is the first write: XADD is the one write whose key no check
 -- above has read, so if it fails, nothing has been written.
@@ -94,7 +103,8 @@ for i = 1, #sku do
   end
 end
 redis.call('HSET', KEYS[3], order_id, record)
-if redis.call('ZREM', KEYS[6], order_id) == 1 then
+if awaiting then
+  redis.call('ZREM', KEYS[6], order_id)
   for i = 1, #sku do redis.call('HINCRBY', KEYS[1], 'a:' .. sku[i], string.format('%d', -qty[i])) end
 end
 redis.call('SET', KEYS[5], table.concat(kept, ','), 'EX', 86400)

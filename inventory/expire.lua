@@ -65,6 +65,7 @@ local function expire(order_id)
     if rem[i] == -1 and not int(redis.call('HGET', KEYS[1], 's:' .. s) or '0') then
       return 's:' .. s
     end
+    if not int(redis.call('HGET', KEYS[1], 'a:' .. s) or '0') then return 'a:' .. s end
   end
   -- Every check of this order passed: write, the event first.
   redis.call('XADD', KEYS[4], '*', 'type', 'expired', 'order', order_id, 'user', user,

@@ -1,5 +1,5 @@
 -- int.lua: int(v), prepended to the scripts that read stored counters
--- (buy, cancel, restock, move).
+-- (buy, cancel, restock, move, pay, expire).
 --
 -- int(v) returns v as a number if it is an integer as the engine writes
 -- them ('0', or an optional '-' then digits with no leading zero: the

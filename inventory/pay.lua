@@ -46,6 +46,10 @@ local now_ms = math.floor(script_now(ARGV[1]) / 1000)
 if not deadline then return {17, 'cancelled'} end
 if tonumber(deadline) <= now_ms then return {17, 'deadline'} end
 
+for sku in string.gmatch(lines, '([^,=]+)=%d+') do
+  if not int(redis.call('HGET', KEYS[1], 'a:' .. sku) or '0') then return {8, 'a:' .. sku} end
+end
+
 -- Every check passed: write; the event first (see cancel.lua).
 local at = string.format('%d', now_ms)
 redis.call('XADD', KEYS[5], '*', 'type', 'paid', 'order', order_id, 'user', user,

@@ -402,3 +402,44 @@ func TestDueSales(t *testing.T) {
 		}
 	})
 }
+
+// TestCorruptAwaitingCountWritesNothing: a sale's awaiting count ("a:<sku>")
+// that is not an integer is found before any write: a buy, a cancel, a pay
+// and an expiry of the sale fail with ErrCorrupt and leave everything as it
+// was (the stream included).
+func TestCorruptAwaitingCountWritesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, time.Second)
+		rc, err := r.eng.Buy(r.ctx, "s", "u1", lines("A", 1), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.HSet(r.ctx, r.key("s", "sale"), "a:A", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := r.rdb.XLen(r.ctx, r.eng.EventsKey("s")).Val()
+		if _, err := r.eng.Buy(r.ctx, "s", "u2", lines("A", 1), ""); !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("buy: %v, want ErrCorrupt", err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, rc.Order.ID, ""); !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("cancel: %v, want ErrCorrupt", err)
+		}
+		if _, _, err := r.eng.Pay(r.ctx, rc.Order.ID, "", "ref"); !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("pay: %v, want ErrCorrupt", err)
+		}
+		r.clock.Set(rc.Order.CreatedAt.Add(time.Second))
+		if _, _, err := r.eng.ExpireDue(r.ctx, "s", 10); !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("expire: %v, want ErrCorrupt", err)
+		}
+		if after := r.rdb.XLen(r.ctx, r.eng.EventsKey("s")).Val(); after != before {
+			t.Errorf("the stream grew from %d to %d entries", before, after)
+		}
+		if o := r.payment(rc.Order.ID); o.Payment != inventory.PaymentAwaiting || o.Status != inventory.OrderPending {
+			t.Errorf("the order changed: %+v", o)
+		}
+		if rem := r.remaining("s"); rem["A"] != 9 {
+			t.Errorf("remaining %v, want A: 9", rem)
+		}
+	})
+}

@@ -59,7 +59,7 @@ var (
 	repairScript   = luascript.New("repair", settledSrc+"\n"+repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
 	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
-	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+paySrc)
+	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+intSrc+"\n"+paySrc)
 	expireScript   = luascript.New("expire", gcra.ClockLua+"\n"+intSrc+"\n"+expireSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,

@@ -87,12 +87,13 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 
 // withPayment fills the payment step of an order that does not carry it
 // (Payment ""): not_required for a sale without one; else Redis's view,
-// or, if Redis cannot tell, what the order's status says.
+// or, if Redis cannot tell, what the order's status says. A segment's
+// order has its segmented sale's settings (a segment has none of its own).
 func (s *Service) withPayment(ctx context.Context, o inventory.Order) inventory.Order {
 	if o.Payment != "" {
 		return o
 	}
-	settings, err := s.settings(ctx, o.SaleID)
+	settings, err := s.settings(ctx, s.publicSale(ctx, o.SaleID))
 	if err != nil || settings.PaymentTimeout == 0 {
 		o.Payment = inventory.PaymentNotRequired
 		return o

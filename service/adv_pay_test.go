@@ -1,0 +1,39 @@
+package service_test
+
+import (
+	"net/http"
+	"testing"
+)
+
+// createSegmentedPaySale creates sale id with sku A (stock units on k
+// segments, limit 1 per buyer) and a payment timeout of timeoutS seconds.
+func (a *app) createSegmentedPaySale(id string, stock, k, timeoutS int64) {
+	a.t.Helper()
+	mustStatus(a.t, a.admin("POST", "/v1/admin/sales", map[string]any{"id": id, "per_user_limit": 1,
+		"payment_timeout_s": timeoutS, "items": []map[string]any{{"sku": "A", "stock": stock, "segments": k}}}), http.StatusCreated)
+}
+
+// TestSegmentedSalePayment: a segmented sale with a payment step: its
+// orders (of its segments, "<sale>:<n>.<ULID>") are reservations, read
+// awaiting also from Redis before the database has them.
+func TestSegmentedSalePayment(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		a.createSegmentedPaySale("hot", 4, 2, 3600)
+		r := buyOne(a, "hot", "u1")
+		mustStatus(t, r, http.StatusCreated)
+		id := r.json(t)["order_id"].(string)
+		if b := r.json(t); b["payment_status"] != "awaiting" || b["sale_id"] != "hot" {
+			t.Fatalf("buy reply: %s", r.body)
+		}
+		fromRedis, err := a.svc.Engine().Order(a.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := a.svc.WithPayment(a.ctx, fromRedis); o.Payment != "awaiting" || o.PayBy.IsZero() {
+			t.Fatalf("a segment's order read from Redis: payment %q, pay_by %v", o.Payment, o.PayBy)
+		}
+		if o := a.getOrder("u1", id); o["payment_status"] != "awaiting" || o["sale_id"] != "hot" {
+			t.Fatalf("GET: %v", o)
+		}
+	})
+}

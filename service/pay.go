@@ -69,10 +69,12 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return payError(err)
 	}
+	seg := o.SaleID                                // the engine's sale: its stream has the paid event
+	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
 	if !replayed {
 		s.metrics.paid.Inc()
 		if s.orders != nil {
-			s.orders.Wake(o.SaleID)
+			s.orders.Wake(seg)
 		}
 	}
 	if stored, err := s.db.Order(r.Context(), id); err == nil {

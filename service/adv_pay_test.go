@@ -1,8 +1,12 @@
 package service_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/seckill/seckill/service"
 
 	"github.com/seckill/seckill/internal/waitfor"
 )
@@ -75,4 +79,57 @@ func segmentOf(t testing.TB, order string) string {
 	}
 	t.Fatalf("order id %s", order)
 	return ""
+}
+
+// TestPayOfAnArchivedSale: once a sale with a payment step is archived
+// (its keys gone from Redis), a pay answers from the database as the
+// contract says: the same ref again -> 200 paid (nothing changes), another
+// ref -> 409 already_paid, an expired order -> 409 order_closed, someone
+// else's -> 404; and nothing brings the sale's keys back.
+func TestPayOfAnArchivedSale(t *testing.T) {
+	for _, st := range stacks {
+		t.Run(st.name, func(t *testing.T) {
+			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
+			a.createPaySale("pa", 5, 1)
+			r := buyOne(a, "pa", "u1")
+			mustStatus(t, r, http.StatusCreated)
+			paid := r.json(t)["order_id"].(string)
+			mustStatus(t, a.pay("u1", paid, "ref-1"), http.StatusOK)
+			r = buyOne(a, "pa", "u2")
+			mustStatus(t, r, http.StatusCreated)
+			lapsed := r.json(t)["order_id"].(string)
+			a.waitExpired("u2", lapsed)
+			mustStatus(t, a.admin("POST", "/v1/admin/sales/pa/close", nil), http.StatusOK)
+			waitfor.Until(t, waitfor.Patience, "the closed sale's keys to go", func() error {
+				if keys := a.saleKeys("pa"); len(keys) > 0 {
+					return fmt.Errorf("keys left: %v", keys)
+				}
+				if r := a.call("GET", "/v1/sales/pa", "", nil); r.json(t)["archived"] != true {
+					return fmt.Errorf("sale: %s", r.body)
+				}
+				return nil
+			})
+
+			r = a.pay("u1", paid, "ref-1")
+			mustStatus(t, r, http.StatusOK)
+			if b := r.json(t); b["payment_status"] != "paid" || b["payment_ref"] != "ref-1" || b["status"] != "confirmed" || b["sale_id"] != "pa" {
+				t.Fatalf("pay again of an archived sale's order: %s", r.body)
+			}
+			if r := a.pay("u1", paid, "ref-2"); r.status != http.StatusConflict || r.code(t) != "already_paid" {
+				t.Fatalf("pay with another ref: %d %s", r.status, r.body)
+			}
+			if r := a.pay("u2", lapsed, "ref"); r.status != http.StatusConflict || r.code(t) != "order_closed" {
+				t.Fatalf("pay of an expired order of an archived sale: %d %s", r.status, r.body)
+			}
+			if r := a.pay("u2", paid, "ref-1"); r.status != http.StatusNotFound {
+				t.Fatalf("pay of someone else's order: %d %s", r.status, r.body)
+			}
+			if r := a.admin("POST", "/v1/orders/"+paid+"/pay", map[string]any{"payment_ref": "ref-1"}); r.status != http.StatusOK {
+				t.Fatalf("operator's pay: %d %s", r.status, r.body)
+			}
+			if keys := a.saleKeys("pa"); len(keys) > 0 {
+				t.Fatalf("an archived sale is back in Redis: %v", keys)
+			}
+		})
+	}
 }

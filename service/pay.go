@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -67,7 +68,11 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	}
 	o, replayed, err := s.eng.Pay(r.Context(), id, who.user, *req.PaymentRef)
 	if err != nil {
-		return payError(err)
+		if o, err = s.payArchived(r.Context(), id, who.user, *req.PaymentRef, err); err != nil {
+			return payError(err)
+		}
+		writeOrder(w, http.StatusOK, o, nil)
+		return nil
 	}
 	seg := o.SaleID                                // the engine's sale: its stream has the paid event
 	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
@@ -85,6 +90,35 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeOrder(w, http.StatusOK, o, nil)
 	return nil
+}
+
+// payArchived answers a pay of an order of a sale whose keys are gone from
+// Redis (archived) from the database, where it is final: it awaits no
+// payment any more (the archiver waits for that), so a pay changes
+// nothing. The same ref as the order's is the pay replayed; another is
+// ErrAlreadyPaid; an unpaid order is ErrOrderClosed. err is the engine's
+// error when the sale is not archived.
+func (s *Service) payArchived(ctx context.Context, orderID, user, ref string, err error) (inventory.Order, error) {
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
+		return inventory.Order{}, err
+	}
+	o, err := s.db.Order(ctx, orderID)
+	if err == nil && user != "" && o.UserID != user {
+		err = &inventory.NotFoundError{Kind: "order", IDs: []string{orderID}}
+	}
+	if err != nil {
+		return inventory.Order{}, err
+	}
+	switch {
+	case o.Payment == inventory.PaymentNotRequired || o.Payment == "":
+		return inventory.Order{}, inventory.ErrNoPayment
+	case o.Payment != inventory.PaymentPaid:
+		return inventory.Order{}, fmt.Errorf("%w: %s (the sale is archived)", inventory.ErrOrderClosed, orderID)
+	case o.PaymentRef != ref:
+		return inventory.Order{}, fmt.Errorf("%w: %s", inventory.ErrAlreadyPaid, orderID)
+	}
+	o.SaleID = s.publicSale(ctx, o.SaleID)
+	return o, nil
 }
 
 // withPayment fills the payment step of an order that does not carry it

@@ -69,10 +69,12 @@ func (s *Store) applyPayment(ctx context.Context, tx *sql.Tx, saleID string, ev 
 	return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
 }
 
-// PaymentSales returns the sales with a payment step: id, end and payment
-// timeout (the expiry loop's list).
+// PaymentSales returns the sales with a payment step that are not
+// archived: id, end and payment timeout (the expiry loop's list, read every
+// second: an archived sale awaits no payment and has no keys in Redis, so
+// the list does not grow with every sale ever run).
 func (s *Store) PaymentSales(ctx context.Context) ([]inventory.Sale, error) {
-	rows, err := s.query(ctx, s.db, "SELECT id, ends_at, payment_timeout_ms FROM sales WHERE payment_timeout_ms > 0")
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at, payment_timeout_ms FROM sales WHERE archived_at = 0 AND payment_timeout_ms > 0")
 	if err != nil {
 		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
 	}

@@ -22,8 +22,8 @@ import (
 // Engine is what the loop needs of the inventory engine.
 type Engine interface {
 	// DueSales returns those of saleIDs whose earliest payment deadline
-	// has passed (by Redis's clock).
-	DueSales(ctx context.Context, saleIDs []string) ([]string, error)
+	// has passed (by Redis's clock), and those missing from Redis (lost).
+	DueSales(ctx context.Context, saleIDs []string) (due, lost []string, err error)
 	// ExpireDue expires up to max due orders of the sale; more says that
 	// more are due.
 	ExpireDue(ctx context.Context, saleID string, max int) (expired []string, more bool, err error)
@@ -52,6 +52,11 @@ type Options struct {
 	Recent, Sweep time.Duration
 	// Batch is the most orders one script call expires. Default 500.
 	Batch int
+	// Lost, if set, is told of the sales (of those the tick looks at)
+	// missing from Redis: a Redis that lost their keys. Their reservations
+	// are then only in the system of record; Lost brings back the sales
+	// that have some (a rebuild), and a later tick expires them.
+	Lost func(ctx context.Context, saleIDs []string) error
 	// OnExpired, if set, is told of every order expired.
 	OnExpired func(saleID string, orders []string)
 	// Logger logs the errors of a tick (at most one a Refresh). Default
@@ -143,12 +148,15 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	due, err := l.eng.DueSales(ctx, ids)
+	due, lost, err := l.eng.DueSales(ctx, ids)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	var firstErr error
+	if len(lost) > 0 && l.opts.Lost != nil {
+		firstErr = l.opts.Lost(ctx, lost)
+	}
 	for _, id := range due {
 		for {
 			expired, more, err := l.eng.ExpireDue(ctx, id, l.opts.Batch)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckill/seckill/service"
-
 	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/service"
 )
 
 // createSegmentedPaySale creates sale id with sku A (stock units on k
@@ -129,6 +129,46 @@ func TestPayOfAnArchivedSale(t *testing.T) {
 			}
 			if keys := a.saleKeys("pa"); len(keys) > 0 {
 				t.Fatalf("an archived sale is back in Redis: %v", keys)
+			}
+		})
+	}
+}
+
+// TestLostEndedSaleReservationsExpire: Redis loses the keys of a sale that
+// has ended while one of its reservations still awaits payment (the
+// database has the order, unpaid). The reservation must still expire at
+// its deadline (the archiver must not archive the sale with it awaiting:
+// it would await forever, its unit never back).
+func TestLostEndedSaleReservationsExpire(t *testing.T) {
+	for _, st := range stacks {
+		t.Run(st.name, func(t *testing.T) {
+			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
+			a.createPaySale("lost", 5, 4)
+			r := buyOne(a, "lost", "u1")
+			mustStatus(t, r, http.StatusCreated)
+			id := r.json(t)["order_id"].(string)
+			mustStatus(t, a.admin("POST", "/v1/admin/sales/lost/close", nil), http.StatusOK)
+			a.settle("lost")
+			if o := a.getOrder("u1", id); o["payment_status"] != "awaiting" {
+				t.Fatalf("order before the loss: %v", o)
+			}
+			if err := a.svc.Redis().Del(a.ctx, a.saleKeys("lost")...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			a.waitExpired("u1", id)
+			waitfor.Until(t, waitfor.Patience, "the sale is archived", func() error {
+				if r := a.call("GET", "/v1/sales/lost", "", nil); r.json(t)["archived"] != true {
+					return fmt.Errorf("sale: %s", r.body)
+				}
+				return nil
+			})
+			o, err := a.svc.Store().Order(a.ctx, id)
+			if err != nil || o.Status != inventory.OrderCancelled || o.Payment != inventory.PaymentExpired {
+				t.Fatalf("the order in the database: %+v %v", o, err)
+			}
+			r = a.call("GET", "/v1/sales/lost", "", nil)
+			if soldOf(t, r) != 0 {
+				t.Fatalf("archived sale: %s", r.body)
 			}
 		})
 	}

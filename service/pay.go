@@ -185,6 +185,7 @@ func (s *Service) expiryLoop(ctx context.Context) {
 			}
 			return out, err
 		},
+		Lost: s.bringBackReservations,
 		Tick: s.cfg.ExpireEvery,
 		OnExpired: func(saleID string, orders []string) {
 			s.metrics.expired.Add(float64(len(orders)))
@@ -195,4 +196,27 @@ func (s *Service) expiryLoop(ctx context.Context) {
 		Logger: s.log,
 	})
 	_ = loop.Run(ctx)
+}
+
+// bringBackReservations rebuilds, of the sales with a payment step that
+// Redis lost (the expiry loop's Lost), the ones the database holds
+// reservations of: nothing else would bring back a sale nobody buys from
+// or reads (one that has ended, say), and its reservations would await
+// payment forever. A sale with none stays out of Redis (it may be one
+// being created, or being archived). The rebuild refuses an archived
+// sale, and any sale while Redis does not sell.
+func (s *Service) bringBackReservations(ctx context.Context, saleIDs []string) error {
+	awaiting, err := s.db.AwaitingPayment(ctx, saleIDs)
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	for _, id := range awaiting {
+		if _, err := s.eng.Stock(ctx, id); err != nil && firstErr == nil {
+			if _, archived := errors.AsType[*inventory.ArchivedError](err); !archived {
+				firstErr = fmt.Errorf("bring back the reservations of sale %s: %w", id, err)
+			}
+		}
+	}
+	return firstErr
 }

@@ -61,6 +61,9 @@ func TestPaymentEventsApplyOnceInAnyOrder(t *testing.T) {
 			kinds[j.Type]++
 		}
 		check(t, "journal", kinds, map[inventory.EventType]int{"created": 1, "bought": 3, "paid": 1, "expired": 1})
+		awaiting, err := s.AwaitingPayment(ctx, []string{"p", "none"})
+		must(t, err)
+		check(t, "AwaitingPayment", awaiting, []string{"p"}) // b3
 		sales, err := s.PaymentSales(ctx)
 		must(t, err)
 		check(t, "PaymentSales", len(sales) == 1 && sales[0].ID == "p" && sales[0].PaymentTimeout == time.Minute, true)

@@ -57,6 +57,11 @@ type Options struct {
 	// are then only in the system of record; Lost brings back the sales
 	// that have some (a rebuild), and a later tick expires them.
 	Lost func(ctx context.Context, saleIDs []string) error
+	// Paused, if set, says whether expiring must wait: while Redis does
+	// not sell (the database sells, or Redis restarted and may be behind
+	// the database until the recovery repairs it: an order paid there may
+	// still await payment here). Asked before each expiry.
+	Paused func() bool
 	// OnExpired, if set, is told of every order expired.
 	OnExpired func(saleID string, orders []string)
 	// Logger logs the errors of a tick (at most one a Refresh). Default
@@ -135,6 +140,9 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 			}
 		}
 	}
+	if l.paused() {
+		return 0, nil
+	}
 	all := now.Sub(l.swept) >= l.opts.Sweep
 	if all {
 		l.swept = now
@@ -154,11 +162,14 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 	}
 	n := 0
 	var firstErr error
+	if l.paused() { // DueSales may have found Redis restarted
+		return 0, nil
+	}
 	if len(lost) > 0 && l.opts.Lost != nil {
 		firstErr = l.opts.Lost(ctx, lost)
 	}
 	for _, id := range due {
-		for {
+		for !l.paused() {
 			expired, more, err := l.eng.ExpireDue(ctx, id, l.opts.Batch)
 			n += len(expired)
 			if len(expired) > 0 && l.opts.OnExpired != nil {
@@ -177,3 +188,6 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 	}
 	return n, firstErr
 }
+
+// paused reports whether expiring must wait (Options.Paused).
+func (l *Loop) paused() bool { return l.opts.Paused != nil && l.opts.Paused() }

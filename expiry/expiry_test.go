@@ -88,3 +88,42 @@ func TestTickTellsLost(t *testing.T) {
 		t.Fatalf("told lost %v, want [[gone]]", told)
 	}
 }
+
+// TestTickPaused: while Paused says so, a tick expires nothing, also when
+// it turns so between DueSales and the expiry (DueSales found Redis
+// restarted).
+func TestTickPaused(t *testing.T) {
+	eng := &fakeEngine{due: []string{"s"}, left: map[string]int{"s": 3}}
+	paused := true
+	loop := expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "s", Timeout: time.Minute}}, nil
+		},
+		Paused: func() bool { return paused },
+	})
+	if n, err := loop.Tick(context.Background()); err != nil || n != 0 || eng.calls != 0 || len(eng.asked) != 0 {
+		t.Fatalf("paused tick: %d expired, %v, %d calls, asked %v", n, err, eng.calls, eng.asked)
+	}
+	asks := 0
+	loop = expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "s", Timeout: time.Minute}}, nil
+		},
+		Paused: func() bool {
+			asks++
+			return asks > 1 // pauses once DueSales has run
+		},
+	})
+	if n, err := loop.Tick(context.Background()); err != nil || n != 0 || eng.calls != 0 {
+		t.Fatalf("tick paused after DueSales: %d expired, %v, %d calls", n, err, eng.calls)
+	}
+	paused = false
+	if n, err := expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "s", Timeout: time.Minute}}, nil
+		},
+		Paused: func() bool { return paused },
+	}).Tick(context.Background()); err != nil || n != 3 {
+		t.Fatalf("tick not paused: %d expired, %v", n, err)
+	}
+}

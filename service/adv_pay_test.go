@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/service"
@@ -171,5 +173,60 @@ func TestLostEndedSaleReservationsExpire(t *testing.T) {
 				t.Fatalf("archived sale: %s", r.body)
 			}
 		})
+	}
+}
+
+// TestPaidOrderSurvivesARedisThatComesBackBehind: Redis comes back from a
+// restart behind the database (an older snapshot: the order awaiting
+// payment there, paid in the database) after the order's deadline. No
+// instance may expire it on that Redis before the recovery has repaired
+// it from the database: the expiry would cancel, in the database too, an
+// order whose pay was answered 200 and stored.
+func TestPaidOrderSurvivesARedisThatComesBackBehind(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cfg := degradedConfig(srv.Addr())
+	cfg.DatabaseURL = dbtest.PostgresURL(t)
+	a := startApp(t, cfg)
+	a.createPaySale("s", 5, 2)
+	r := buyOne(a, "s", "u1")
+	mustStatus(t, r, http.StatusCreated)
+	id := r.json(t)["order_id"].(string)
+	payBy, _ := time.Parse(time.RFC3339, r.json(t)["pay_by"].(string))
+	if err := srv.Client(t).Save(a.ctx).Err(); err != nil { // the snapshot Redis comes back from
+		t.Fatal(err)
+	}
+	mustStatus(t, a.pay("u1", id, "ref-1"), http.StatusOK)
+	a.settle("s")
+	if o, err := a.svc.Store().Order(a.ctx, id); err != nil || o.Payment != inventory.PaymentPaid {
+		t.Fatalf("paid order in the database: %+v %v", o, err)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if wait := time.Until(payBy.Add(500 * time.Millisecond)); wait > 0 {
+		time.Sleep(wait) // Redis is down: its clock is this machine's
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	waitfor.Until(t, waitfor.Patience, "buys from the repaired Redis", func() error {
+		n++
+		r := buyOne(a, "s", fmt.Sprintf("later%d", n)) // from the database first, while Redis is repaired
+		if r.status != http.StatusCreated || r.json(t)["status"] != "pending" {
+			return fmt.Errorf("%d %s", r.status, r.body)
+		}
+		return nil
+	})
+	a.settle("s")
+	o, err := a.svc.Store().Order(a.ctx, id)
+	if err != nil || o.Status != inventory.OrderConfirmed || o.Payment != inventory.PaymentPaid || o.PaymentRef != "ref-1" {
+		t.Fatalf("the paid order in the database after the restart: %+v %v", o, err)
+	}
+	if p, err := a.svc.Engine().Payment(a.ctx, id); err != nil || p.Payment != inventory.PaymentPaid {
+		t.Fatalf("the paid order in the repaired Redis: %+v %v", p, err)
+	}
+	if got := a.getOrder("u1", id); got["payment_status"] != "paid" || got["status"] != "confirmed" {
+		t.Fatalf("the paid order after the restart: %v", got)
 	}
 }

@@ -186,7 +186,11 @@ func (s *Service) expiryLoop(ctx context.Context) {
 			return out, err
 		},
 		Lost: s.bringBackReservations,
-		Tick: s.cfg.ExpireEvery,
+		// Not while Redis does not sell: a Redis that restarted may be
+		// behind the database (failover.Seller.OnConnect) until the
+		// recovery repairs it, an order paid there still awaiting here.
+		Paused: func() bool { return !s.seller.RedisSells() },
+		Tick:   s.cfg.ExpireEvery,
 		OnExpired: func(saleID string, orders []string) {
 			s.metrics.expired.Add(float64(len(orders)))
 			if s.orders != nil {

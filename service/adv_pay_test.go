@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -56,6 +57,34 @@ func TestSegmentedSalePayment(t *testing.T) {
 		if o := a.getOrder("u1", id); o["payment_status"] != "paid" || o["sale_id"] != "hot" || o["status"] != "confirmed" {
 			t.Fatalf("GET after pay: %v", o)
 		}
+
+		// Units held by reservations, summed over the segments.
+		a.createSegmentedPaySale("held", 8, 4, 3600)
+		for u := range 8 {
+			mustStatus(t, buyOne(a, "held", fmt.Sprintf("h%d", u)), http.StatusCreated)
+		}
+		if item := a.call("GET", "/v1/sales/held", "", nil).json(t)["items"].([]any)[0].(map[string]any); item["awaiting_payment"] != 8.0 || item["sold"] != 8.0 {
+			t.Fatalf("a segmented sale's item with 8 reservations: %v", item)
+		}
+		waitfor.Until(t, waitfor.Patience, "the live view shows the 8 units awaiting payment", func() error {
+			var view struct {
+				Sales []struct {
+					ID    string `json:"id"`
+					Items []struct {
+						Awaiting int64 `json:"awaiting_payment"`
+					} `json:"items"`
+				} `json:"sales"`
+			}
+			if err := json.Unmarshal(a.call("GET", "/v1/live", "", nil).body, &view); err != nil {
+				return err
+			}
+			for _, v := range view.Sales {
+				if v.ID == "held" && len(v.Items) == 1 && v.Items[0].Awaiting == 8 {
+					return nil
+				}
+			}
+			return fmt.Errorf("%+v", view.Sales)
+		})
 
 		a.createSegmentedPaySale("hotx", 2, 2, 1)
 		r = buyOne(a, "hotx", "u2")

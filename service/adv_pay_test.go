@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,4 +259,39 @@ func TestPaidOrderSurvivesARedisThatComesBackBehind(t *testing.T) {
 	if got := a.getOrder("u1", id); got["payment_status"] != "paid" || got["status"] != "confirmed" {
 		t.Fatalf("the paid order after the restart: %v", got)
 	}
+}
+
+// TestPayRefusesBadInput: a pay names an order of no sale, a malformed id,
+// a ref too long or not printable, or no body: each refused, nothing paid;
+// an operator may pay a buyer's order.
+func TestPayRefusesBadInput(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		a.createPaySale("s", 3, 3600)
+		r := buyOne(a, "s", "u1")
+		mustStatus(t, r, http.StatusCreated)
+		id := r.json(t)["order_id"].(string)
+		for _, c := range []struct {
+			order, ref string
+			status     int
+		}{
+			{"nosuchsale.01M8A2HBA96XM044C7CWR182QS", "ref", http.StatusNotFound},
+			{"s.NOTAULID", "ref", http.StatusNotFound},
+			{"..", "ref", http.StatusNotFound},
+			{id, strings.Repeat("r", 129), http.StatusBadRequest},
+			{id, "ref\x7f", http.StatusBadRequest},
+			{id, "ré", http.StatusBadRequest},
+			{id, "", http.StatusBadRequest},
+		} {
+			if r := a.pay("u1", c.order, c.ref); r.status != c.status {
+				t.Errorf("pay of %q with ref %q: %d %s, want %d", c.order, c.ref, r.status, r.body, c.status)
+			}
+		}
+		if o := a.getOrder("u1", id); o["payment_status"] != "awaiting" {
+			t.Fatalf("after refused pays: %v", o)
+		}
+		r = a.admin("POST", "/v1/orders/"+id+"/pay", map[string]any{"payment_ref": strings.Repeat("r", 128)})
+		if r.status != http.StatusOK || r.json(t)["payment_status"] != "paid" || r.json(t)["user_id"] != "u1" {
+			t.Fatalf("operator's pay: %d %s", r.status, r.body)
+		}
+	})
 }

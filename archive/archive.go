@@ -146,9 +146,10 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 	last := "-" // a sale whose hash is gone: sweep what is left of it
 	if chk.Gone && purge {
 		// Gone: an archiving removed it (having found nothing awaiting
-		// payment), or Redis lost it. Then the reservations the database
-		// holds still have to expire: the expiry loop brings the sale back
-		// for that, and it is archived once they are decided.
+		// payment; AwaitingPayment leaves such a sale out), or Redis lost
+		// it. Then the reservations the database holds still have to
+		// expire: the expiry loop brings the sale back for that, and it is
+		// archived once they are decided.
 		awaiting, err := a.db.AwaitingPayment(ctx, []string{saleID})
 		if err != nil {
 			return false, "", err

@@ -125,11 +125,13 @@ func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[stri
 	return counts, nil
 }
 
-// AwaitingPayment returns those of saleIDs (sales with a payment step) of
-// which the database holds an order awaiting payment: neither cancelled
-// nor paid nor expired (one query per 500 sales). Redis decides the
-// payment step; this is for a sale whose keys Redis lost, whose
-// reservations only the database still knows.
+// AwaitingPayment returns those of saleIDs (sales with a payment step, not
+// archiving) of which the database holds an order awaiting payment:
+// neither cancelled nor paid nor expired (one query per 500 sales). Redis
+// decides the payment step; this is for a sale whose keys Redis lost,
+// whose reservations only the database still knows. A sale the archiver
+// has begun to remove is left out: it found nothing awaiting in Redis, and
+// it is never rebuilt.
 func (s *Store) AwaitingPayment(ctx context.Context, saleIDs []string) ([]string, error) {
 	var out []string
 	for chunk := range slices.Chunk(saleIDs, 500) {
@@ -139,7 +141,7 @@ func (s *Store) AwaitingPayment(ctx context.Context, saleIDs []string) ([]string
 		}
 		rows, err := s.query(ctx, s.db, `SELECT DISTINCT o.sale_id FROM orders o JOIN sales s ON s.id = o.sale_id
 			WHERE o.sale_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+`)
-			AND s.payment_timeout_ms > 0 AND o.status <> ? AND o.payment_status = ''`,
+			AND s.payment_timeout_ms > 0 AND s.archiving_at = 0 AND o.status <> ? AND o.payment_status = ''`,
 			append(args, string(inventory.OrderCancelled))...)
 		if err != nil {
 			return nil, fmt.Errorf("store: sales awaiting payment: %w", err)

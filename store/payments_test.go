@@ -64,6 +64,10 @@ func TestPaymentEventsApplyOnceInAnyOrder(t *testing.T) {
 		awaiting, err := s.AwaitingPayment(ctx, []string{"p", "none"})
 		must(t, err)
 		check(t, "AwaitingPayment", awaiting, []string{"p"}) // b3
+		must(t, s.BeginArchive(ctx, "p", time.Now()))
+		awaiting, err = s.AwaitingPayment(ctx, []string{"p"})
+		must(t, err)
+		check(t, "AwaitingPayment of a sale being archived", len(awaiting), 0)
 		sales, err := s.PaymentSales(ctx)
 		must(t, err)
 		check(t, "PaymentSales", len(sales) == 1 && sales[0].ID == "p" && sales[0].PaymentTimeout == time.Minute, true)

@@ -30,6 +30,9 @@ type Store interface {
 	// NewestEvent is the id of the newest event of the sale's stream the
 	// database holds ("" none).
 	NewestEvent(ctx context.Context, saleID string) (string, error)
+	// AwaitingPayment returns those of saleIDs of which the database
+	// holds an order awaiting payment.
+	AwaitingPayment(ctx context.Context, saleIDs []string) ([]string, error)
 	BeginArchive(ctx context.Context, saleID string, at time.Time) error
 	FinishArchive(ctx context.Context, saleID string, at time.Time) error
 }
@@ -141,6 +144,20 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 		return false, "", err
 	}
 	last := "-" // a sale whose hash is gone: sweep what is left of it
+	if chk.Gone && purge {
+		// Gone: an archiving removed it (having found nothing awaiting
+		// payment; AwaitingPayment leaves such a sale out), or Redis lost
+		// it. Then the reservations the database holds still have to
+		// expire: the expiry loop brings the sale back for that, and it is
+		// archived once they are decided.
+		awaiting, err := a.db.AwaitingPayment(ctx, []string{saleID})
+		if err != nil {
+			return false, "", err
+		}
+		if len(awaiting) > 0 {
+			return false, "awaiting (lost from redis)", nil
+		}
+	}
 	if !chk.Gone {
 		if !chk.Ready {
 			return false, chk.Reason, nil

@@ -22,8 +22,8 @@ import (
 // Engine is what the loop needs of the inventory engine.
 type Engine interface {
 	// DueSales returns those of saleIDs whose earliest payment deadline
-	// has passed (by Redis's clock).
-	DueSales(ctx context.Context, saleIDs []string) ([]string, error)
+	// has passed (by Redis's clock), and those missing from Redis (lost).
+	DueSales(ctx context.Context, saleIDs []string) (due, lost []string, err error)
 	// ExpireDue expires up to max due orders of the sale; more says that
 	// more are due.
 	ExpireDue(ctx context.Context, saleID string, max int) (expired []string, more bool, err error)
@@ -52,6 +52,16 @@ type Options struct {
 	Recent, Sweep time.Duration
 	// Batch is the most orders one script call expires. Default 500.
 	Batch int
+	// Lost, if set, is told of the sales (of those the tick looks at)
+	// missing from Redis: a Redis that lost their keys. Their reservations
+	// are then only in the system of record; Lost brings back the sales
+	// that have some (a rebuild), and a later tick expires them.
+	Lost func(ctx context.Context, saleIDs []string) error
+	// Paused, if set, says whether expiring must wait: while Redis does
+	// not sell (the database sells, or Redis restarted and may be behind
+	// the database until the recovery repairs it: an order paid there may
+	// still await payment here). Asked before each expiry.
+	Paused func() bool
 	// OnExpired, if set, is told of every order expired.
 	OnExpired func(saleID string, orders []string)
 	// Logger logs the errors of a tick (at most one a Refresh). Default
@@ -130,6 +140,9 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 			}
 		}
 	}
+	if l.paused() {
+		return 0, nil
+	}
 	all := now.Sub(l.swept) >= l.opts.Sweep
 	if all {
 		l.swept = now
@@ -143,14 +156,20 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	due, err := l.eng.DueSales(ctx, ids)
+	due, lost, err := l.eng.DueSales(ctx, ids)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	var firstErr error
+	if l.paused() { // DueSales may have found Redis restarted
+		return 0, nil
+	}
+	if len(lost) > 0 && l.opts.Lost != nil {
+		firstErr = l.opts.Lost(ctx, lost)
+	}
 	for _, id := range due {
-		for {
+		for !l.paused() {
 			expired, more, err := l.eng.ExpireDue(ctx, id, l.opts.Batch)
 			n += len(expired)
 			if len(expired) > 0 && l.opts.OnExpired != nil {
@@ -169,3 +188,6 @@ func (l *Loop) Tick(ctx context.Context) (int, error) {
 	}
 	return n, firstErr
 }
+
+// paused reports whether expiring must wait (Options.Paused).
+func (l *Loop) paused() bool { return l.opts.Paused != nil && l.opts.Paused() }

@@ -14,15 +14,16 @@ import (
 // two orders while a sale has orders left in left.
 type fakeEngine struct {
 	due   []string
+	lost  []string
 	left  map[string]int
 	asked [][]string
 	calls int
 	err   error
 }
 
-func (f *fakeEngine) DueSales(_ context.Context, ids []string) ([]string, error) {
+func (f *fakeEngine) DueSales(_ context.Context, ids []string) ([]string, []string, error) {
 	f.asked = append(f.asked, slices.Clone(ids))
-	return f.due, f.err
+	return f.due, f.lost, f.err
 }
 
 func (f *fakeEngine) ExpireDue(_ context.Context, sale string, max int) ([]string, bool, error) {
@@ -66,5 +67,63 @@ func TestTick(t *testing.T) {
 	eng.err = errors.New("redis away")
 	if _, err := loop.Tick(context.Background()); err == nil {
 		t.Fatal("a tick whose DueSales failed returned no error")
+	}
+}
+
+// TestTickTellsLost: the sales DueSales finds missing from Redis are told
+// to Lost (which brings back the ones with reservations), and not expired.
+func TestTickTellsLost(t *testing.T) {
+	eng := &fakeEngine{lost: []string{"gone"}, left: map[string]int{}}
+	var told [][]string
+	loop := expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "gone", Timeout: time.Minute}, {ID: "here", Timeout: time.Minute}}, nil
+		},
+		Lost: func(_ context.Context, ids []string) error { told = append(told, ids); return nil },
+	})
+	if n, err := loop.Tick(context.Background()); err != nil || n != 0 || eng.calls != 0 {
+		t.Fatalf("tick: %d expired, %v, %d ExpireDue calls", n, err, eng.calls)
+	}
+	if !slices.EqualFunc(told, [][]string{{"gone"}}, slices.Equal) {
+		t.Fatalf("told lost %v, want [[gone]]", told)
+	}
+}
+
+// TestTickPaused: while Paused says so, a tick expires nothing, also when
+// it turns so between DueSales and the expiry (DueSales found Redis
+// restarted).
+func TestTickPaused(t *testing.T) {
+	eng := &fakeEngine{due: []string{"s"}, left: map[string]int{"s": 3}}
+	paused := true
+	loop := expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "s", Timeout: time.Minute}}, nil
+		},
+		Paused: func() bool { return paused },
+	})
+	if n, err := loop.Tick(context.Background()); err != nil || n != 0 || eng.calls != 0 || len(eng.asked) != 0 {
+		t.Fatalf("paused tick: %d expired, %v, %d calls, asked %v", n, err, eng.calls, eng.asked)
+	}
+	asks := 0
+	loop = expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "s", Timeout: time.Minute}}, nil
+		},
+		Paused: func() bool {
+			asks++
+			return asks > 1 // pauses once DueSales has run
+		},
+	})
+	if n, err := loop.Tick(context.Background()); err != nil || n != 0 || eng.calls != 0 {
+		t.Fatalf("tick paused after DueSales: %d expired, %v, %d calls", n, err, eng.calls)
+	}
+	paused = false
+	if n, err := expiry.New(eng, expiry.Options{
+		Sales: func(context.Context) ([]expiry.Sale, error) {
+			return []expiry.Sale{{ID: "s", Timeout: time.Minute}}, nil
+		},
+		Paused: func() bool { return paused },
+	}).Tick(context.Background()); err != nil || n != 3 {
+		t.Fatalf("tick not paused: %d expired, %v", n, err)
 	}
 }

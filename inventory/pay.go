@@ -155,23 +155,28 @@ func (e *Engine) ExpireDue(ctx context.Context, saleID string, max int) (expired
 }
 
 // DueSales returns those of saleIDs whose earliest payment deadline has
-// passed by Redis's clock: one pipeline of a ZRANGE per sale (the earliest
-// deadline) and the server's TIME, whatever the number of awaiting orders.
-func (e *Engine) DueSales(ctx context.Context, saleIDs []string) ([]string, error) {
+// passed by Redis's clock, and those missing from Redis (lost: their
+// reservations are only in the system of record until a rebuild brings
+// them back; ExpireDue does not rebuild): one pipeline of a ZRANGE (the
+// earliest deadline) and an EXISTS per sale and the server's TIME, whatever
+// the number of awaiting orders.
+func (e *Engine) DueSales(ctx context.Context, saleIDs []string) (due, lost []string, err error) {
 	if len(saleIDs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	pipe := e.rdb.Pipeline()
 	first := make([]*redis.ZSliceCmd, len(saleIDs))
+	exists := make([]*redis.IntCmd, len(saleIDs))
 	for i, id := range saleIDs {
 		first[i] = pipe.ZRangeWithScores(ctx, e.keys(id).deadlines, 0, 0)
+		exists[i] = pipe.Exists(ctx, e.keys(id).sale)
 	}
 	var clock *redis.TimeCmd
 	if e.scriptClock == nil {
 		clock = pipe.Time(ctx)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("seckill: read payment deadlines: %w", err)
+		return nil, nil, fmt.Errorf("seckill: read payment deadlines: %w", err)
 	}
 	var now int64
 	if clock != nil {
@@ -179,13 +184,15 @@ func (e *Engine) DueSales(ctx context.Context, saleIDs []string) ([]string, erro
 	} else {
 		now = e.scriptClock.Now().UnixMilli()
 	}
-	var due []string
 	for i, c := range first {
-		if z := c.Val(); len(z) > 0 && int64(z[0].Score) <= now {
+		switch z := c.Val(); {
+		case exists[i].Val() == 0:
+			lost = append(lost, saleIDs[i])
+		case len(z) > 0 && int64(z[0].Score) <= now:
 			due = append(due, saleIDs[i])
 		}
 	}
-	return due, nil
+	return due, lost, nil
 }
 
 // payment fills o's payment step from Redis: the sale's timeout (pay, "" for

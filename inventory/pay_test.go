@@ -395,7 +395,7 @@ func TestDueSales(t *testing.T) {
 			want []string
 		}{{0, nil}, {time.Minute, []string{"a"}}, {2*time.Minute + time.Second, []string{"a", "b"}}, {time.Hour, []string{"a", "b", "c"}}} {
 			r.clock.Set(start.Add(c.at))
-			got, err := r.eng.DueSales(r.ctx, ids)
+			got, _, err := r.eng.DueSales(r.ctx, ids)
 			if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Fatalf("at +%v: DueSales = %v, %v; want %v", c.at, got, err, c.want)
 			}
@@ -440,6 +440,51 @@ func TestCorruptAwaitingCountWritesNothing(t *testing.T) {
 		}
 		if rem := r.remaining("s"); rem["A"] != 9 {
 			t.Errorf("remaining %v, want A: 9", rem)
+		}
+	})
+}
+
+// TestRepairOfARedisBehindOnAPay: Redis is behind the system of record on
+// a pay (a restart from an older snapshot: the order awaits payment in
+// Redis, paid in the database) while another order still awaits payment
+// (the deadlines zset exists). Repair takes the paid order off the
+// deadlines and gives it its ref; the deadlines are never read as a hash.
+func TestRepairOfARedisBehindOnAPay(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, time.Minute)
+		var ids []string
+		for _, u := range []string{"u1", "u2"} {
+			rc, err := r.eng.Buy(r.ctx, "s", u, lines("A", 1), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, rc.Order.ID)
+		}
+		st, err := r.eng.Stock(r.ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := inventory.Snapshot{Sale: st.Sale, EventsApplied: inventory.EventsIgnored}
+		for _, id := range ids {
+			snap.Orders = append(snap.Orders, r.payment(id))
+		}
+		snap.Orders[1].Payment, snap.Orders[1].PaymentRef, snap.Orders[1].PayBy = inventory.PaymentPaid, "ref-2", time.Time{}
+		if err := r.rdb.Del(r.ctx, r.key("s", "events")).Err(); err != nil { // nothing in flight
+			t.Fatal(err)
+		}
+		db := inventory.LoaderFunc(func(context.Context, string) (inventory.Snapshot, error) { return snap, nil })
+		if rep, err := r.eng.Repair(r.ctx, "s", db); err != nil || !rep.Changed() {
+			t.Fatalf("Repair = %+v, %v", rep, err)
+		}
+		if _, replayed, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil || !replayed {
+			t.Fatalf("pay of the order paid in the database, after the repair: replayed %v, %v", replayed, err)
+		}
+		if o := r.payment(ids[0]); o.Payment != inventory.PaymentAwaiting {
+			t.Fatalf("the other order after the repair: %+v", o)
+		}
+		if got := r.counter("s", func(it inventory.ItemState) int64 { return it.Awaiting }); got["A"] != 1 {
+			t.Fatalf("awaiting units after the repair %v, want A: 1", got)
 		}
 	})
 }

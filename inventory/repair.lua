@@ -63,7 +63,9 @@ for i = 3, #ARGV, 4 do
     if cur and tonumber(cur) == tonumber(ARGV[i + 2]) then cur = ARGV[i + 2] end
     cur = cur or ''
   else
-    cur = redis.call('HGET', KEYS[h], ARGV[i + 1]) or ''
+    local key = KEYS[h]
+    if h == 6 then key = KEYS[7] end -- the paid hash (KEYS[6] is the deadlines zset)
+    cur = redis.call('HGET', key, ARGV[i + 1]) or ''
   end
   if cur ~= ARGV[i + 2] then return {15, names[h] .. ':' .. ARGV[i + 1]} end
 end

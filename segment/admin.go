@@ -248,6 +248,7 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 				return inventory.SaleState{}, nil, fmt.Errorf("%w: segments of %s differ in items", inventory.ErrCorrupt, saleID)
 			}
 			sum.Items[j].Sold += st.Items[j].Sold
+			sum.Items[j].Awaiting += st.Items[j].Awaiting
 			if sum.Items[j].Stocked != inventory.Unlimited {
 				sum.Items[j].Remaining += st.Items[j].Remaining
 				sum.Items[j].Stocked += st.Items[j].Stocked

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -67,12 +68,18 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	}
 	o, replayed, err := s.eng.Pay(r.Context(), id, who.user, *req.PaymentRef)
 	if err != nil {
-		return payError(err)
+		if o, err = s.payArchived(r.Context(), id, who.user, *req.PaymentRef, err); err != nil {
+			return payError(err)
+		}
+		writeOrder(w, http.StatusOK, o, nil)
+		return nil
 	}
+	seg := o.SaleID                                // the engine's sale: its stream has the paid event
+	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
 	if !replayed {
 		s.metrics.paid.Inc()
 		if s.orders != nil {
-			s.orders.Wake(o.SaleID)
+			s.orders.Wake(seg)
 		}
 	}
 	if stored, err := s.db.Order(r.Context(), id); err == nil {
@@ -85,14 +92,44 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// payArchived answers a pay of an order of a sale whose keys are gone from
+// Redis (archived) from the database, where it is final: it awaits no
+// payment any more (the archiver waits for that), so a pay changes
+// nothing. The same ref as the order's is the pay replayed; another is
+// ErrAlreadyPaid; an unpaid order is ErrOrderClosed. err is the engine's
+// error when the sale is not archived.
+func (s *Service) payArchived(ctx context.Context, orderID, user, ref string, err error) (inventory.Order, error) {
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
+		return inventory.Order{}, err
+	}
+	o, err := s.db.Order(ctx, orderID)
+	if err == nil && user != "" && o.UserID != user {
+		err = &inventory.NotFoundError{Kind: "order", IDs: []string{orderID}}
+	}
+	if err != nil {
+		return inventory.Order{}, err
+	}
+	switch {
+	case o.Payment == inventory.PaymentNotRequired || o.Payment == "":
+		return inventory.Order{}, inventory.ErrNoPayment
+	case o.Payment != inventory.PaymentPaid:
+		return inventory.Order{}, fmt.Errorf("%w: %s (the sale is archived)", inventory.ErrOrderClosed, orderID)
+	case o.PaymentRef != ref:
+		return inventory.Order{}, fmt.Errorf("%w: %s", inventory.ErrAlreadyPaid, orderID)
+	}
+	o.SaleID = s.publicSale(ctx, o.SaleID)
+	return o, nil
+}
+
 // withPayment fills the payment step of an order that does not carry it
 // (Payment ""): not_required for a sale without one; else Redis's view,
-// or, if Redis cannot tell, what the order's status says.
+// or, if Redis cannot tell, what the order's status says. A segment's
+// order has its segmented sale's settings (a segment has none of its own).
 func (s *Service) withPayment(ctx context.Context, o inventory.Order) inventory.Order {
 	if o.Payment != "" {
 		return o
 	}
-	settings, err := s.settings(ctx, o.SaleID)
+	settings, err := s.settings(ctx, s.publicSale(ctx, o.SaleID))
 	if err != nil || settings.PaymentTimeout == 0 {
 		o.Payment = inventory.PaymentNotRequired
 		return o
@@ -148,7 +185,12 @@ func (s *Service) expiryLoop(ctx context.Context) {
 			}
 			return out, err
 		},
-		Tick: s.cfg.ExpireEvery,
+		Lost: s.bringBackReservations,
+		// Not while Redis does not sell: a Redis that restarted may be
+		// behind the database (failover.Seller.OnConnect) until the
+		// recovery repairs it, an order paid there still awaiting here.
+		Paused: func() bool { return !s.seller.RedisSells() },
+		Tick:   s.cfg.ExpireEvery,
 		OnExpired: func(saleID string, orders []string) {
 			s.metrics.expired.Add(float64(len(orders)))
 			if s.orders != nil {
@@ -158,4 +200,27 @@ func (s *Service) expiryLoop(ctx context.Context) {
 		Logger: s.log,
 	})
 	_ = loop.Run(ctx)
+}
+
+// bringBackReservations rebuilds, of the sales with a payment step that
+// Redis lost (the expiry loop's Lost), the ones the database holds
+// reservations of: nothing else would bring back a sale nobody buys from
+// or reads (one that has ended, say), and its reservations would await
+// payment forever. A sale with none stays out of Redis (it may be one
+// being created, or being archived). The rebuild refuses an archived
+// sale, and any sale while Redis does not sell.
+func (s *Service) bringBackReservations(ctx context.Context, saleIDs []string) error {
+	awaiting, err := s.db.AwaitingPayment(ctx, saleIDs)
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	for _, id := range awaiting {
+		if _, err := s.eng.Stock(ctx, id); err != nil && firstErr == nil {
+			if _, archived := errors.AsType[*inventory.ArchivedError](err); !archived {
+				firstErr = fmt.Errorf("bring back the reservations of sale %s: %w", id, err)
+			}
+		}
+	}
+	return firstErr
 }

@@ -45,6 +45,7 @@ func (s *Service) asOneSale(ctx context.Context, sales []liveSale) []liveSale {
 			}
 			it, add := &sum.Items[j], ls.Items[k]
 			it.Sold += add.Sold
+			it.Awaiting += add.Awaiting
 			it.Drift += add.Drift
 			it.StockDrift += add.StockDrift
 			if it.Stocked >= 0 {

@@ -69,10 +69,12 @@ func (s *Store) applyPayment(ctx context.Context, tx *sql.Tx, saleID string, ev 
 	return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
 }
 
-// PaymentSales returns the sales with a payment step: id, end and payment
-// timeout (the expiry loop's list).
+// PaymentSales returns the sales with a payment step that are not
+// archived: id, end and payment timeout (the expiry loop's list, read every
+// second: an archived sale awaits no payment and has no keys in Redis, so
+// the list does not grow with every sale ever run).
 func (s *Store) PaymentSales(ctx context.Context) ([]inventory.Sale, error) {
-	rows, err := s.query(ctx, s.db, "SELECT id, ends_at, payment_timeout_ms FROM sales WHERE payment_timeout_ms > 0")
+	rows, err := s.query(ctx, s.db, "SELECT id, ends_at, payment_timeout_ms FROM sales WHERE archived_at = 0 AND payment_timeout_ms > 0")
 	if err != nil {
 		return nil, fmt.Errorf("store: list sales with a payment step: %w", err)
 	}
@@ -145,5 +147,40 @@ func (s *Store) AwaitingUnits(ctx context.Context, saleID string) (map[string]in
 	if err != nil {
 		return nil, fmt.Errorf("store: awaiting units of sale %s: %w", saleID, err)
 	}
+	return out, nil
+}
+
+// AwaitingPayment returns those of saleIDs (sales with a payment step, not
+// archiving) of which the database holds an order awaiting payment:
+// neither cancelled nor paid nor expired (one query per 500 sales). Redis
+// decides the payment step; this is for a sale whose keys Redis lost,
+// whose reservations only the database still knows. A sale the archiver
+// has begun to remove is left out: it found nothing awaiting in Redis, and
+// it is never rebuilt.
+func (s *Store) AwaitingPayment(ctx context.Context, saleIDs []string) ([]string, error) {
+	var out []string
+	for chunk := range slices.Chunk(saleIDs, 500) {
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.query(ctx, s.db, `SELECT DISTINCT o.sale_id FROM orders o JOIN sales s ON s.id = o.sale_id
+			WHERE o.sale_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+`)
+			AND s.payment_timeout_ms > 0 AND s.archiving_at = 0 AND o.status <> ? AND o.payment_status = ''`,
+			append(args, string(inventory.OrderCancelled))...)
+		if err != nil {
+			return nil, fmt.Errorf("store: sales awaiting payment: %w", err)
+		}
+		err = scanEach(rows, func() error {
+			var id string
+			err := rows.Scan(&id)
+			out = append(out, id)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: sales awaiting payment: %w", err)
+		}
+	}
+	slices.Sort(out)
 	return out, nil
 }

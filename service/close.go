@@ -23,16 +23,37 @@ func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("sale")
+	// A segment is no sale to anyone outside (storedSale): closing one
+	// alone would end the sale for its buyers only.
+	if p, err := s.router.Parent(r.Context(), id); err != nil || p != "" {
+		if err != nil {
+			return err
+		}
+		return errNotFound("sale not found: " + id)
+	}
 	if !s.seller.RedisSells() {
 		return errUnavailable // degraded mode: Redis does not sell; close after the recovery
 	}
-	_, _, err := s.eng.Close(r.Context(), id)
-	var archived *inventory.ArchivedError
-	if err != nil && !errors.As(err, &archived) {
+	// Every engine sale of it: a segmented sale's segments each. A close
+	// that fails part way leaves some closed; sent again, it closes the
+	// rest (closing an ended sale changes nothing).
+	ids, err := s.engineSales(r.Context(), id)
+	if err != nil {
 		return err
 	}
-	if err == nil {
-		s.orders.Wake(id) // its stream has a new entry
+	closed := false
+	for _, eid := range ids {
+		_, _, err := s.eng.Close(r.Context(), eid)
+		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		closed = true
+		s.orders.Wake(eid) // its stream has a new entry
+	}
+	if closed {
 		s.audit(r, "sale closed", id, "", nil)
 	}
 	body, err := s.saleBody(r.Context(), id)

@@ -69,7 +69,7 @@ func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 // (or going): the database's numbers, ended, archived once the keys are
 // gone.
 func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, error) {
-	st, err := s.stockInDB(ctx, id)
+	st, err := s.stockInDBAsOne(ctx, id) // a segmented sale's segments summed
 	if err != nil {
 		return saleJSON{}, err
 	}

@@ -108,6 +108,12 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 	if s.seller.RedisSells() {
 		return s.router.Stock(ctx, id)
 	}
+	return s.stockInDBAsOne(ctx, id)
+}
+
+// stockInDBAsOne is a sale's state as the database has it, a segmented
+// sale's summed over its segments.
+func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.SaleState, error) {
 	segs, err := s.router.Segments(ctx, id)
 	if err != nil || segs == nil {
 		if err != nil {
@@ -188,7 +194,11 @@ func (s *Service) reconcileSale(ctx context.Context, id string) (reconcile.Repor
 	}
 	reps := make([]reconcile.Report, len(segs))
 	for i, seg := range segs {
-		if reps[i], err = reconcile.Sale(ctx, s.eng, s.rdb, s.db, seg); err != nil {
+		reps[i], err = reconcile.Sale(ctx, s.eng, s.rdb, s.db, seg)
+		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+			reps[i], err = s.archivedReport(ctx, seg) // the database's alone
+		}
+		if err != nil {
 			return reconcile.Report{}, err
 		}
 	}

@@ -28,6 +28,28 @@ var (
 		Message: "payments are recorded in redis, which does not sell right now (degraded mode): retry when it is back"}
 )
 
+// payArchived answers a pay of an order of a sale whose keys are gone
+// from Redis, from the database: nothing of it changes any more (no
+// payment was awaiting when it was archived), so the pay is the one the
+// order had or is refused as Engine.Pay would refuse it.
+func (s *Service) payArchived(ctx context.Context, orderID, user, ref string) (inventory.Order, bool, error) {
+	o, err := s.db.Order(ctx, orderID)
+	if err != nil {
+		return o, false, err
+	}
+	switch {
+	case user != "" && o.UserID != user:
+		return inventory.Order{}, false, &inventory.NotFoundError{Kind: "order", IDs: []string{orderID}}
+	case o.Payment == inventory.PaymentPaid && o.PaymentRef == ref:
+		return o, true, nil
+	case o.Payment == inventory.PaymentPaid:
+		return inventory.Order{}, false, inventory.ErrAlreadyPaid
+	case o.Payment == "":
+		return inventory.Order{}, false, inventory.ErrNoPayment
+	}
+	return inventory.Order{}, false, inventory.ErrOrderClosed
+}
+
 // payError maps the engine's outcomes of a pay to the contract's answers.
 func payError(err error) error {
 	switch {
@@ -66,6 +88,9 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 		return errPayNeedsRedis
 	}
 	o, replayed, err := s.eng.Pay(r.Context(), id, who.user, *req.PaymentRef)
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+		o, replayed, err = s.payArchived(r.Context(), id, who.user, *req.PaymentRef)
+	}
 	if err != nil {
 		return payError(err)
 	}

@@ -117,7 +117,9 @@ func (s *Service) withPayment(ctx context.Context, o inventory.Order) inventory.
 	if o.Payment != "" {
 		return o
 	}
-	settings, err := s.settings(ctx, o.SaleID)
+	// A segment's settings are its segmented sale's (a segment is no sale
+	// to settings, which would say not found).
+	settings, err := s.settings(ctx, s.publicSale(ctx, o.SaleID))
 	if err != nil || settings.PaymentTimeout == 0 {
 		o.Payment = inventory.PaymentNotRequired
 		return o

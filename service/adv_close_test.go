@@ -140,3 +140,34 @@ func TestAdvPayOfAnArchivedSale(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvSegmentedSaleWithPayment: a segmented sale with a payment step:
+// the orders' answers (buy, GET, pay, cancel) show the sale's id, never a
+// segment's, and their payment step, whether the order is in the database
+// yet or not.
+func TestAdvSegmentedSaleWithPayment(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		mustStatus(t, a.admin("POST", "/v1/admin/sales", map[string]any{"id": "hp", "per_user_limit": 1,
+			"payment_timeout_s": 600, "items": []map[string]any{{"sku": "A", "stock": 20, "segments": 4}}}), http.StatusCreated)
+		check := func(what string, r reply, payment string) {
+			t.Helper()
+			mustStatus(t, r, http.StatusOK)
+			if m := r.json(t); m["sale_id"] != "hp" || m["payment_status"] != payment {
+				t.Fatalf("%s: %s", what, r.body)
+			}
+		}
+		for u := range 6 {
+			user := fmt.Sprintf("u%d", u)
+			r := a.buyOne("hp", user)
+			mustStatus(t, r, http.StatusCreated)
+			if m := r.json(t); m["sale_id"] != "hp" || m["payment_status"] != "awaiting" {
+				t.Fatalf("buy: %s", r.body)
+			}
+			order := r.json(t)["order_id"].(string)
+			check("GET", a.call("GET", "/v1/orders/"+order, a.token(user), nil), "awaiting")
+			check("pay", a.pay(user, order, "ref-"+user), "paid")
+			check("pay again", a.pay(user, order, "ref-"+user), "paid")
+			check("GET after pay", a.call("GET", "/v1/orders/"+order, a.token(user), nil), "paid")
+		}
+	})
+}

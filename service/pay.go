@@ -103,6 +103,7 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	if stored, err := s.db.Order(r.Context(), id); err == nil {
 		o.Status = stored.Status // confirmed, or cancelled (a paid order may be cancelled)
 	}
+	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
 	if who.admin {
 		s.audit(r, "order paid", o.SaleID, id, map[string]any{"user": o.UserID, "replayed": replayed})
 	}

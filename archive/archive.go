@@ -16,6 +16,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -30,6 +31,8 @@ type Store interface {
 	// NewestEvent is the id of the newest event of the sale's stream the
 	// database holds ("" none).
 	NewestEvent(ctx context.Context, saleID string) (string, error)
+	// AwaitingPayments counts the sale's orders awaiting payment.
+	AwaitingPayments(ctx context.Context, saleID string) (int, error)
 	BeginArchive(ctx context.Context, saleID string, at time.Time) error
 	FinishArchive(ctx context.Context, saleID string, at time.Time) error
 }
@@ -39,6 +42,9 @@ type Engine interface {
 	CheckArchive(ctx context.Context, saleID string) (inventory.ArchiveCheck, error)
 	Archive(ctx context.Context, saleID, last string) (inventory.ArchiveCheck, error)
 	PurgeArchived(ctx context.Context, saleID string) (int, error)
+	// Stock reads the sale, rebuilding it from the system of record if
+	// it is missing from Redis (the reservations with it).
+	Stock(ctx context.Context, saleID string) (inventory.SaleState, error)
 }
 
 // Options tune the archiver; zero values take the defaults.
@@ -155,6 +161,29 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 			return false, "database at " + newest + ", stream at " + chk.Last, nil
 		}
 		last = chk.Last
+	}
+	// Redis found no reservation; the database must have none either.
+	// One it has was lost from Redis (with the sale: a restart without
+	// persistence), or was sold by the database in degraded mode and is
+	// not repaired into Redis yet: only Redis expires it, so the sale is
+	// not archived (it would never be rebuilt again). A lost sale is
+	// rebuilt, its reservations with it, to be paid or to expire there.
+	if purge {
+		n, err := a.db.AwaitingPayments(ctx, saleID)
+		if err != nil {
+			return false, "", err
+		}
+		if n > 0 {
+			_, err := a.eng.Stock(ctx, saleID) // a lost sale comes back
+			if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
+				if err != nil {
+					return false, "", err
+				}
+				return false, "awaiting in the database", nil
+			}
+			// Archiving already (an archiver that stopped half way, before
+			// this check existed): nothing can bring it back.
+		}
 	}
 	// The mark first: from here on no instance rebuilds the sale.
 	if err := a.db.BeginArchive(ctx, saleID, time.Now()); err != nil {

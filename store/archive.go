@@ -84,6 +84,20 @@ func (s *Store) NewestEvent(ctx context.Context, saleID string) (string, error) 
 	return id, nil
 }
 
+// AwaitingPayments counts the sale's orders the database has awaiting
+// payment (a sale with a payment step; neither paid, expired nor
+// cancelled): Redis, where their deadlines expire, must still hold them.
+func (s *Store) AwaitingPayments(ctx context.Context, saleID string) (int, error) {
+	var n int
+	err := s.queryRow(ctx, s.db, `SELECT COUNT(*) FROM orders o JOIN sales s ON s.id = o.sale_id
+		WHERE o.sale_id = ? AND s.payment_timeout_ms > 0 AND o.payment_status = '' AND o.status <> ?`,
+		saleID, string(inventory.OrderCancelled)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: reservations of sale %s: %w", saleID, err)
+	}
+	return n, nil
+}
+
 // BeginArchive marks the sale archiving at at, unless it is already.
 func (s *Store) BeginArchive(ctx context.Context, saleID string, at time.Time) error {
 	_, err := s.exec(ctx, s.db, "UPDATE sales SET archiving_at = ? WHERE id = ? AND archiving_at = 0", ms(at), saleID)

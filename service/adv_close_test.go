@@ -17,7 +17,9 @@ import (
 func TestAdvCloseSegmentedSale(t *testing.T) {
 	for _, st := range stacks {
 		t.Run(st.name, func(t *testing.T) {
-			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
+			cfg := st.start(t)
+			cfg.ArchiveEvery = 20 * time.Millisecond
+			a := startApp(t, cfg)
 			mustStatus(t, a.createSegmented("hs", 1, "A", int64(40), 4), http.StatusCreated)
 			segs, err := a.svc.Store().Segments(a.ctx, "hs")
 			if err != nil || len(segs) != 4 {
@@ -86,6 +88,25 @@ func TestAdvCloseSegmentedSale(t *testing.T) {
 				if r.status != http.StatusConflict || r.code(t) != "sale_not_active" {
 					t.Fatalf("on an archived segmented sale: %d %s, want 409 sale_not_active", r.status, r.body)
 				}
+			}
+			// Nothing of it stays in Redis: its directory (the list of its
+			// segments, under the sale's own id) went with the last segment,
+			// and an instance that never read it does not put it back.
+			waitfor.Until(t, waitfor.Patience, "the directory to go", func() error {
+				if keys := a.saleKeys("hs"); len(keys) > 0 {
+					return fmt.Errorf("keys left: %v", keys)
+				}
+				return nil
+			})
+			b := startApp(t, cfg) // an instance that never read the directory
+			if r := b.call("GET", "/v1/sales/hs", "", nil); r.status != http.StatusOK || r.json(t)["archived"] != true || soldOf(t, r) != 7 {
+				t.Fatalf("archived segmented sale read by another instance: %d %s", r.status, r.body)
+			}
+			if r := b.buyOne("hs", "u10"); r.status != http.StatusConflict || r.code(t) != "sale_not_active" {
+				t.Fatalf("buy of an archived segmented sale on another instance: %d %s", r.status, r.body)
+			}
+			if keys := a.saleKeys("hs"); len(keys) > 0 {
+				t.Fatalf("keys of the archived segmented sale back: %v", keys)
 			}
 		})
 	}

@@ -154,7 +154,7 @@ func (s *Service) archivedReport(ctx context.Context, id string) (reconcile.Repo
 
 // runArchiver runs the archiver until ctx ends.
 func (s *Service) runArchiver(ctx context.Context) {
-	a := archive.New(s.eng, s.db, archive.Options{Every: s.cfg.ArchiveEvery, Logger: s.log,
+	a := archive.New(archiveEngine{s.eng, s}, s.db, archive.Options{Every: s.cfg.ArchiveEvery, Logger: s.log,
 		OnPass: func(archived, waiting int) {
 			s.metrics.archived.Add(float64(archived))
 			s.metrics.archiveWaiting.Set(float64(waiting))
@@ -163,3 +163,58 @@ func (s *Service) runArchiver(ctx context.Context) {
 }
 
 var _ archive.Store = (*store.Store)(nil)
+
+// archiveEngine is the archiver's engine: once the last segment of a
+// segmented sale is archived, what is left of the sale in Redis (its
+// directory, under the sale's own id) goes too.
+type archiveEngine struct {
+	*inventory.Engine
+	s *Service
+}
+
+// PurgeArchived is the engine's, and removes the directory of the
+// segmented sale whose segments are all archiving now.
+func (e archiveEngine) PurgeArchived(ctx context.Context, saleID string) (int, error) {
+	n, err := e.Engine.PurgeArchived(ctx, saleID)
+	if err != nil {
+		return n, err
+	}
+	parent, err := e.s.router.Parent(ctx, saleID)
+	if err != nil || parent == "" {
+		return n, err
+	}
+	if done, err := e.s.allArchiving(ctx, parent); err != nil || !done {
+		return n, err
+	}
+	return n + 1, e.s.router.Seller().RemoveDirectory(ctx, parent)
+}
+
+// allArchiving reports whether every segment of a segmented sale is
+// archiving (its keys removed from Redis for good, or being removed).
+func (s *Service) allArchiving(ctx context.Context, saleID string) (bool, error) {
+	segs, err := s.db.Segments(ctx, saleID)
+	if err != nil || len(segs) == 0 {
+		return false, err
+	}
+	for _, seg := range segs {
+		st, err := s.db.Archive(ctx, seg)
+		if err != nil || !st.Archiving() {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// directory is the segment seller's Directory: a segmented sale's segments
+// from the database, unless they are all archiving: then its directory
+// stays out of Redis (ArchivedError), where the archiver removed it.
+func (s *Service) directory(ctx context.Context, saleID string) ([]string, error) {
+	done, err := s.allArchiving(ctx, saleID)
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		return nil, &inventory.ArchivedError{SaleID: saleID}
+	}
+	return s.db.Segments(ctx, saleID)
+}

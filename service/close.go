@@ -132,24 +132,10 @@ func (s *Service) cancelArchived(ctx context.Context, orderID, user string, err 
 	return s.db.CancelArchived(ctx, orderID, user, time.Now())
 }
 
-// archivedReport is the reconciliation of a sale whose keys are gone: the
-// database is all there is, so its numbers are compared with nothing and
-// the sale is consistent.
+// archivedReport is the reconciliation of a sale whose keys are gone
+// (reconcile.Archived).
 func (s *Service) archivedReport(ctx context.Context, id string) (reconcile.Report, error) {
-	totals, err := s.db.Totals(ctx, id)
-	if err != nil {
-		return reconcile.Report{}, err
-	}
-	rep := reconcile.Report{Sale: id, Consistent: true, Items: make([]reconcile.Item, 0, len(totals))}
-	for _, t := range totals {
-		remaining := int64(-1)
-		if t.Stocked != -1 {
-			remaining = t.Stocked - t.Sold
-		}
-		rep.Items = append(rep.Items, reconcile.Item{SKU: t.SKU, Stocked: t.Stocked, Remaining: remaining, Sold: t.Sold,
-			OrdersInDB: t.Sold, StockedInDB: t.Stocked, Held: t.Sold})
-	}
-	return rep, nil
+	return reconcile.Archived(ctx, s.db, id)
 }
 
 // runArchiver runs the archiver until ctx ends.

@@ -192,3 +192,56 @@ func TestAdvSegmentedSaleWithPayment(t *testing.T) {
 		}
 	})
 }
+
+// TestAdvIdempotentBuyResentAfterArchive: a buy resent with its
+// Idempotency-Key (its first reply lost) returns the order it made (200),
+// as the contract says, also once the sale has ended and is archived: the
+// buyer must not be told that the buy failed while the order stands. Of an
+// ordinary sale and of a segmented one (the order is in the buyer's home
+// segment).
+func TestAdvIdempotentBuyResentAfterArchive(t *testing.T) {
+	forEachStackCfg(t, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond }, func(t *testing.T, a *app) {
+		a.createSale("ik", 1, "A", 10)
+		mustStatus(t, a.createSegmented("iks", 1, "A", int64(10), 3), http.StatusCreated)
+		buy := func(sale string) reply {
+			return a.call("POST", "/v1/sales/"+sale+"/orders", a.token("u1"),
+				map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}, "Idempotency-Key", "k-1")
+		}
+		first := map[string]string{}
+		for _, sale := range []string{"ik", "iks"} {
+			r := buy(sale)
+			mustStatus(t, r, http.StatusCreated)
+			first[sale] = r.json(t)["order_id"].(string)
+			mustStatus(t, a.admin("POST", "/v1/admin/sales/"+sale+"/close", nil), http.StatusOK)
+			r = buy(sale) // ended, not archived yet (maybe): Redis replays it
+			mustStatus(t, r, http.StatusOK)
+		}
+		waitfor.Until(t, waitfor.Patience, "both sales to be archived", func() error {
+			for _, sale := range []string{"ik", "iks"} {
+				if r := a.call("GET", "/v1/sales/"+sale, "", nil); r.json(t)["archived"] != true {
+					return fmt.Errorf("%s: %s", sale, r.body)
+				}
+			}
+			return nil
+		})
+		for _, sale := range []string{"ik", "iks"} {
+			r := buy(sale)
+			if r.status != http.StatusOK || r.json(t)["order_id"] != first[sale] || r.json(t)["sale_id"] != sale {
+				t.Fatalf("buy of %s resent after archive: %d %s, want 200 with order %s", sale, r.status, r.body, first[sale])
+			}
+			// Another key is a new buy: refused, the sale has ended.
+			r = a.call("POST", "/v1/sales/"+sale+"/orders", a.token("u1"),
+				map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}, "Idempotency-Key", "k-2")
+			if r.status != http.StatusConflict || r.code(t) != "sale_not_active" {
+				t.Fatalf("new buy of archived %s: %d %s", sale, r.status, r.body)
+			}
+		}
+	})
+}
+
+// forEachStackCfg is forEachStack with cfg's changes.
+func forEachStackCfg(t *testing.T, change func(*service.Config), f func(t *testing.T, a *app)) {
+	for _, st := range stacks {
+		t.Run(st.name, func(t *testing.T) { f(t, startStack(t, st, change)) })
+	}
+}

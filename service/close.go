@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/seckill/seckill/archive"
@@ -120,6 +122,44 @@ const archivedCacheTTL = 10 * time.Minute
 func (s *Service) knownArchived(saleID string) bool {
 	_, ok := s.archived.Get(saleID, time.Now().UnixNano())
 	return ok
+}
+
+// replayArchived answers a buy resent with its idempotency key once its
+// sale is archived (err, the seller's, an ArchivedError): the order the
+// key made, from the database, as buy.lua would replay it (the same
+// lines, else ErrIdempotencyMismatch), with what is left of the sale now.
+// Any other buy keeps err.
+func (s *Service) replayArchived(ctx context.Context, saleID, user string, lines []inventory.Line, key string, err error) (inventory.Receipt, error) {
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok || key == "" {
+		return inventory.Receipt{}, err
+	}
+	home, herr := s.router.Home(ctx, saleID, user) // a segmented sale's orders are in the buyer's home segment
+	if herr != nil {
+		return inventory.Receipt{}, err
+	}
+	o, found, ferr := s.db.OrderByKey(ctx, home, user, key)
+	if ferr != nil {
+		return inventory.Receipt{}, ferr
+	}
+	if !found {
+		return inventory.Receipt{}, err
+	}
+	if !slices.Equal(o.Items, lines) {
+		return inventory.Receipt{}, fmt.Errorf("%w: key %q names order %s", inventory.ErrIdempotencyMismatch, key, o.ID)
+	}
+	rc := inventory.Receipt{Order: o, Replayed: true, Remaining: make([]int64, len(lines))}
+	st, serr := s.stockInDBAsOne(ctx, saleID)
+	if serr != nil {
+		return inventory.Receipt{}, serr
+	}
+	for i, l := range lines {
+		for _, it := range st.Items {
+			if it.SKU == l.SKU {
+				rc.Remaining[i] = it.Remaining
+			}
+		}
+	}
+	return rc, nil
 }
 
 // cancelArchived cancels an order of a sale whose keys are gone, in the

@@ -167,6 +167,30 @@ func (s *Store) CancelArchived(ctx context.Context, orderID, user string, now ti
 	return rc, err
 }
 
+// OrderByKey returns the order user made in the sale with the
+// idempotency key, found false if none: a buy resent once its sale's keys
+// are gone from Redis is answered from here. A live order comes first (a
+// key may also name a voided one, see MarkUnsure).
+func (s *Store) OrderByKey(ctx context.Context, saleID, user, key string) (o inventory.Order, found bool, err error) {
+	var orders []inventory.Order
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		orders, err = s.readOrders(ctx, tx, "o.sale_id = ? AND o.user_id = ? AND o.idempotency_key = ?", saleID, user, key)
+		return err
+	})
+	if err != nil {
+		return inventory.Order{}, false, fmt.Errorf("store: order of key %q in sale %s: %w", key, saleID, err)
+	}
+	if len(orders) == 0 {
+		return inventory.Order{}, false, nil
+	}
+	for _, o := range orders {
+		if o.Status == inventory.OrderConfirmed {
+			return o, true, nil
+		}
+	}
+	return orders[0], true, nil
+}
+
 // ErrNotArchived: CancelArchived was given an order of a sale that still
 // lives in Redis; nothing was written.
 var ErrNotArchived = errors.New("store: sale not archived")

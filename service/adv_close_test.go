@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/segment"
 	"github.com/seckill/seckill/service"
 )
 
@@ -244,4 +245,54 @@ func forEachStackCfg(t *testing.T, change func(*service.Config), f func(t *testi
 	for _, st := range stacks {
 		t.Run(st.name, func(t *testing.T) { f(t, startStack(t, st, change)) })
 	}
+}
+
+// TestAdvSegmentedSalePartlyArchived: a closed segmented sale one of whose
+// segments waits for a reservation's payment while the others are
+// archived is not shown archived (its keys are not all gone, and a pay
+// still changes it), and reads its reservation awaiting; once paid, every
+// segment goes and it reads archived.
+func TestAdvSegmentedSalePartlyArchived(t *testing.T) {
+	forEachStackCfg(t, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond }, func(t *testing.T, a *app) {
+		mustStatus(t, a.admin("POST", "/v1/admin/sales", map[string]any{"id": "pp", "per_user_limit": 1,
+			"payment_timeout_s": 600, "items": []map[string]any{{"sku": "A", "stock": 20, "segments": 2}}}), http.StatusCreated)
+		segs, err := a.svc.Store().Segments(a.ctx, "pp")
+		if err != nil || len(segs) != 2 {
+			t.Fatalf("segments: %v %v", segs, err)
+		}
+		// One buyer at home in each segment.
+		users := map[string]string{}
+		for u := 0; len(users) < 2; u++ {
+			user := fmt.Sprintf("u%d", u)
+			if h := segment.Home(segs, user); users[h] == "" {
+				users[h] = user
+			}
+		}
+		orders := map[string]string{}
+		for _, seg := range segs {
+			r := a.buyOne("pp", users[seg])
+			mustStatus(t, r, http.StatusCreated)
+			orders[seg] = r.json(t)["order_id"].(string)
+		}
+		mustStatus(t, a.pay(users[segs[0]], orders[segs[0]], "ref"), http.StatusOK)
+		mustStatus(t, a.admin("POST", "/v1/admin/sales/pp/close", nil), http.StatusOK)
+		waitfor.Until(t, waitfor.Patience, "the paid segment to be archived", func() error {
+			if st, err := a.svc.Store().Archive(a.ctx, segs[0]); err != nil || st.ArchivedAt.IsZero() {
+				return fmt.Errorf("%+v %v", st, err)
+			}
+			return nil
+		})
+		r := a.call("GET", "/v1/sales/pp", "", nil)
+		mustStatus(t, r, http.StatusOK)
+		if r.json(t)["archived"] == true || soldOf(t, r) != 2 {
+			t.Fatalf("a segmented sale with a segment left in Redis reads: %s", r.body)
+		}
+		mustStatus(t, a.pay(users[segs[1]], orders[segs[1]], "ref"), http.StatusOK)
+		waitfor.Until(t, waitfor.Patience, "the sale to read archived", func() error {
+			if r := a.call("GET", "/v1/sales/pp", "", nil); r.json(t)["archived"] != true || soldOf(t, r) != 2 {
+				return fmt.Errorf("%s", r.body)
+			}
+			return nil
+		})
+	})
 }

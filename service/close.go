@@ -69,9 +69,11 @@ func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 
 // archivedSaleBody is the body of a sale whose keys are gone from Redis
 // (or going): the database's numbers, ended, archived once the keys are
-// gone.
+// gone. A segmented sale whose segments are not all archiving yet (one
+// waits for a payment, say) is not archived: its live segments' numbers
+// are Redis's.
 func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, error) {
-	st, err := s.stockInDBAsOne(ctx, id) // a segmented sale's segments summed
+	st, archived, err := s.stockOfEnded(ctx, id)
 	if err != nil {
 		return saleJSON{}, err
 	}
@@ -80,7 +82,7 @@ func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, er
 		return saleJSON{}, err
 	}
 	b := saleJSON{ID: id, Status: string(inventory.StatusEnded), PerUserLimit: st.Sale.PerUserLimit,
-		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: true}
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: archived}
 	if settings.RateLimits != (RateLimits{}) {
 		b.RateLimits = &settings.RateLimits
 	}
@@ -90,11 +92,51 @@ func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, er
 	if t := st.Sale.EndsAt; !t.IsZero() {
 		b.EndsAt = &t
 	}
+	b.PaymentTimeoutS = int64(settings.PaymentTimeout / time.Second)
 	for _, it := range st.Items {
 		// An ended sale sells nothing more: what was not sold stays unsold.
-		b.Items = append(b.Items, itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold})
+		item := itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold}
+		if b.PaymentTimeoutS > 0 {
+			item.AwaitingPayment = &it.Awaiting
+		}
+		b.Items = append(b.Items, item)
 	}
 	return b, nil
+}
+
+// stockOfEnded is the state of a sale that some engine sale of is
+// archiving: each archiving one's from the database, any other's from
+// Redis, summed; archived reports that every one is archiving.
+func (s *Service) stockOfEnded(ctx context.Context, id string) (st inventory.SaleState, archived bool, err error) {
+	segs, err := s.router.Segments(ctx, id)
+	if err != nil || segs == nil {
+		if err != nil {
+			return inventory.SaleState{}, false, err
+		}
+		st, err := s.stockInDB(ctx, id)
+		return st, true, err
+	}
+	per := make([]inventory.SaleState, len(segs))
+	archived = true
+	for i, seg := range segs {
+		if a, err := s.db.Archive(ctx, seg); err != nil {
+			return inventory.SaleState{}, false, err
+		} else if !a.Archiving() {
+			per[i], err = s.eng.Stock(ctx, seg)
+			if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
+				if err != nil {
+					return inventory.SaleState{}, false, err
+				}
+				archived = false
+				continue
+			}
+		}
+		if per[i], err = s.stockInDB(ctx, seg); err != nil {
+			return inventory.SaleState{}, false, err
+		}
+	}
+	st, err = sumStates(id, per)
+	return st, archived, err
 }
 
 // refuseArchived is the Loader's first step: a sale the archiver has

@@ -121,12 +121,19 @@ func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.Sale
 		}
 		return s.stockInDB(ctx, id)
 	}
-	var sum inventory.SaleState
+	per := make([]inventory.SaleState, len(segs))
 	for i, seg := range segs {
-		st, err := s.stockInDB(ctx, seg)
-		if err != nil {
+		if per[i], err = s.stockInDB(ctx, seg); err != nil {
 			return inventory.SaleState{}, err
 		}
+	}
+	return sumStates(id, per)
+}
+
+// sumStates is the state of segmented sale id from its segments' states.
+func sumStates(id string, per []inventory.SaleState) (inventory.SaleState, error) {
+	var sum inventory.SaleState
+	for i, st := range per {
 		if i == 0 {
 			sum = st
 			sum.Sale.ID = id
@@ -138,6 +145,7 @@ func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.Sale
 				return inventory.SaleState{}, fmt.Errorf("%w: segments of %s differ in items", inventory.ErrCorrupt, id)
 			}
 			sum.Items[j].Sold += st.Items[j].Sold
+			sum.Items[j].Awaiting += st.Items[j].Awaiting
 			if sum.Items[j].Stocked != inventory.Unlimited {
 				sum.Items[j].Stocked += st.Items[j].Stocked
 				sum.Items[j].Remaining += st.Items[j].Remaining

@@ -45,11 +45,18 @@ func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 	}
 	closed := false
 	for _, eid := range ids {
-		_, _, err := s.eng.Close(r.Context(), eid)
+		_, end, err := s.eng.Close(r.Context(), eid)
 		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
 			continue
 		}
 		if err != nil {
+			return err
+		}
+		// The database knows the end at once, not only when the consumer
+		// stores the closed event: a sale Redis loses before that is
+		// rebuilt ended. Until it does, the close is not answered (sent
+		// again, it writes it again).
+		if err := s.db.CloseSale(r.Context(), eid, end); err != nil {
 			return err
 		}
 		closed = true

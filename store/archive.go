@@ -209,6 +209,20 @@ func checkClosed(ev inventory.Event) string {
 	return ""
 }
 
+// CloseSale ends the sale at end in the database, as its closed event
+// does once the order consumer stores it (the earliest close wins): the
+// service records a close here as soon as Redis made it, so that a sale
+// Redis loses before the event is stored is rebuilt ended.
+func (s *Store) CloseSale(ctx context.Context, saleID string, end time.Time) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		return s.applyClosed(ctx, tx, saleID, ms(end))
+	})
+	if err != nil {
+		return fmt.Errorf("store: close sale %s: %w", saleID, err)
+	}
+	return nil
+}
+
 // applyClosed ends the sale at end (unix ms) unless it ends earlier
 // already; a start at or after it goes just below it, as close.lua does.
 // The earliest close wins whatever order the events arrive in.

@@ -16,6 +16,7 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -42,6 +43,9 @@ type Engine interface {
 	CheckArchive(ctx context.Context, saleID string) (inventory.ArchiveCheck, error)
 	Archive(ctx context.Context, saleID, last string) (inventory.ArchiveCheck, error)
 	PurgeArchived(ctx context.Context, saleID string) (int, error)
+	// Stock reads the sale, rebuilding it from the system of record if
+	// it is missing from Redis (the reservations with it).
+	Stock(ctx context.Context, saleID string) (inventory.SaleState, error)
 }
 
 // Options tune the archiver; zero values take the defaults.
@@ -144,20 +148,6 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 		return false, "", err
 	}
 	last := "-" // a sale whose hash is gone: sweep what is left of it
-	if chk.Gone && purge {
-		// Gone: an archiving removed it (having found nothing awaiting
-		// payment; AwaitingPayment leaves such a sale out), or Redis lost
-		// it. Then the reservations the database holds still have to
-		// expire: the expiry loop brings the sale back for that, and it is
-		// archived once they are decided.
-		awaiting, err := a.db.AwaitingPayment(ctx, []string{saleID})
-		if err != nil {
-			return false, "", err
-		}
-		if len(awaiting) > 0 {
-			return false, "awaiting (lost from redis)", nil
-		}
-	}
 	if !chk.Gone {
 		if !chk.Ready {
 			return false, chk.Reason, nil
@@ -172,6 +162,29 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 			return false, "database at " + newest + ", stream at " + chk.Last, nil
 		}
 		last = chk.Last
+	}
+	// Redis found no reservation; the database must have none either.
+	// One it has was lost from Redis (with the sale: a restart without
+	// persistence), or was sold by the database in degraded mode and is
+	// not repaired into Redis yet: only Redis expires it, so the sale is
+	// not archived (it would never be rebuilt again). A lost sale is
+	// rebuilt, its reservations with it, to be paid or to expire there.
+	if purge {
+		awaiting, err := a.db.AwaitingPayment(ctx, []string{saleID})
+		if err != nil {
+			return false, "", err
+		}
+		if len(awaiting) > 0 {
+			_, err := a.eng.Stock(ctx, saleID) // a lost sale comes back
+			if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
+				if err != nil {
+					return false, "", err
+				}
+				return false, "awaiting in the database", nil
+			}
+			// Archiving already (AwaitingPayment leaves such a sale out,
+			// but it may have begun since): nothing can bring it back.
+		}
 	}
 	// The mark first: from here on no instance rebuilds the sale.
 	if err := a.db.BeginArchive(ctx, saleID, time.Now()); err != nil {

@@ -290,3 +290,75 @@ func TestArchiveLeavesALiveSale(t *testing.T) {
 		t.Fatalf("archive of a live sale: %+v, %v", res, err)
 	}
 }
+
+// A sale with a payment step that Redis lost (a restart without
+// persistence) while a reservation of it was awaiting payment: the
+// database alone holds the reservation. The archiver must not archive it
+// (no expiry could ever take the reservation then: the sale is never
+// rebuilt once archiving, and expiries run in Redis); it brings the sale
+// back, deadlines and all, and archives it once the reservation is paid.
+func TestAdvArchiveWaitsForAReservationRedisLost(t *testing.T) {
+	r := realRig(t)
+	s := inventory.Sale{ID: "lost", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 5}},
+		EndsAt: time.Now().Add(1500 * time.Millisecond), PaymentTimeout: time.Hour}
+	if err := r.db.CreateSale(r.ctx, store.Sale{Sale: s, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.eng.CreateSale(r.ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := r.eng.Buy(r.ctx, "lost", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.consume("c")
+	waitfor.Until(t, waitfor.Patience, "the order to be stored", func() error {
+		if n := r.confirmed("lost"); n != 1 {
+			return fmt.Errorf("%d stored", n)
+		}
+		return nil
+	})
+	if o, err := r.db.Order(r.ctx, rc.Order.ID); err != nil || o.Payment != inventory.PaymentAwaiting {
+		t.Fatalf("stored order %+v, %v", o, err)
+	}
+	// Redis loses the sale (every key of it).
+	keys, err := r.rdb.Keys(r.ctx, r.eng.Key("lost", "*")).Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys of the sale: %v %v", keys, err)
+	}
+	if err := r.rdb.Del(r.ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, waitfor.Patience, "the sale to end", func() error {
+		if time.Now().Before(s.EndsAt.Add(100 * time.Millisecond)) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	arch := archive.New(r.eng, r.db, archive.Options{})
+	for range 3 {
+		if _, _, err := arch.Pass(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := r.db.Archive(r.ctx, "lost"); err != nil || st.Archiving() {
+		t.Fatalf("archived with a reservation awaiting payment in the database: %+v, %v", st, err)
+	}
+	// The reservation is back in Redis: it is paid (or would expire) there.
+	if _, _, err := r.eng.Pay(r.ctx, rc.Order.ID, "u1", "ref"); err != nil {
+		t.Fatalf("pay of the reservation: %v", err)
+	}
+	r.consume("c2") // the first one may idle on the ended sale (the service wakes it at a pay)
+	waitfor.Until(t, waitfor.Patience, "the sale to be archived", func() error {
+		if _, _, err := arch.Pass(r.ctx); err != nil {
+			return err
+		}
+		if st, err := r.db.Archive(r.ctx, "lost"); err != nil || st.ArchivedAt.IsZero() {
+			return fmt.Errorf("archive state %+v, %v", st, err)
+		}
+		return nil
+	})
+	if o, err := r.db.Order(r.ctx, rc.Order.ID); err != nil || o.Payment != inventory.PaymentPaid {
+		t.Fatalf("the paid order in the database: %+v, %v", o, err)
+	}
+}

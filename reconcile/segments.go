@@ -1,6 +1,11 @@
 package reconcile
 
-import "github.com/seckill/seckill/inventory"
+import (
+	"context"
+
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/store"
+)
 
 // Combine is the report of a segmented sale (package segment) from the
 // reports of its segments, each an ordinary sale reconciled alone (Sale):
@@ -41,4 +46,24 @@ func Combine(saleID string, segments []Report) Report {
 		}
 	}
 	return out
+}
+
+// Archived is the report of a sale whose keys are gone from Redis
+// (archived): the database is all there is, so its numbers are compared
+// with nothing and the sale is consistent.
+func Archived(ctx context.Context, db *store.Store, saleID string) (Report, error) {
+	totals, err := db.Totals(ctx, saleID)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Sale: saleID, Consistent: true, Items: make([]Item, 0, len(totals))}
+	for _, t := range totals {
+		remaining := int64(-1)
+		if t.Stocked != -1 {
+			remaining = t.Stocked - t.Sold
+		}
+		rep.Items = append(rep.Items, Item{SKU: t.SKU, Stocked: t.Stocked, Remaining: remaining, Sold: t.Sold,
+			OrdersInDB: t.Sold, StockedInDB: t.Stocked, Held: t.Sold})
+	}
+	return rep, nil
 }

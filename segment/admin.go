@@ -105,6 +105,20 @@ func (s *Seller) Place(ctx context.Context, saleID string, k int) ([]string, err
 	return ids, nil
 }
 
+// RemoveDirectory removes a sale's directory from Redis (and this
+// Seller's copy): call it once every segment of the sale is archived
+// (removed from Redis for good), when nothing will be sold from it again.
+// Options.Directory must then refuse the sale (an error), or a later look
+// puts the directory back.
+func (s *Seller) RemoveDirectory(ctx context.Context, saleID string) error {
+	if err := s.rdb.Unlink(ctx, s.eng.Key(saleID, "segments")).Err(); err != nil {
+		return fmt.Errorf("segment: remove the directory of %s: %w", saleID, err)
+	}
+	s.dirs.Delete(saleID)
+	s.forget(saleID)
+	return nil
+}
+
 // Create creates the segments of Plan(sale, ids) in Redis and the sale's
 // directory. A second Create of a sale fails with ErrExists and changes
 // nothing. A Create that failed part way (the directory is written first)

@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/seckill/seckill/archive"
@@ -23,16 +25,44 @@ func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("sale")
+	// A segment is no sale to anyone outside (storedSale): closing one
+	// alone would end the sale for its buyers only.
+	if p, err := s.router.Parent(r.Context(), id); err != nil || p != "" {
+		if err != nil {
+			return err
+		}
+		return errNotFound("sale not found: " + id)
+	}
 	if !s.seller.RedisSells() {
 		return errUnavailable // degraded mode: Redis does not sell; close after the recovery
 	}
-	_, _, err := s.eng.Close(r.Context(), id)
-	var archived *inventory.ArchivedError
-	if err != nil && !errors.As(err, &archived) {
+	// Every engine sale of it: a segmented sale's segments each. A close
+	// that fails part way leaves some closed; sent again, it closes the
+	// rest (closing an ended sale changes nothing).
+	ids, err := s.engineSales(r.Context(), id)
+	if err != nil {
 		return err
 	}
-	if err == nil {
-		s.orders.Wake(id) // its stream has a new entry
+	closed := false
+	for _, eid := range ids {
+		_, end, err := s.eng.Close(r.Context(), eid)
+		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// The database knows the end at once, not only when the consumer
+		// stores the closed event: a sale Redis loses before that is
+		// rebuilt ended. Until it does, the close is not answered (sent
+		// again, it writes it again).
+		if err := s.db.CloseSale(r.Context(), eid, end); err != nil {
+			return err
+		}
+		closed = true
+		s.orders.Wake(eid) // its stream has a new entry
+	}
+	if closed {
 		s.audit(r, "sale closed", id, "", nil)
 	}
 	body, err := s.saleBody(r.Context(), id)
@@ -46,9 +76,11 @@ func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 
 // archivedSaleBody is the body of a sale whose keys are gone from Redis
 // (or going): the database's numbers, ended, archived once the keys are
-// gone.
+// gone. A segmented sale whose segments are not all archiving yet (one
+// waits for a payment, say) is not archived: its live segments' numbers
+// are Redis's.
 func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, error) {
-	st, err := s.stockInDB(ctx, id)
+	st, archived, err := s.stockOfEnded(ctx, id)
 	if err != nil {
 		return saleJSON{}, err
 	}
@@ -57,7 +89,7 @@ func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, er
 		return saleJSON{}, err
 	}
 	b := saleJSON{ID: id, Status: string(inventory.StatusEnded), PerUserLimit: st.Sale.PerUserLimit,
-		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: true}
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: archived}
 	if settings.RateLimits != (RateLimits{}) {
 		b.RateLimits = &settings.RateLimits
 	}
@@ -67,11 +99,51 @@ func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, er
 	if t := st.Sale.EndsAt; !t.IsZero() {
 		b.EndsAt = &t
 	}
+	b.PaymentTimeoutS = int64(settings.PaymentTimeout / time.Second)
 	for _, it := range st.Items {
 		// An ended sale sells nothing more: what was not sold stays unsold.
-		b.Items = append(b.Items, itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold})
+		item := itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold}
+		if b.PaymentTimeoutS > 0 {
+			item.AwaitingPayment = &it.Awaiting
+		}
+		b.Items = append(b.Items, item)
 	}
 	return b, nil
+}
+
+// stockOfEnded is the state of a sale that some engine sale of is
+// archiving: each archiving one's from the database, any other's from
+// Redis, summed; archived reports that every one is archiving.
+func (s *Service) stockOfEnded(ctx context.Context, id string) (st inventory.SaleState, archived bool, err error) {
+	segs, err := s.router.Segments(ctx, id)
+	if err != nil || segs == nil {
+		if err != nil {
+			return inventory.SaleState{}, false, err
+		}
+		st, err := s.stockInDB(ctx, id)
+		return st, true, err
+	}
+	per := make([]inventory.SaleState, len(segs))
+	archived = true
+	for i, seg := range segs {
+		if a, err := s.db.Archive(ctx, seg); err != nil {
+			return inventory.SaleState{}, false, err
+		} else if !a.Archiving() {
+			per[i], err = s.eng.Stock(ctx, seg)
+			if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
+				if err != nil {
+					return inventory.SaleState{}, false, err
+				}
+				archived = false
+				continue
+			}
+		}
+		if per[i], err = s.stockInDB(ctx, seg); err != nil {
+			return inventory.SaleState{}, false, err
+		}
+	}
+	st, err = sumStates(id, per)
+	return st, archived, err
 }
 
 // refuseArchived is the Loader's first step: a sale the archiver has
@@ -101,6 +173,44 @@ func (s *Service) knownArchived(saleID string) bool {
 	return ok
 }
 
+// replayArchived answers a buy resent with its idempotency key once its
+// sale is archived (err, the seller's, an ArchivedError): the order the
+// key made, from the database, as buy.lua would replay it (the same
+// lines, else ErrIdempotencyMismatch), with what is left of the sale now.
+// Any other buy keeps err.
+func (s *Service) replayArchived(ctx context.Context, saleID, user string, lines []inventory.Line, key string, err error) (inventory.Receipt, error) {
+	if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok || key == "" {
+		return inventory.Receipt{}, err
+	}
+	home, herr := s.router.Home(ctx, saleID, user) // a segmented sale's orders are in the buyer's home segment
+	if herr != nil {
+		return inventory.Receipt{}, err
+	}
+	o, found, ferr := s.db.OrderByKey(ctx, home, user, key)
+	if ferr != nil {
+		return inventory.Receipt{}, ferr
+	}
+	if !found {
+		return inventory.Receipt{}, err
+	}
+	if !slices.Equal(o.Items, lines) {
+		return inventory.Receipt{}, fmt.Errorf("%w: key %q names order %s", inventory.ErrIdempotencyMismatch, key, o.ID)
+	}
+	rc := inventory.Receipt{Order: o, Replayed: true, Remaining: make([]int64, len(lines))}
+	st, serr := s.stockInDBAsOne(ctx, saleID)
+	if serr != nil {
+		return inventory.Receipt{}, serr
+	}
+	for i, l := range lines {
+		for _, it := range st.Items {
+			if it.SKU == l.SKU {
+				rc.Remaining[i] = it.Remaining
+			}
+		}
+	}
+	return rc, nil
+}
+
 // cancelArchived cancels an order of a sale whose keys are gone, in the
 // database; err is the seller's error when the sale is not archiving.
 func (s *Service) cancelArchived(ctx context.Context, orderID, user string, err error) (inventory.Receipt, error) {
@@ -111,29 +221,15 @@ func (s *Service) cancelArchived(ctx context.Context, orderID, user string, err 
 	return s.db.CancelArchived(ctx, orderID, user, time.Now())
 }
 
-// archivedReport is the reconciliation of a sale whose keys are gone: the
-// database is all there is, so its numbers are compared with nothing and
-// the sale is consistent.
+// archivedReport is the reconciliation of a sale whose keys are gone
+// (reconcile.Archived).
 func (s *Service) archivedReport(ctx context.Context, id string) (reconcile.Report, error) {
-	totals, err := s.db.Totals(ctx, id)
-	if err != nil {
-		return reconcile.Report{}, err
-	}
-	rep := reconcile.Report{Sale: id, Consistent: true, Items: make([]reconcile.Item, 0, len(totals))}
-	for _, t := range totals {
-		remaining := int64(-1)
-		if t.Stocked != -1 {
-			remaining = t.Stocked - t.Sold
-		}
-		rep.Items = append(rep.Items, reconcile.Item{SKU: t.SKU, Stocked: t.Stocked, Remaining: remaining, Sold: t.Sold,
-			OrdersInDB: t.Sold, StockedInDB: t.Stocked, Held: t.Sold})
-	}
-	return rep, nil
+	return reconcile.Archived(ctx, s.db, id)
 }
 
 // runArchiver runs the archiver until ctx ends.
 func (s *Service) runArchiver(ctx context.Context) {
-	a := archive.New(s.eng, s.db, archive.Options{Every: s.cfg.ArchiveEvery, Logger: s.log,
+	a := archive.New(archiveEngine{s.eng, s}, s.db, archive.Options{Every: s.cfg.ArchiveEvery, Logger: s.log,
 		OnPass: func(archived, waiting int) {
 			s.metrics.archived.Add(float64(archived))
 			s.metrics.archiveWaiting.Set(float64(waiting))
@@ -142,3 +238,58 @@ func (s *Service) runArchiver(ctx context.Context) {
 }
 
 var _ archive.Store = (*store.Store)(nil)
+
+// archiveEngine is the archiver's engine: once the last segment of a
+// segmented sale is archived, what is left of the sale in Redis (its
+// directory, under the sale's own id) goes too.
+type archiveEngine struct {
+	*inventory.Engine
+	s *Service
+}
+
+// PurgeArchived is the engine's, and removes the directory of the
+// segmented sale whose segments are all archiving now.
+func (e archiveEngine) PurgeArchived(ctx context.Context, saleID string) (int, error) {
+	n, err := e.Engine.PurgeArchived(ctx, saleID)
+	if err != nil {
+		return n, err
+	}
+	parent, err := e.s.router.Parent(ctx, saleID)
+	if err != nil || parent == "" {
+		return n, err
+	}
+	if done, err := e.s.allArchiving(ctx, parent); err != nil || !done {
+		return n, err
+	}
+	return n + 1, e.s.router.Seller().RemoveDirectory(ctx, parent)
+}
+
+// allArchiving reports whether every segment of a segmented sale is
+// archiving (its keys removed from Redis for good, or being removed).
+func (s *Service) allArchiving(ctx context.Context, saleID string) (bool, error) {
+	segs, err := s.db.Segments(ctx, saleID)
+	if err != nil || len(segs) == 0 {
+		return false, err
+	}
+	for _, seg := range segs {
+		st, err := s.db.Archive(ctx, seg)
+		if err != nil || !st.Archiving() {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// directory is the segment seller's Directory: a segmented sale's segments
+// from the database, unless they are all archiving: then its directory
+// stays out of Redis (ArchivedError), where the archiver removed it.
+func (s *Service) directory(ctx context.Context, saleID string) ([]string, error) {
+	done, err := s.allArchiving(ctx, saleID)
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		return nil, &inventory.ArchivedError{SaleID: saleID}
+	}
+	return s.db.Segments(ctx, saleID)
+}

@@ -82,6 +82,9 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	rc, err := s.seller.Buy(r.Context(), inventory.BuyRequest{SaleID: settings.ID, UserID: user, Lines: lines,
 		IdempotencyKey: key, Throttle: settings.userInBuy, Token: token.nonce, TokenTTL: token.ttl})
 	if err != nil {
+		rc, err = s.replayArchived(r.Context(), settings.ID, user, lines, key, err)
+	}
+	if err != nil {
 		if retry, ok := throttledFor(err); ok {
 			return s.limited("user", settings.user, retry)
 		}

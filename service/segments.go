@@ -108,6 +108,12 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 	if s.seller.RedisSells() {
 		return s.router.Stock(ctx, id)
 	}
+	return s.stockInDBAsOne(ctx, id)
+}
+
+// stockInDBAsOne is a sale's state as the database has it, a segmented
+// sale's summed over its segments.
+func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.SaleState, error) {
 	segs, err := s.router.Segments(ctx, id)
 	if err != nil || segs == nil {
 		if err != nil {
@@ -115,12 +121,19 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 		}
 		return s.stockInDB(ctx, id)
 	}
-	var sum inventory.SaleState
+	per := make([]inventory.SaleState, len(segs))
 	for i, seg := range segs {
-		st, err := s.stockInDB(ctx, seg)
-		if err != nil {
+		if per[i], err = s.stockInDB(ctx, seg); err != nil {
 			return inventory.SaleState{}, err
 		}
+	}
+	return sumStates(id, per)
+}
+
+// sumStates is the state of segmented sale id from its segments' states.
+func sumStates(id string, per []inventory.SaleState) (inventory.SaleState, error) {
+	var sum inventory.SaleState
+	for i, st := range per {
 		if i == 0 {
 			sum = st
 			sum.Sale.ID = id
@@ -132,6 +145,7 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 				return inventory.SaleState{}, fmt.Errorf("%w: segments of %s differ in items", inventory.ErrCorrupt, id)
 			}
 			sum.Items[j].Sold += st.Items[j].Sold
+			sum.Items[j].Awaiting += st.Items[j].Awaiting
 			if sum.Items[j].Stocked != inventory.Unlimited {
 				sum.Items[j].Stocked += st.Items[j].Stocked
 				sum.Items[j].Remaining += st.Items[j].Remaining
@@ -188,7 +202,11 @@ func (s *Service) reconcileSale(ctx context.Context, id string) (reconcile.Repor
 	}
 	reps := make([]reconcile.Report, len(segs))
 	for i, seg := range segs {
-		if reps[i], err = reconcile.Sale(ctx, s.eng, s.rdb, s.db, seg); err != nil {
+		reps[i], err = reconcile.Sale(ctx, s.eng, s.rdb, s.db, seg)
+		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
+			reps[i], err = s.archivedReport(ctx, seg) // the database's alone
+		}
+		if err != nil {
 			return reconcile.Report{}, err
 		}
 	}

@@ -180,7 +180,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.secrets()
 	s.auth = newAuth(s.cfg.JWTSecret, s.cfg.AdminToken)
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale)})
-	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.db.Segments}), s.db.SaleKind)
+	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.directory}), s.db.SaleKind)
 	if err := s.eng.Preload(ctx); err != nil {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}

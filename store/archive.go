@@ -153,6 +153,30 @@ func (s *Store) CancelArchived(ctx context.Context, orderID, user string, now ti
 	return rc, err
 }
 
+// OrderByKey returns the order user made in the sale with the
+// idempotency key, found false if none: a buy resent once its sale's keys
+// are gone from Redis is answered from here. A live order comes first (a
+// key may also name a voided one, see MarkUnsure).
+func (s *Store) OrderByKey(ctx context.Context, saleID, user, key string) (o inventory.Order, found bool, err error) {
+	var orders []inventory.Order
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		orders, err = s.readOrders(ctx, tx, "o.sale_id = ? AND o.user_id = ? AND o.idempotency_key = ?", saleID, user, key)
+		return err
+	})
+	if err != nil {
+		return inventory.Order{}, false, fmt.Errorf("store: order of key %q in sale %s: %w", key, saleID, err)
+	}
+	if len(orders) == 0 {
+		return inventory.Order{}, false, nil
+	}
+	for _, o := range orders {
+		if o.Status == inventory.OrderConfirmed {
+			return o, true, nil
+		}
+	}
+	return orders[0], true, nil
+}
+
 // ErrNotArchived: CancelArchived was given an order of a sale that still
 // lives in Redis; nothing was written.
 var ErrNotArchived = errors.New("store: sale not archived")
@@ -169,6 +193,20 @@ func checkClosed(ev inventory.Event) string {
 		return fmt.Sprintf("closed with start %d not before end %d", start.UnixMilli(), end.UnixMilli())
 	}
 	return ""
+}
+
+// CloseSale ends the sale at end in the database, as its closed event
+// does once the order consumer stores it (the earliest close wins): the
+// service records a close here as soon as Redis made it, so that a sale
+// Redis loses before the event is stored is rebuilt ended.
+func (s *Store) CloseSale(ctx context.Context, saleID string, end time.Time) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		return s.applyClosed(ctx, tx, saleID, ms(end))
+	})
+	if err != nil {
+		return fmt.Errorf("store: close sale %s: %w", saleID, err)
+	}
+	return nil
 }
 
 // applyClosed ends the sale at end (unix ms) unless it ends earlier

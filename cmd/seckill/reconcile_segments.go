@@ -20,7 +20,20 @@ func reconcileSegmented(ctx context.Context, eng *inventory.Engine, rdb redis.Un
 	sale string, segs []string, repair bool, stdout, stderr io.Writer) int {
 	reps := make([]reconcile.Report, 0, len(segs))
 	drifted := false
+	archived := 0
 	for _, seg := range segs {
+		// An archived segment is the database's alone: nothing to compare
+		// (and nothing in Redis to repair).
+		if st, err := db.Archive(ctx, seg); err == nil && !st.ArchivedAt.IsZero() {
+			rep, err := reconcile.Archived(ctx, db, seg)
+			if err != nil {
+				fmt.Fprintln(stderr, "seckill reconcile:", err)
+				return 1
+			}
+			archived++
+			reps = append(reps, rep)
+			continue
+		}
 		if repair {
 			res, err := reconcile.Repair(ctx, eng, rdb, db, seg)
 			if err != nil {
@@ -41,6 +54,11 @@ func reconcileSegmented(ctx context.Context, eng *inventory.Engine, rdb redis.Un
 		}
 		drifted = drifted || rep.Drifted()
 		reps = append(reps, rep)
+	}
+	if archived == len(segs) {
+		fmt.Fprintf(stdout, "sale %s is archived: its keys are gone from Redis and the database alone holds it; nothing to compare\n", sale)
+	} else if archived > 0 {
+		fmt.Fprintf(stdout, "%d of its segments are archived (the database's figures alone)\n", archived)
 	}
 	fmt.Fprintf(stdout, "sale %s is on %d segments; their sum:\n", sale, len(segs))
 	reconcile.Print(stdout, reconcile.Combine(sale, reps))

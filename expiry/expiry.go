@@ -11,6 +11,13 @@
 // sales' due orders in batches. With a tick of Options.Tick (250 ms by
 // default) an order expires well within 2 s of its deadline while any
 // instance runs.
+//
+// The same pipeline finds the sales missing from Redis (a Redis that lost
+// their keys): Options.Lost brings back those whose reservations the system
+// of record holds, so that they expire too. While Options.Paused says so
+// (Redis does not sell: degraded mode, or a Redis that restarted and may be
+// behind the system of record until the recovery repairs it) nothing is
+// expired.
 package expiry
 
 import (

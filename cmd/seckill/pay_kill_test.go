@@ -77,9 +77,12 @@ func TestServiceKilledWithReservations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	// until sends a request until it gets an HTTP answer that is not a 5xx.
+	// (The restarted process listens where the first did: its base is read
+	// once, not from proc, which the restart replaces while buyers run.)
+	base := proc.base()
 	until := func(method, path, tok string, hdr map[string]string, body any) (apiReply, bool) {
 		for ctx.Err() == nil {
-			r, err := call(ctx, client, method, proc.base()+path, tok, hdr, body)
+			r, err := call(ctx, client, method, base+path, tok, hdr, body)
 			if err == nil && r.status < 500 {
 				return r, true
 			}

@@ -117,12 +117,18 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	if err != nil {
 		return saleJSON{}, err
 	}
+	return s.saleJSONOf(ctx, id, st, st.Status, false)
+}
+
+// saleJSONOf is the body of a sale in the state st, with its service
+// settings; status is st's unless the sale is known to have ended.
+func (s *Service) saleJSONOf(ctx context.Context, id string, st inventory.SaleState, status inventory.Status, archived bool) (saleJSON, error) {
 	settings, err := s.settings(ctx, id)
 	if err != nil {
 		return saleJSON{}, err
 	}
-	b := saleJSON{ID: id, Status: string(st.Status), PerUserLimit: st.Sale.PerUserLimit,
-		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items))}
+	b := saleJSON{ID: id, Status: string(status), PerUserLimit: st.Sale.PerUserLimit,
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: archived}
 	if settings.RateLimits != (RateLimits{}) {
 		b.RateLimits = &settings.RateLimits
 	}
@@ -134,6 +140,7 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 	}
 	b.PaymentTimeoutS = int64(settings.PaymentTimeout / time.Second)
 	for _, it := range st.Items {
+		// An ended sale sells nothing more: what was not sold stays unsold.
 		item := itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold}
 		if b.PaymentTimeoutS > 0 {
 			item.AwaitingPayment = &it.Awaiting

@@ -84,31 +84,7 @@ func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, er
 	if err != nil {
 		return saleJSON{}, err
 	}
-	settings, err := s.settings(ctx, id)
-	if err != nil {
-		return saleJSON{}, err
-	}
-	b := saleJSON{ID: id, Status: string(inventory.StatusEnded), PerUserLimit: st.Sale.PerUserLimit,
-		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: archived}
-	if settings.RateLimits != (RateLimits{}) {
-		b.RateLimits = &settings.RateLimits
-	}
-	if t := st.Sale.StartsAt; !t.IsZero() {
-		b.StartsAt = &t
-	}
-	if t := st.Sale.EndsAt; !t.IsZero() {
-		b.EndsAt = &t
-	}
-	b.PaymentTimeoutS = int64(settings.PaymentTimeout / time.Second)
-	for _, it := range st.Items {
-		// An ended sale sells nothing more: what was not sold stays unsold.
-		item := itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold}
-		if b.PaymentTimeoutS > 0 {
-			item.AwaitingPayment = &it.Awaiting
-		}
-		b.Items = append(b.Items, item)
-	}
-	return b, nil
+	return s.saleJSONOf(ctx, id, st, inventory.StatusEnded, archived)
 }
 
 // stockOfEnded is the state of a sale that some engine sale of is

@@ -1,0 +1,103 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/faultnet"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/store"
+)
+
+// TestPaymentDeadlineThroughADatabaseOutage: the connection to PostgreSQL
+// is cut (through a proxy) while reservations await payment. Redis decides
+// alone meanwhile: a pay made during the outage is paid, the reservations
+// nobody pays expire on time and their units go to later buyers (who pay
+// at once), and the sale is sold out with the paid orders. Once the
+// database is back, every pay and every expiry reaches it, once: the paid
+// orders confirmed and paid, the expired ones cancelled and expired, and
+// reconciliation consistent.
+func TestPaymentDeadlineThroughADatabaseOutage(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	direct := dbtest.PostgresURL(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultnet.Start(t, u.Host)
+	u.Host = proxy.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "1")
+	u.RawQuery = q.Encode()
+	cfg := service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: u.String()}
+	cfg.Pipeline.MaxBackoff = 100 * time.Millisecond
+	a := startApp(t, cfg)
+	db, err := store.Open(context.Background(), direct) // the test's own view, not through the proxy
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	a.createPaySale("p", 4, 2)
+	ids := map[string]string{}
+	for i := range 4 {
+		user := fmt.Sprintf("u%d", i)
+		r := buyOne(a, "p", user)
+		mustStatus(t, r, http.StatusCreated)
+		ids[user] = r.json(t)["order_id"].(string)
+	}
+	mustStatus(t, a.pay("u0", ids["u0"], "ref-u0"), http.StatusOK)
+	time.Sleep(1200 * time.Millisecond) // the expiry loop's list of sales (refreshed every second) has the sale
+
+	proxy.Cut()
+	if p := a.pay("u1", ids["u1"], "ref-u1"); p.status != http.StatusOK || p.json(t)["payment_status"] != "paid" {
+		t.Fatalf("pay during the outage: %d %s", p.status, p.body)
+	}
+	// u2 and u3 never pay: their units come back on time, to later buyers.
+	for _, user := range []string{"late0", "late1"} {
+		waitfor.Until(t, waitfor.Patience, user+" buys a unit that came back", func() error {
+			r := buyOne(a, "p", user)
+			if r.status != http.StatusCreated {
+				return fmt.Errorf("%d %s", r.status, r.body)
+			}
+			ids[user] = r.json(t)["order_id"].(string)
+			return nil
+		})
+		mustStatus(t, a.pay(user, ids[user], "ref-"+user), http.StatusOK)
+	}
+	if r := buyOne(a, "p", "late2"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
+		t.Fatalf("a buy with every unit paid for: %d %s", r.status, r.body)
+	}
+
+	proxy.Restore()
+	a.settle("p")
+	for user, id := range ids {
+		o, err := db.Order(context.Background(), id)
+		if err != nil {
+			t.Fatalf("order of %s: %v", user, err)
+		}
+		want := inventory.PaymentPaid
+		if user == "u2" || user == "u3" {
+			want = inventory.PaymentExpired
+		}
+		switch {
+		case o.Payment != want:
+			t.Errorf("order of %s in the database: payment %q, want %q", user, o.Payment, want)
+		case want == inventory.PaymentPaid && (o.Status != inventory.OrderConfirmed || o.PaymentRef != "ref-"+user):
+			t.Errorf("paid order of %s in the database: %+v", user, o)
+		case want == inventory.PaymentExpired && o.Status != inventory.OrderCancelled:
+			t.Errorf("expired order of %s in the database: %+v", user, o)
+		}
+	}
+	if counts, _ := db.CountOrders(context.Background(), "p"); counts[inventory.OrderConfirmed] != 4 || counts[inventory.OrderCancelled] != 2 {
+		t.Errorf("orders in the database %v, want 4 confirmed and 2 cancelled", counts)
+	}
+}

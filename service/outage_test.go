@@ -21,11 +21,11 @@ func buyOne(a *app, sale, user string) reply {
 	return a.call("POST", "/v1/sales/"+sale+"/orders", a.token(user), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}})
 }
 
-// TestDatabaseOutageDuringSale: the connection to PostgreSQL is cut in the
-// middle of a sale (a real network failure, through a proxy). Buys go on;
-// their orders stay pending; once the database is back every one of them is
-// confirmed, once, and reconciliation is consistent.
-func TestDatabaseOutageDuringSale(t *testing.T) {
+// startBehindDBProxy starts the service on real Redis and PostgreSQL,
+// reaching the database through a proxy the test can cut, and opens the
+// test's own view of the database (not through the proxy).
+func startBehindDBProxy(t *testing.T) (*app, *faultnet.Proxy, *store.Store) {
+	t.Helper()
 	rdb := redistest.Standalone(t)
 	direct := dbtest.PostgresURL(t)
 	u, err := url.Parse(direct)
@@ -44,7 +44,16 @@ func TestDatabaseOutageDuringSale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
+	return a, proxy, db
+}
+
+// TestDatabaseOutageDuringSale: the connection to PostgreSQL is cut in the
+// middle of a sale (a real network failure, through a proxy). Buys go on;
+// their orders stay pending; once the database is back every one of them is
+// confirmed, once, and reconciliation is consistent.
+func TestDatabaseOutageDuringSale(t *testing.T) {
+	a, proxy, db := startBehindDBProxy(t)
 
 	a.createSale("s1", 1, "A", 1000)
 	var orders []string

@@ -4,17 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/seckill/seckill/internal/dbtest"
-	"github.com/seckill/seckill/internal/faultnet"
-	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/service"
-	"github.com/seckill/seckill/store"
 )
 
 // TestPaymentDeadlineThroughADatabaseOutage: the connection to PostgreSQL
@@ -26,25 +20,7 @@ import (
 // orders confirmed and paid, the expired ones cancelled and expired, and
 // reconciliation consistent.
 func TestPaymentDeadlineThroughADatabaseOutage(t *testing.T) {
-	rdb := redistest.Standalone(t)
-	direct := dbtest.PostgresURL(t)
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultnet.Start(t, u.Host)
-	u.Host = proxy.Addr()
-	q := u.Query()
-	q.Set("connect_timeout", "1")
-	u.RawQuery = q.Encode()
-	cfg := service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: u.String()}
-	cfg.Pipeline.MaxBackoff = 100 * time.Millisecond
-	a := startApp(t, cfg)
-	db, err := store.Open(context.Background(), direct) // the test's own view, not through the proxy
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	a, proxy, db := startBehindDBProxy(t)
 
 	a.createPaySale("p", 4, 2)
 	ids := map[string]string{}

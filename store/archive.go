@@ -127,25 +127,8 @@ func (s *Store) CancelArchived(ctx context.Context, orderID, user string, now ti
 		if archiving == 0 {
 			return ErrNotArchived
 		}
-		orders, err := s.readOrders(ctx, tx, "o.id = ?", orderID)
-		if err != nil {
-			return err
-		}
-		if len(orders) == 0 || user != "" && orders[0].UserID != user {
-			return &inventory.NotFoundError{Kind: "order", IDs: []string{orderID}}
-		}
-		o := orders[0]
-		if o.Status == inventory.OrderCancelled {
-			rc = inventory.Receipt{Order: o, Replayed: true}
-			return nil
-		}
-		if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = ? WHERE id = ?",
-			string(inventory.OrderCancelled), ms(now), orderID); err != nil {
-			return err
-		}
-		o.Status = inventory.OrderCancelled
-		rc = inventory.Receipt{Order: o}
-		return s.journalDegraded(ctx, tx, inventory.EventCancelled, o, now)
+		rc, err = s.cancelInTx(ctx, tx, orderID, user, now, nil) // the sale has ended: no stock to give back
+		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotArchived) && !errors.Is(err, inventory.ErrNotFound) {
 		err = fmt.Errorf("store: cancel %s of an archived sale: %w", orderID, err)

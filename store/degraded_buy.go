@@ -247,6 +247,35 @@ func (s *Store) journalDegraded(ctx context.Context, tx *sql.Tx, typ inventory.E
 	return s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, o.SaleID, ev), "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil)
 }
 
+// cancelInTx cancels an order on the database in tx, journaled as
+// cancelled: user "" is an operator, otherwise the order must be user's
+// (else ErrNotFound); a cancelled order is returned unchanged, Replayed.
+// changed, if set, runs after the order's row changed, in tx.
+func (s *Store) cancelInTx(ctx context.Context, tx *sql.Tx, orderID, user string, now time.Time, changed func() error) (inventory.Receipt, error) {
+	orders, err := s.readOrders(ctx, tx, "o.id = ?", orderID)
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
+	if len(orders) == 0 || user != "" && orders[0].UserID != user {
+		return inventory.Receipt{}, &inventory.NotFoundError{Kind: "order", IDs: []string{orderID}}
+	}
+	o := orders[0]
+	if o.Status == inventory.OrderCancelled {
+		return inventory.Receipt{Order: o, Replayed: true}, nil
+	}
+	if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = ? WHERE id = ?",
+		string(inventory.OrderCancelled), ms(now), orderID); err != nil {
+		return inventory.Receipt{}, err
+	}
+	if changed != nil {
+		if err := changed(); err != nil {
+			return inventory.Receipt{}, err
+		}
+	}
+	o.Status = inventory.OrderCancelled
+	return inventory.Receipt{Order: o}, s.journalDegraded(ctx, tx, inventory.EventCancelled, o, now)
+}
+
 // Cancel cancels an order on the database in degraded mode (same epoch
 // rule as Buy): its units go back to the stock the database sells. user ""
 // is an operator; otherwise the order must be user's (else ErrNotFound).
@@ -264,28 +293,8 @@ func (s *Store) Cancel(ctx context.Context, epoch int64, orderID, user string, n
 		if err := s.lockSale(ctx, tx, saleID); err != nil { // its database buys and cancels run one at a time
 			return err
 		}
-		orders, err := s.readOrders(ctx, tx, "o.id = ?", orderID)
-		if err != nil {
-			return err
-		}
-		if len(orders) == 0 || user != "" && orders[0].UserID != user {
-			return &inventory.NotFoundError{Kind: "order", IDs: []string{orderID}}
-		}
-		o := orders[0]
-		if o.Status == inventory.OrderCancelled {
-			rc = inventory.Receipt{Order: o, Replayed: true}
-			return nil
-		}
-		if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = ? WHERE id = ?",
-			string(inventory.OrderCancelled), ms(now), orderID); err != nil {
-			return err
-		}
-		if err := s.forgetDegradedStock(ctx, tx, saleID); err != nil {
-			return err
-		}
-		o.Status = inventory.OrderCancelled
-		rc = inventory.Receipt{Order: o}
-		return s.journalDegraded(ctx, tx, inventory.EventCancelled, o, now)
+		rc, err = s.cancelInTx(ctx, tx, orderID, user, now, func() error { return s.forgetDegradedStock(ctx, tx, saleID) })
+		return err
 	})
 	if err != nil && !isOutcome(err) {
 		err = fmt.Errorf("store: degraded cancel of %s: %w", orderID, err)

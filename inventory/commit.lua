@@ -48,18 +48,7 @@ local function discard()
   release()
 end
 
-local function parse(id)
-  local ms, seq = string.match(id or '', '^(%d+)-?(%d*)$')
-  if not ms then return 0, 0 end
-  return tonumber(ms), tonumber(seq) or 0
-end
-
--- Stream ids are "<ms>-<seq>" ("" is 0-0); is a newer than b?
-local function newer(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am > bm or (am == bm and as > bs)
-end
+-- newer and stream_last: settled.lua, prepended.
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   discard()
@@ -70,11 +59,7 @@ if KEYS[15] and redis.call('EXISTS', KEYS[15]) == 1 then
   return {18}
 end
 if ARGV[2] ~= '+' and redis.call('EXISTS', KEYS[5]) == 1 then
-  local info = redis.call('XINFO', 'STREAM', KEYS[5])
-  local last = ''
-  for i = 1, #info - 1, 2 do
-    if info[i] == 'last-generated-id' then last = info[i + 1] end
-  end
+  local last = stream_last(KEYS[5])
   if newer(last, ARGV[2]) then
     discard()
     return {12, last}

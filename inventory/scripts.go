@@ -54,7 +54,7 @@ var (
 	pauseScript    = luascript.New("pause", pauseSrc)
 	initLockScript = luascript.New("initlock", initLockSrc)
 	stageScript    = luascript.New("stage", stageSrc)
-	commitScript   = luascript.New("commit", commitSrc)
+	commitScript   = luascript.New("commit", settledSrc+"\n"+commitSrc)
 	unlockScript   = luascript.New("unlock", unlockSrc)
 	repairScript   = luascript.New("repair", settledSrc+"\n"+repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)

@@ -1,6 +1,6 @@
 -- settled.lua: whether a sale's stream is settled, as Lua functions
 -- prepended to the scripts that act only on a settled sale (repair.lua,
--- archive.lua).
+-- archive.lua) and to commit.lua (which compares stream ids).
 --
 -- Settled means: every consumer group of the stream has been delivered every
 -- entry and has acknowledged them all (no pending entries); a stream with

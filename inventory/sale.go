@@ -213,8 +213,12 @@ func ValidateSale(s Sale) error {
 	return nil
 }
 
-// ValidateBuy checks the arguments of a buy as Buy would.
+// ValidateBuy checks the arguments of a buy as Buy would. (A buy's path
+// runs it once, at its edge: CheckBuy.)
 func ValidateBuy(saleID, userID string, lines []Line, idempotencyKey string) error {
+	if validatingBuy != nil {
+		validatingBuy(userID)
+	}
 	if err := validateID("sale", saleID); err != nil {
 		return err
 	}
@@ -226,6 +230,10 @@ func ValidateBuy(saleID, userID string, lines []Line, idempotencyKey string) err
 	}
 	return validateLines(lines)
 }
+
+// validatingBuy, if set (by tests, before any buy), is told the user of
+// every ValidateBuy.
+var validatingBuy func(userID string)
 
 func validateLines(lines []Line) error {
 	if len(lines) == 0 {

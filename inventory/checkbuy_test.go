@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill/seckill/internal/buycheck"
 	"github.com/seckill/seckill/inventory"
 )
+
+func init() { buycheck.Count() }
 
 // TestBuyIsValidatedOnce: a buy's arguments are validated once on its
 // path: by BuyWith, Buy and BuyMany, which check it (CheckBuy), and not
@@ -17,10 +20,10 @@ func TestBuyIsValidatedOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
-		user := func(name string) string { return inventory.CountedPrefix + b.name + "-" + name }
+		user := func(name string) string { return buycheck.Prefix + b.name + "-" + name }
 		once := func(user string) {
 			t.Helper()
-			if n := inventory.ValidationsOf(user); n != 1 {
+			if n := buycheck.Of(user); n != 1 {
 				t.Errorf("the buy of %s was validated %d times, want 1", user, n)
 			}
 		}

@@ -2,9 +2,6 @@ package inventory
 
 import (
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -42,30 +39,4 @@ func (e *Engine) ThrottleKeys(saleID string, t Throttle, now time.Time) []string
 	n := now.UnixMilli() / w
 	k := e.keys(saleID).throttle + strconv.FormatInt(w, 10) + ":"
 	return []string{k + strconv.FormatInt(n, 10), k + strconv.FormatInt(n+1, 10), k + strconv.FormatInt(n+2, 10)}
-}
-
-// validations counts the ValidateBuy calls of each user whose id begins
-// with CountedPrefix (the others cost nothing: see
-// TestValidateBuyAllocatesNothingWhenValid).
-var validations sync.Map // user id -> *atomic.Int64
-
-// CountedPrefix begins the user ids whose validations ValidationsOf counts.
-const CountedPrefix = "counted-"
-
-func init() {
-	validatingBuy = func(user string) {
-		if strings.HasPrefix(user, CountedPrefix) {
-			n, _ := validations.LoadOrStore(user, new(atomic.Int64))
-			n.(*atomic.Int64).Add(1)
-		}
-	}
-}
-
-// ValidationsOf is how many times ValidateBuy checked a buy of user (an id
-// beginning with CountedPrefix).
-func ValidationsOf(user string) int64 {
-	if n, ok := validations.Load(user); ok {
-		return n.(*atomic.Int64).Load()
-	}
-	return 0
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seckill/seckill/internal/buycheck"
 )
 
 // Limits of the input the engine accepts. Anything outside them is ErrInvalid.
@@ -216,8 +218,8 @@ func ValidateSale(s Sale) error {
 // ValidateBuy checks the arguments of a buy as Buy would. (A buy's path
 // runs it once, at its edge: CheckBuy.)
 func ValidateBuy(saleID, userID string, lines []Line, idempotencyKey string) error {
-	if validatingBuy != nil {
-		validatingBuy(userID)
+	if buycheck.Hook != nil {
+		buycheck.Hook(userID)
 	}
 	if err := validateID("sale", saleID); err != nil {
 		return err
@@ -230,10 +232,6 @@ func ValidateBuy(saleID, userID string, lines []Line, idempotencyKey string) err
 	}
 	return validateLines(lines)
 }
-
-// validatingBuy, if set (by tests, before any buy), is told the user of
-// every ValidateBuy.
-var validatingBuy func(userID string)
 
 func validateLines(lines []Line) error {
 	if len(lines) == 0 {

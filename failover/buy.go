@@ -26,8 +26,9 @@ var ErrNobodySells = fmt.Errorf("failover: nobody sells now: %w", inventory.ErrU
 // unspent.
 var ErrTokensNeedRedis = errors.New("failover: purchase tokens are checked in redis, which does not sell now")
 
-// Buy sells b where it may be sold now: from Redis, or from the database
-// in degraded mode (after BeforeDatabaseBuy), or nowhere (ErrNobodySells).
+// Buy sells b, checked already (inventory.CheckBuy) and not checked
+// again, where it may be sold now: from Redis, or from the database in
+// degraded mode (after BeforeDatabaseBuy), or nowhere (ErrNobodySells).
 // A buy Redis refuses as fenced, or cannot be sent to Redis, goes to the
 // database if the mode changed to it meanwhile. The order id is chosen
 // here (if b has none), so that a buy whose outcome stays unknown is handed
@@ -38,8 +39,8 @@ var ErrTokensNeedRedis = errors.New("failover: purchase tokens are checked in re
 // A buy of a segmented sale (Parts.Segments) is made in the buyer's home
 // segment: its order id is of that segment, and the database sells it from
 // that segment's row alone.
-func (f *Seller) Buy(ctx context.Context, b inventory.BuyRequest) (inventory.Receipt, error) {
-	home, err := f.home(ctx, b.SaleID, b.UserID)
+func (f *Seller) Buy(ctx context.Context, b inventory.CheckedBuy) (inventory.Receipt, error) {
+	home, err := f.home(ctx, b.SaleID(), b.UserID())
 	if err != nil {
 		return inventory.Receipt{}, err
 	}
@@ -47,10 +48,7 @@ func (f *Seller) Buy(ctx context.Context, b inventory.BuyRequest) (inventory.Rec
 		return f.buyOnDB(ctx, b, home)
 	}
 	began := time.Now()
-	if b.OrderID == "" {
-		b.OrderID = inventory.NewOrderID(home)
-	}
-	rc, err := f.buyOnRedis(ctx, b)
+	rc, err := f.buyOnRedis(ctx, b.WithNewOrderID(home))
 	if err != nil {
 		var throttled *inventory.ThrottledError
 		if errors.As(err, &throttled) {
@@ -73,11 +71,11 @@ func (f *Seller) Buy(ctx context.Context, b inventory.BuyRequest) (inventory.Rec
 // beginRedisBuy; it records how the buy ended (endRedisBuy). A stale fence
 // (an older epoch's, left by a recovery that died) is lifted, and the buy
 // sent again.
-func (f *Seller) buyOnRedis(ctx context.Context, b inventory.BuyRequest) (rc inventory.Receipt, err error) {
+func (f *Seller) buyOnRedis(ctx context.Context, b inventory.CheckedBuy) (rc inventory.Receipt, err error) {
 	defer func() { f.endRedisBuy(b, rc, err) }()
-	rc, err = f.eng.BuyWith(ctx, b)
-	if errors.Is(err, inventory.ErrFenced) && f.liftStaleFence(ctx, b.SaleID) {
-		rc, err = f.eng.BuyWith(ctx, b)
+	rc, err = f.eng.BuyChecked(ctx, b)
+	if errors.Is(err, inventory.ErrFenced) && f.liftStaleFence(ctx, b.SaleID()) {
+		rc, err = f.eng.BuyChecked(ctx, b)
 	}
 	return rc, err
 }
@@ -88,12 +86,12 @@ func (f *Seller) buyOnRedis(ctx context.Context, b inventory.BuyRequest) (rc inv
 // pause, read under the sale's lock; purchase tokens, by refusing. The
 // buy is made in the engine sale home (the buyer's home segment of a
 // segmented sale).
-func (f *Seller) buyOnDB(ctx context.Context, b inventory.BuyRequest, home string) (inventory.Receipt, error) {
+func (f *Seller) buyOnDB(ctx context.Context, b inventory.CheckedBuy, home string) (inventory.Receipt, error) {
 	m, ok := f.dbSells()
 	if !ok {
 		return inventory.Receipt{}, ErrNobodySells
 	}
-	if b.Token != "" {
+	if b.Token() != "" {
 		return inventory.Receipt{}, ErrTokensNeedRedis
 	}
 	if f.cfg.BeforeDatabaseBuy != nil {
@@ -101,9 +99,12 @@ func (f *Seller) buyOnDB(ctx context.Context, b inventory.BuyRequest, home strin
 			return inventory.Receipt{}, err
 		}
 	}
+	atHome, err := b.InSale(home)
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
 	began := time.Now()
-	rc, err := f.db.Buy(ctx, store.DegradedBuy{Epoch: m.Epoch, SaleID: home, UserID: b.UserID, Lines: b.Lines,
-		IdempotencyKey: b.IdempotencyKey, Now: time.Now()})
+	rc, err := f.db.Buy(ctx, store.DegradedBuy{Epoch: m.Epoch, Buy: atHome, Now: time.Now()})
 	if errors.Is(err, store.ErrModeChanged) {
 		err = ErrNobodySells
 	}
@@ -187,15 +188,15 @@ func (f *Seller) beginRedisBuy() bool {
 // told of (bought, or a replay) is an ack; a buy whose outcome is unknown
 // (the request may have run in Redis, its reply lost) is kept as unsure,
 // under the order id it was sent with.
-func (f *Seller) endRedisBuy(buy inventory.BuyRequest, rc inventory.Receipt, err error) {
+func (f *Seller) endRedisBuy(buy inventory.CheckedBuy, rc inventory.Receipt, err error) {
 	defer f.redisBuys.Add(-1)
 	switch {
 	case err == nil:
 		f.acks.add(rc.Order)
-	case buy.OrderID != "" && outcomeUnknown(err):
-		sale, _ := inventory.SaleOfOrder(buy.OrderID) // the home segment of a segmented sale
-		f.acks.addUnsure(inventory.Order{ID: buy.OrderID, SaleID: sale, UserID: buy.UserID, Status: inventory.OrderPending,
-			Items: buy.Lines, IdempotencyKey: buy.IdempotencyKey, CreatedAt: time.Now().UTC()})
+	case buy.OrderID() != "" && outcomeUnknown(err):
+		sale, _ := inventory.SaleOfOrder(buy.OrderID()) // the home segment of a segmented sale
+		f.acks.addUnsure(inventory.Order{ID: buy.OrderID(), SaleID: sale, UserID: buy.UserID(), Status: inventory.OrderPending,
+			Items: buy.Lines(), IdempotencyKey: buy.IdempotencyKey(), CreatedAt: time.Now().UTC()})
 	}
 }
 

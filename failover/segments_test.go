@@ -36,7 +36,7 @@ func TestSegmentedBuyIsMadeInTheHomeSegment(t *testing.T) {
 	if _, err := f.Buy(context.Background(), buy("u1")); err != nil {
 		t.Fatal(err)
 	}
-	if b := eng.buys[0]; b.SaleID != "s1" || !strings.HasPrefix(b.OrderID, "s1:2.") {
+	if b := eng.buys[0]; b.SaleID() != "s1" || !strings.HasPrefix(b.OrderID(), "s1:2.") {
 		t.Fatalf("sent %+v", b)
 	}
 	eng.err = io.ErrUnexpectedEOF
@@ -45,7 +45,7 @@ func TestSegmentedBuyIsMadeInTheHomeSegment(t *testing.T) {
 		t.Fatalf("unsure %+v", unsure)
 	}
 	dbMode(f)
-	if _, err := f.Buy(context.Background(), buy("u3")); err != nil || len(db.buys) != 1 || db.buys[0].SaleID != "s1:2" {
+	if _, err := f.Buy(context.Background(), buy("u3")); err != nil || len(db.buys) != 1 || db.buys[0].Buy.SaleID() != "s1:2" {
 		t.Fatalf("database buy %+v, %v", db.buys, err)
 	}
 }

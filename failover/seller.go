@@ -19,7 +19,7 @@ import (
 
 // Engine is what the seller asks of the Redis engine (*inventory.Engine).
 type Engine interface {
-	BuyWith(ctx context.Context, r inventory.BuyRequest) (inventory.Receipt, error)
+	BuyChecked(ctx context.Context, b inventory.CheckedBuy) (inventory.Receipt, error)
 	Cancel(ctx context.Context, orderID, userID string) (inventory.Receipt, error)
 	Pause(ctx context.Context, saleID string) error
 	Resume(ctx context.Context, saleID string) error
@@ -82,7 +82,7 @@ type Config struct {
 	// BeforeDatabaseBuy, if set, is asked before every database buy: the
 	// checks buy.lua makes itself for a buy from Redis (the buyer's rate
 	// limit); its error refuses the buy.
-	BeforeDatabaseBuy func(ctx context.Context, b inventory.BuyRequest) error
+	BeforeDatabaseBuy func(ctx context.Context, b inventory.CheckedBuy) error
 	// Appended, if set, is told of a sale whose stream a cancel from Redis
 	// appended to (the order consumer may have drained it).
 	Appended func(saleID string)

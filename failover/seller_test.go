@@ -15,15 +15,15 @@ import (
 type fakeEngine struct {
 	Engine // the methods a test does not use panic
 	err    error
-	buys   []inventory.BuyRequest
+	buys   []inventory.CheckedBuy
 }
 
-func (e *fakeEngine) BuyWith(_ context.Context, r inventory.BuyRequest) (inventory.Receipt, error) {
-	e.buys = append(e.buys, r)
+func (e *fakeEngine) BuyChecked(_ context.Context, b inventory.CheckedBuy) (inventory.Receipt, error) {
+	e.buys = append(e.buys, b)
 	if e.err != nil {
 		return inventory.Receipt{}, e.err
 	}
-	return inventory.Receipt{Order: inventory.Order{ID: r.OrderID, SaleID: r.SaleID, UserID: r.UserID, Items: r.Lines}}, nil
+	return inventory.Receipt{Order: inventory.Order{ID: b.OrderID(), SaleID: b.SaleID(), UserID: b.UserID(), Items: b.Lines()}}, nil
 }
 
 // fakeStore sells every database buy, counting them.
@@ -34,7 +34,7 @@ type fakeStore struct {
 
 func (s *fakeStore) Buy(_ context.Context, b store.DegradedBuy) (inventory.Receipt, error) {
 	s.buys = append(s.buys, b)
-	return inventory.Receipt{Order: inventory.Order{ID: "db-order", SaleID: b.SaleID, UserID: b.UserID}}, nil
+	return inventory.Receipt{Order: inventory.Order{ID: "db-order", SaleID: b.Buy.SaleID(), UserID: b.Buy.UserID()}}, nil
 }
 
 func newSeller(eng *fakeEngine, db *fakeStore) *Seller {
@@ -50,8 +50,12 @@ func dbMode(f *Seller) {
 	f.flushed, f.fleetEpoch = 2, 2
 }
 
-func buy(user string) inventory.BuyRequest {
-	return inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: []inventory.Line{{SKU: "A", Qty: 1}}}
+func buy(user string) inventory.CheckedBuy {
+	b, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: []inventory.Line{{SKU: "A", Qty: 1}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // TestBuyFromRedisIsAcked: a buy Redis sells gets an order id chosen before
@@ -60,7 +64,7 @@ func TestBuyFromRedisIsAcked(t *testing.T) {
 	eng, db := &fakeEngine{}, &fakeStore{}
 	f := newSeller(eng, db)
 	rc, err := f.Buy(context.Background(), buy("u1"))
-	if err != nil || rc.Order.ID == "" || len(eng.buys) != 1 || eng.buys[0].OrderID != rc.Order.ID || len(db.buys) != 0 {
+	if err != nil || rc.Order.ID == "" || len(eng.buys) != 1 || eng.buys[0].OrderID() != rc.Order.ID || len(db.buys) != 0 {
 		t.Fatalf("Buy = %+v, %v; engine %+v, database %+v", rc, err, eng.buys, db.buys)
 	}
 	acked, unsure := f.acks.snapshot()
@@ -82,7 +86,7 @@ func TestBuyOfUnknownOutcomeIsUnsure(t *testing.T) {
 		t.Fatalf("a sold-out buy: %v", err)
 	}
 	acked, unsure := f.acks.snapshot()
-	if len(acked) != 0 || len(unsure) != 1 || unsure[0].ID != eng.buys[0].OrderID || unsure[0].UserID != "u1" {
+	if len(acked) != 0 || len(unsure) != 1 || unsure[0].ID != eng.buys[0].OrderID() || unsure[0].UserID != "u1" {
 		t.Fatalf("hand-over: acked %+v, unsure %+v (sent %+v)", acked, unsure, eng.buys)
 	}
 	if n := f.redisBuys.Load(); n != 0 {
@@ -97,14 +101,16 @@ func TestBuyWhileTheDatabaseSells(t *testing.T) {
 	eng, db := &fakeEngine{}, &fakeStore{}
 	f := newSeller(eng, db)
 	asked := 0
-	f.cfg.BeforeDatabaseBuy = func(context.Context, inventory.BuyRequest) error { asked++; return nil }
+	f.cfg.BeforeDatabaseBuy = func(context.Context, inventory.CheckedBuy) error { asked++; return nil }
 	dbMode(f)
 	rc, err := f.Buy(context.Background(), buy("u1"))
 	if err != nil || rc.Order.ID != "db-order" || len(db.buys) != 1 || db.buys[0].Epoch != 2 || asked != 1 {
 		t.Fatalf("Buy = %+v, %v; database %+v, asked %d", rc, err, db.buys, asked)
 	}
-	tok := buy("u2")
-	tok.Token, tok.TokenTTL = "t1", time.Minute
+	tok, err := buy("u2").WithToken("t1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.Buy(context.Background(), tok); !errors.Is(err, ErrTokensNeedRedis) {
 		t.Fatalf("a token buy while the database sells: %v, want ErrTokensNeedRedis", err)
 	}

@@ -39,19 +39,29 @@ func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, i
 
 // BuyWith is Buy with the options of a BuyRequest (a throttle).
 func (e *Engine) BuyWith(ctx context.Context, r BuyRequest) (Receipt, error) {
-	bc, err := e.newBuyCall(r)
+	c, err := CheckBuy(r)
 	if err != nil {
 		return Receipt{}, err
 	}
-	if !r.IgnoreSoldOutFlags {
-		if err := e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey); err != nil {
+	return e.BuyChecked(ctx, c)
+}
+
+// BuyChecked is BuyWith for a buy checked already (CheckBuy): it is not
+// checked again.
+func (e *Engine) BuyChecked(ctx context.Context, c CheckedBuy) (Receipt, error) {
+	bc, err := e.newBuyCall(c)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if !c.ignoreSoldOut {
+		if err := e.soldOut.refuse(c.saleID, bc.placed.Items, c.key); err != nil {
 			return Receipt{}, err
 		}
 	}
 	if e.coalesce.Off {
 		return e.finishBuy(ctx, bc)
 	}
-	return e.coalescerOf(r.SaleID).buy(ctx, bc)
+	return e.coalescerOf(c.saleID).buy(ctx, bc)
 }
 
 // BuyRequest is one buy of BuyWith or BuyMany.
@@ -122,7 +132,11 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 	var groups []*group
 	open := map[string]*group{} // each sale's group still taking buys
 	for i, r := range reqs {
-		bc, err := e.newBuyCall(r)
+		c, err := CheckBuy(r)
+		var bc buyCall
+		if err == nil {
+			bc, err = e.newBuyCall(c)
+		}
 		if err == nil && !r.IgnoreSoldOutFlags {
 			err = e.soldOut.refuse(r.SaleID, bc.placed.Items, r.IdempotencyKey)
 		}
@@ -168,44 +182,26 @@ type buyCall struct {
 	throttle gcra.Bucket // zero for none
 }
 
-func (e *Engine) newBuyCall(r BuyRequest) (buyCall, error) {
-	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
+func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
+	if err := c.checkOrderOfSale(); err != nil {
 		return buyCall{}, err
 	}
-	var th gcra.Bucket
-	if r.Throttle != nil {
-		var err error
-		if th, err = r.Throttle.bucket(); err != nil {
-			return buyCall{}, err
-		}
-	}
-	var tokenTTL int64
-	if r.Token != "" {
-		if err := validateID("token", r.Token); err != nil {
-			return buyCall{}, err
-		}
-		if tokenTTL = r.TokenTTL.Milliseconds(); tokenTTL < 1 {
-			return buyCall{}, invalid("token_ttl", "must be at least 1ms")
-		}
-	}
-	k := e.keys(r.SaleID)
-	orderID := r.OrderID
+	k := e.keys(c.saleID)
+	orderID := c.orderID
 	if orderID == "" {
-		orderID = NewOrderID(r.SaleID)
-	} else if sale, err := SaleOfOrder(orderID); err != nil || sale != r.SaleID {
-		return buyCall{}, invalid("order_id", "must be an order id of sale %s", r.SaleID)
+		orderID = NewOrderID(c.saleID)
 	}
-	args := make([]any, 0, 7+2*len(r.Lines))
-	args = append(args, r.UserID, orderID, r.IdempotencyKey, formatLines(r.Lines), r.Token, tokenTTL, len(r.Lines))
-	for _, l := range r.Lines {
+	args := make([]any, 0, 7+2*len(c.lines))
+	args = append(args, c.userID, orderID, c.key, formatLines(c.lines), c.token, c.tokenTTL, len(c.lines))
+	for _, l := range c.lines {
 		args = append(args, l.SKU, l.Qty)
 	}
 	return buyCall{
-		throttle: th,
+		throttle: c.throttle,
 		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines},
 		args:     args,
-		placed: Order{ID: orderID, SaleID: r.SaleID, UserID: r.UserID, Status: OrderPending,
-			Items: r.Lines, IdempotencyKey: r.IdempotencyKey},
+		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
+			Items: c.lines, IdempotencyKey: c.key},
 		epoch: e.soldOut.epoch.Load(),
 	}, nil
 }

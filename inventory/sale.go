@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seckill/seckill/internal/buycheck"
 )
 
 // Limits of the input the engine accepts. Anything outside them is ErrInvalid.
@@ -213,8 +215,12 @@ func ValidateSale(s Sale) error {
 	return nil
 }
 
-// ValidateBuy checks the arguments of a buy as Buy would.
+// ValidateBuy checks the arguments of a buy as Buy would. (A buy's path
+// runs it once, at its edge: CheckBuy.)
 func ValidateBuy(saleID, userID string, lines []Line, idempotencyKey string) error {
+	if buycheck.Hook != nil {
+		buycheck.Hook(userID)
+	}
 	if err := validateID("sale", saleID); err != nil {
 		return err
 	}

@@ -383,8 +383,9 @@ func TestRepairOnlyWhileRedisSells(t *testing.T) {
 		r.must(err)
 		_, err = r.eng.Fence(r.ctx, "s1", dbMode.Epoch)
 		r.must(err)
-		_, err = r.db.Buy(r.ctx, store.DegradedBuy{Epoch: dbMode.Epoch, SaleID: "s1", UserID: "u4",
-			Lines: []inventory.Line{{SKU: "A", Qty: 2}}, IdempotencyKey: "k4", Now: time.Now()})
+		u4, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: "u4", Lines: []inventory.Line{{SKU: "A", Qty: 2}}, IdempotencyKey: "k4"})
+		r.must(err)
+		_, err = r.db.Buy(r.ctx, store.DegradedBuy{Epoch: dbMode.Epoch, Buy: u4, Now: time.Now()})
 		r.must(err)
 		if rep, err := reconcile.Sale(r.ctx, r.eng, r.rdb, r.db, "s1"); err != nil || rep.Items[0].Drift != 2 {
 			t.Fatalf("the comparison while the database sells: %+v, %v; want drift 2 (it reports, it does not repair)", rep, err)

@@ -93,17 +93,18 @@ func (r *Router) Parent(ctx context.Context, saleID string) (string, error) {
 	return "", nil
 }
 
-// BuyWith buys as Seller.Buy for a segmented sale (b.OrderID, if set, is
-// of the user's home segment), as the engine's BuyWith otherwise.
-func (r *Router) BuyWith(ctx context.Context, b inventory.BuyRequest) (inventory.Receipt, error) {
-	segs, err := r.Segments(ctx, b.SaleID)
+// BuyChecked buys a buy checked already (inventory.CheckBuy): as
+// Seller.BuyChecked for a segmented sale (an order id it carries is of the
+// user's home segment), as the engine's BuyChecked otherwise.
+func (r *Router) BuyChecked(ctx context.Context, c inventory.CheckedBuy) (inventory.Receipt, error) {
+	segs, err := r.Segments(ctx, c.SaleID())
 	if err != nil {
 		return inventory.Receipt{}, err
 	}
 	if segs == nil {
-		return r.eng.BuyWith(ctx, b)
+		return r.eng.BuyChecked(ctx, c)
 	}
-	return r.sel.Buy(ctx, b)
+	return r.sel.BuyChecked(ctx, c)
 }
 
 // Cancel cancels an order; an order of a segment returns its units to that

@@ -168,20 +168,49 @@ func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Rec
 		return inventory.Receipt{}, err
 	}
 	r.SaleID = Home(segs, r.UserID)
-	if r.Throttle != nil {
+	c, err := inventory.CheckBuy(r)
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
+	return s.buyAtHome(ctx, sale, segs, c)
+}
+
+// BuyChecked is Buy for a buy checked already (inventory.CheckBuy), of
+// the segmented sale c.SaleID(): it is not checked again, but moved to the
+// buyer's home segment (CheckedBuy.InSale). An order id it carries must be
+// of that segment.
+func (s *Seller) BuyChecked(ctx context.Context, c inventory.CheckedBuy) (inventory.Receipt, error) {
+	sale := c.SaleID()
+	segs, err := s.Segments(ctx, sale)
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
+	if err := s.refuse(sale, c.Lines(), c.IdempotencyKey()); err != nil {
+		return inventory.Receipt{}, err
+	}
+	if c, err = c.InSale(Home(segs, c.UserID())); err != nil {
+		return inventory.Receipt{}, err
+	}
+	return s.buyAtHome(ctx, sale, segs, c)
+}
+
+// buyAtHome buys c, made in its buyer's home segment of sale already,
+// refilling the home segment from segs while it is short (see Buy).
+func (s *Seller) buyAtHome(ctx context.Context, sale string, segs []string, c inventory.CheckedBuy) (inventory.Receipt, error) {
+	if c.Throttled() {
 		// The first attempt goes to the script, past the engine's sold-out
 		// flags, so that the throttle counts this buy there; the attempts
 		// after a refill are the same buy, and go without it.
-		r.IgnoreSoldOutFlags = true
+		c = c.IgnoringSoldOutFlags()
 	}
 	for attempt := 0; ; attempt++ {
-		rc, err := s.eng.BuyWith(ctx, r)
+		rc, err := s.eng.BuyChecked(ctx, c)
 		var short *inventory.SoldOutError
 		if !errors.As(err, &short) || attempt == maxAttempts {
 			return rc, err
 		}
 		for _, sku := range short.SKUs {
-			enough, ferr := s.refill(ctx, sale, segs, r.SaleID, sku, qtyOf(r.Lines, sku))
+			enough, ferr := s.refill(ctx, sale, segs, c.SaleID(), sku, qtyOf(c.Lines(), sku))
 			if ferr != nil {
 				return inventory.Receipt{}, ferr
 			}
@@ -191,8 +220,7 @@ func (s *Seller) Buy(ctx context.Context, r inventory.BuyRequest) (inventory.Rec
 		}
 		// Units are at home now, or were a moment ago: ask Redis, even if
 		// the engine flagged the item before they came.
-		r.IgnoreSoldOutFlags = true
-		r.Throttle = nil
+		c = c.IgnoringSoldOutFlags().WithoutThrottle()
 	}
 }
 

@@ -48,7 +48,9 @@ func orderBody(o inventory.Order, remaining []int64) orderJSON {
 // buy decodes a buy, checks what the service checks (the buyer, the
 // request, the per-IP and per-sale limits, the purchase token's signature)
 // and makes it with one call to the seller, which sells it from Redis or,
-// in degraded mode, from the database.
+// in degraded mode, from the database. The request is checked here, once
+// (inventory.CheckBuy); the seller, the engine and the database take the
+// checked buy as it is.
 func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	user, err := s.auth.buyer(r)
 	if err != nil {
@@ -63,7 +65,8 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := inventory.ValidateBuy(saleID, user, lines, key); err != nil {
+	buy, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key})
+	if err != nil {
 		return err
 	}
 	settings, err := s.settings(r.Context(), saleID)
@@ -79,8 +82,13 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	rc, err := s.seller.Buy(r.Context(), inventory.BuyRequest{SaleID: settings.ID, UserID: user, Lines: lines,
-		IdempotencyKey: key, Throttle: settings.userInBuy, Token: token.nonce, TokenTTL: token.ttl})
+	if buy, err = buy.WithThrottle(settings.userInBuy); err != nil {
+		return err
+	}
+	if buy, err = buy.WithToken(token.nonce, token.ttl); err != nil {
+		return err
+	}
+	rc, err := s.seller.Buy(r.Context(), buy)
 	if err != nil {
 		rc, err = s.replayArchived(r.Context(), settings.ID, user, lines, key, err)
 	}
@@ -135,12 +143,12 @@ func (s *Service) observeMode(m store.SellMode) {
 // limitDatabaseBuy checks, before a buy from the database, the buyer's
 // rate limit that buy.lua checks itself for a buy from Redis (the seller's
 // BeforeDatabaseBuy); the other limits were checked before the buy.
-func (s *Service) limitDatabaseBuy(ctx context.Context, b inventory.BuyRequest) error {
-	settings, err := s.settings(ctx, b.SaleID)
+func (s *Service) limitDatabaseBuy(ctx context.Context, b inventory.CheckedBuy) error {
+	settings, err := s.settings(ctx, b.SaleID())
 	if err != nil || settings.userInBuy == nil {
 		return err
 	}
-	return s.allow(ctx, "user", "u:"+b.UserID, settings.user)
+	return s.allow(ctx, "user", "u:"+b.UserID(), settings.user)
 }
 
 // order finds an order: in the database once confirmed, else in Redis.

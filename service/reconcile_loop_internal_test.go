@@ -189,8 +189,9 @@ func TestReconcileLoopLeavesDegradedModeToTheRecovery(t *testing.T) {
 	must(err)
 	_, err = s.eng.Fence(ctx, "s1", db.Epoch)
 	must(err)
-	_, err = s.db.Buy(ctx, store.DegradedBuy{Epoch: db.Epoch, SaleID: "s1", UserID: "u2", Lines: []inventory.Line{{SKU: "A", Qty: 2}},
-		IdempotencyKey: "k2", Now: time.Now()})
+	u2, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: "u2", Lines: []inventory.Line{{SKU: "A", Qty: 2}}, IdempotencyKey: "k2"})
+	must(err)
+	_, err = s.db.Buy(ctx, store.DegradedBuy{Epoch: db.Epoch, Buy: u2, Now: time.Now()})
 	must(err)
 	for range 3 {
 		rc.pass(ctx)

@@ -67,8 +67,8 @@ func BenchmarkDegradedBuy(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				user := "u" + strconv.FormatInt(next.Add(1), 10)
-				if _, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, SaleID: "bench", UserID: user,
-					Lines: []inventory.Line{{SKU: "A", Qty: 1}}, Now: time.Now()}); err != nil {
+				if _, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, Buy: checked(inventory.BuyRequest{SaleID: "bench", UserID: user,
+					Lines: []inventory.Line{{SKU: "A", Qty: 1}}}), Now: time.Now()}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -13,11 +13,12 @@ import (
 
 // DegradedBuy is a buy made on the database in degraded mode.
 type DegradedBuy struct {
-	Epoch          int64 // the degraded epoch the buy was routed by
-	SaleID, UserID string
-	Lines          []inventory.Line
-	IdempotencyKey string
-	Now            time.Time
+	Epoch int64 // the degraded epoch the buy was routed by
+	// Buy is the buy, checked by inventory.CheckBuy (not again here), in
+	// the engine sale it is made in. Its token, throttle and order id are
+	// not the database's (see failover).
+	Buy inventory.CheckedBuy
+	Now time.Time
 }
 
 // Buy sells on the database, in degraded mode, with the rules the engine
@@ -30,26 +31,24 @@ type DegradedBuy struct {
 // time, and the mode row is read locked, so a mode change waits for the
 // buys under way. Errors are the engine's typed ones.
 func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, error) {
-	if err := inventory.ValidateBuy(b.SaleID, b.UserID, b.Lines, b.IdempotencyKey); err != nil {
-		return inventory.Receipt{}, err
-	}
+	saleID, userID, lines, key := b.Buy.SaleID(), b.Buy.UserID(), b.Buy.Lines(), b.Buy.IdempotencyKey()
 	var rc inventory.Receipt
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		if err := s.stillDegraded(ctx, tx, b.Epoch, b.Now); err != nil {
 			return err
 		}
 		var limit, starts, ends, paused int64
-		err := s.queryRow(ctx, tx, "SELECT per_user_limit, starts_at, ends_at, paused FROM sales WHERE id = ?"+s.forUpdate(), b.SaleID).
+		err := s.queryRow(ctx, tx, "SELECT per_user_limit, starts_at, ends_at, paused FROM sales WHERE id = ?"+s.forUpdate(), saleID).
 			Scan(&limit, &starts, &ends, &paused)
 		if errors.Is(err, sql.ErrNoRows) {
-			return saleNotFound(b.SaleID)
+			return saleNotFound(saleID)
 		}
 		if err != nil {
 			return err
 		}
-		if b.IdempotencyKey != "" {
+		if key != "" {
 			prev, err := s.readOrders(ctx, tx, "o.sale_id = ? AND o.user_id = ? AND o.idempotency_key = ?",
-				b.SaleID, b.UserID, b.IdempotencyKey)
+				saleID, userID, key)
 			if err != nil {
 				return err
 			}
@@ -58,23 +57,23 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 				// (an unsure buy that arrived, see MarkUnsure).
 				i := max(slices.IndexFunc(prev, func(o inventory.Order) bool { return o.Status == inventory.OrderConfirmed }), 0)
 				rc = inventory.Receipt{Order: prev[i], Replayed: true}
-				rc.Remaining, err = s.degradedRemaining(ctx, tx, b.SaleID, b.Epoch, prev[i].Items)
+				rc.Remaining, err = s.degradedRemaining(ctx, tx, saleID, b.Epoch, prev[i].Items)
 				return err
 			}
 		}
 		if st := inventory.StatusAt(paused == 1, fromMs(starts), fromMs(ends), b.Now); st != inventory.StatusActive {
 			return &inventory.NotActiveError{Status: st}
 		}
-		remaining, err := s.degradedRemaining(ctx, tx, b.SaleID, b.Epoch, b.Lines)
+		remaining, err := s.degradedRemaining(ctx, tx, saleID, b.Epoch, lines)
 		if err != nil {
 			return err
 		}
 		var over, short []string
-		for i, l := range b.Lines {
+		for i, l := range lines {
 			var held int64
 			err := s.queryRow(ctx, tx, `SELECT COALESCE(CAST(SUM(oi.qty) AS BIGINT), 0) FROM orders o JOIN order_items oi ON oi.order_id = o.id
 				WHERE o.sale_id = ? AND o.user_id = ? AND o.status = ? AND oi.sku = ?`,
-				b.SaleID, b.UserID, string(inventory.OrderConfirmed), l.SKU).Scan(&held)
+				saleID, userID, string(inventory.OrderConfirmed), l.SKU).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -91,8 +90,8 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		if len(short) > 0 {
 			return &inventory.SoldOutError{SKUs: short}
 		}
-		o := inventory.Order{ID: inventory.NewOrderID(b.SaleID), SaleID: b.SaleID, UserID: b.UserID,
-			Status: inventory.OrderConfirmed, Items: slices.Clone(b.Lines), IdempotencyKey: b.IdempotencyKey,
+		o := inventory.Order{ID: inventory.NewOrderID(saleID), SaleID: saleID, UserID: userID,
+			Status: inventory.OrderConfirmed, Items: slices.Clone(lines), IdempotencyKey: key,
 			CreatedAt: b.Now.Truncate(time.Millisecond)}
 		if _, err := s.exec(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
 			o.ID, o.SaleID, o.UserID, string(o.Status), o.IdempotencyKey, ms(o.CreatedAt)); err != nil {
@@ -104,11 +103,11 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		if err := s.journalDegraded(ctx, tx, inventory.EventBought, o, b.Now); err != nil {
 			return err
 		}
-		for i, l := range b.Lines {
+		for i, l := range lines {
 			if remaining[i] != -1 {
 				remaining[i] -= l.Qty
 			}
-			if _, err := s.exec(ctx, tx, "UPDATE degraded_stock SET sold = sold + ? WHERE sale_id = ? AND sku = ?", l.Qty, b.SaleID, l.SKU); err != nil {
+			if _, err := s.exec(ctx, tx, "UPDATE degraded_stock SET sold = sold + ? WHERE sale_id = ? AND sku = ?", l.Qty, saleID, l.SKU); err != nil {
 				return err
 			}
 		}
@@ -116,7 +115,7 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		return nil
 	})
 	if err != nil && !isOutcome(err) {
-		err = fmt.Errorf("store: degraded buy in sale %s: %w", b.SaleID, err)
+		err = fmt.Errorf("store: degraded buy in sale %s: %w", saleID, err)
 	}
 	return rc, err
 }

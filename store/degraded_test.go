@@ -32,7 +32,7 @@ func TestDegradedBuy(t *testing.T) {
 		now := time.UnixMilli(1_795_000_000_000).UTC()
 		epoch := degradedSale(t, s, now)
 		buy := func(user string, key string, lines ...inventory.Line) (inventory.Receipt, error) {
-			return s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: user, Lines: lines, IdempotencyKey: key, Now: now})
+			return s.Buy(ctx, DegradedBuy{Epoch: epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: lines, IdempotencyKey: key}), Now: now})
 		}
 		rc, err := buy("u1", "k1", line("A", 2), line("U", 1))
 		must(t, err)
@@ -88,7 +88,7 @@ func TestDegradedBuy(t *testing.T) {
 		}
 		m, err = s.SwitchMode(ctx, m.Epoch, ModeDB, now, now.Add(time.Second), "test")
 		must(t, err)
-		if _, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, SaleID: "s1", UserID: "u9", Lines: []inventory.Line{line("U", 1)}, Now: now}); !errors.Is(err, ErrModeChanged) {
+		if _, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: "u9", Lines: []inventory.Line{line("U", 1)}}), Now: now}); !errors.Is(err, ErrModeChanged) {
 			t.Fatalf("a buy before sells_from: %v", err)
 		}
 		counts, err := s.CountOrders(ctx, "s1")
@@ -112,8 +112,8 @@ func TestDegradedBuysNeverOversell(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range 4 {
-					_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: fmt.Sprintf("u%d", g),
-						Lines: []inventory.Line{line("A", 1)}, Now: now, IdempotencyKey: fmt.Sprint(i)})
+					_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprintf("u%d", g),
+						Lines: []inventory.Line{line("A", 1)}, IdempotencyKey: fmt.Sprint(i)}), Now: now})
 					switch {
 					case err == nil:
 						mu.Lock()
@@ -199,7 +199,7 @@ func TestDegradedStockSeesOtherWriters(t *testing.T) {
 		now := time.UnixMilli(1_795_000_000_000).UTC()
 		epoch := degradedSale(t, s, now)
 		buy := func(user string, qty int64) (inventory.Receipt, error) {
-			return s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: user, Lines: []inventory.Line{line("A", qty)}, Now: now})
+			return s.Buy(ctx, DegradedBuy{Epoch: epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: []inventory.Line{line("A", qty)}}), Now: now})
 		}
 		rc, err := buy("u1", 1)
 		must(t, err)
@@ -239,8 +239,8 @@ func TestUnsureBuysArriveVoided(t *testing.T) {
 		must(t, s.MarkUnsure(ctx, []inventory.Order{before.Order, lost.Order, acked.Order, never}))
 
 		// Not counted: the database sells the units the unsure buys may hold.
-		rc, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 2)},
-			IdempotencyKey: lost.Order.IdempotencyKey, Now: now})
+		rc, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 2)},
+			IdempotencyKey: lost.Order.IdempotencyKey}), Now: now})
 		must(t, err)
 		check(t, "remaining after the database sold u1 two", rc.Remaining, []int64{2})
 
@@ -271,8 +271,8 @@ func TestUnsureBuysArriveVoided(t *testing.T) {
 			}
 		}
 		check(t, "units the journal says are sold", moved, int64(4))
-		again, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 2)},
-			IdempotencyKey: lost.Order.IdempotencyKey, Now: now})
+		again, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 2)},
+			IdempotencyKey: lost.Order.IdempotencyKey}), Now: now})
 		must(t, err)
 		check(t, "the key's replay", [2]any{again.Order.ID, again.Replayed}, [2]any{rc.Order.ID, true})
 
@@ -297,7 +297,7 @@ func TestDegradedPause(t *testing.T) {
 		now := time.UnixMilli(1_795_000_000_000).UTC()
 		epoch := degradedSale(t, s, now)
 		buy := func(user string) error {
-			_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, SaleID: "s1", UserID: user, Lines: []inventory.Line{line("A", 1)}, Now: now})
+			_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: []inventory.Line{line("A", 1)}}), Now: now})
 			return err
 		}
 		must(t, s.SetPaused(ctx, epoch, "s1", true, now))

@@ -411,3 +411,13 @@ func (e *events) restocked(sku string, qty int64) inventory.Event {
 
 func (e *events) paused() inventory.Event  { return e.next(inventory.EventPaused) }
 func (e *events) resumed() inventory.Event { return e.next(inventory.EventResumed) }
+
+// checked is r checked by inventory.CheckBuy, as the service checks a buy
+// before it reaches the database; r must be valid.
+func checked(r inventory.BuyRequest) inventory.CheckedBuy {
+	b, err := inventory.CheckBuy(r)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,160 @@
+package inventory
+
+import (
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/internal/gcra"
+)
+
+// CheckedBuy is a buy whose arguments passed CheckBuy: a valid sale, user,
+// lines and idempotency key, a valid throttle, token and token TTL if set,
+// and a well-formed order id if set. Its fields are unexported, so holding
+// one proves it was checked: the engine (BuyChecked) and the database's
+// degraded mode (package store) sell it without checking it again.
+//
+// The order id's sale is the one place checked later: a segmented sale's
+// buy carries an order id of its home segment until InSale moves it there,
+// so the engine makes sure, when it sells a buy, that its order id is of
+// the sale it sells it in. The zero CheckedBuy is no buy: the engine
+// refuses it as invalid, the database as an unknown sale.
+type CheckedBuy struct {
+	saleID, userID string
+	lines          []Line
+	key            string
+	token          string
+	tokenTTL       int64 // ms, >= 1 with a token
+	orderID        string
+	throttle       gcra.Bucket // zero for none
+	ignoreSoldOut  bool
+}
+
+// CheckBuy checks a buy's arguments, as BuyWith does, and returns them as a
+// CheckedBuy; its errors match ErrInvalid (*InvalidError naming the field).
+// The buy keeps r.Lines (not a copy): the caller must not change them.
+func CheckBuy(r BuyRequest) (CheckedBuy, error) {
+	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
+		return CheckedBuy{}, err
+	}
+	c := CheckedBuy{saleID: r.SaleID, userID: r.UserID, lines: r.Lines, key: r.IdempotencyKey, ignoreSoldOut: r.IgnoreSoldOutFlags}
+	var err error
+	if c, err = c.WithThrottle(r.Throttle); err != nil {
+		return CheckedBuy{}, err
+	}
+	if c, err = c.WithToken(r.Token, r.TokenTTL); err != nil {
+		return CheckedBuy{}, err
+	}
+	if r.OrderID != "" {
+		if _, err := SaleOfOrder(r.OrderID); err != nil {
+			return CheckedBuy{}, orderOfOtherSale(r.SaleID)
+		}
+		c.orderID = r.OrderID
+	}
+	return c, nil
+}
+
+// WithThrottle returns the buy with throttle t (BuyRequest.Throttle), or
+// the buy itself for nil; only t is checked.
+func (c CheckedBuy) WithThrottle(t *Throttle) (CheckedBuy, error) {
+	if t == nil {
+		return c, nil
+	}
+	th, err := t.bucket()
+	if err != nil {
+		return CheckedBuy{}, err
+	}
+	c.throttle = th
+	return c, nil
+}
+
+// WithToken returns the buy spending purchase token token, kept spent for
+// ttl (BuyRequest.Token and TokenTTL), or the buy itself for token "";
+// only they are checked.
+func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, error) {
+	if token == "" {
+		return c, nil
+	}
+	if err := validateID("token", token); err != nil {
+		return CheckedBuy{}, err
+	}
+	if c.tokenTTL = ttl.Milliseconds(); c.tokenTTL < 1 {
+		return CheckedBuy{}, invalid("token_ttl", "must be at least 1ms")
+	}
+	c.token = token
+	return c, nil
+}
+
+// SaleID is the sale the buy is made in.
+func (c CheckedBuy) SaleID() string { return c.saleID }
+
+// UserID is the buyer.
+func (c CheckedBuy) UserID() string { return c.userID }
+
+// Lines are the buy's lines; the caller must not change them.
+func (c CheckedBuy) Lines() []Line { return c.lines }
+
+// IdempotencyKey is the buy's idempotency key, "" for none.
+func (c CheckedBuy) IdempotencyKey() string { return c.key }
+
+// OrderID is the id of the order the buy makes, "" until one is chosen.
+func (c CheckedBuy) OrderID() string { return c.orderID }
+
+// Token is the purchase token the buy spends, "" for none.
+func (c CheckedBuy) Token() string { return c.token }
+
+// Throttled reports whether the buy has a throttle.
+func (c CheckedBuy) Throttled() bool { return c.throttle.Rate != 0 }
+
+// InSale returns the buy made in saleID instead (a segmented sale's buy in
+// its buyer's home segment). Only the new id is checked; an order id the
+// buy carries must be of saleID when the engine sells it.
+func (c CheckedBuy) InSale(saleID string) (CheckedBuy, error) {
+	if err := validateID("sale", saleID); err != nil {
+		return CheckedBuy{}, err
+	}
+	c.saleID = saleID
+	return c, nil
+}
+
+// WithNewOrderID returns the buy with a new order id of saleID (the buy's
+// sale, or the home segment InSale will move it to), or the buy itself if
+// it has an order id already.
+func (c CheckedBuy) WithNewOrderID(saleID string) CheckedBuy {
+	if c.orderID == "" {
+		c.orderID = NewOrderID(saleID)
+	}
+	return c
+}
+
+// WithoutThrottle returns the buy without its throttle.
+func (c CheckedBuy) WithoutThrottle() CheckedBuy {
+	c.throttle = gcra.Bucket{}
+	return c
+}
+
+// IgnoringSoldOutFlags returns the buy sent to Redis even if the engine
+// flagged an item of it sold out (BuyRequest.IgnoreSoldOutFlags).
+func (c CheckedBuy) IgnoringSoldOutFlags() CheckedBuy {
+	c.ignoreSoldOut = true
+	return c
+}
+
+// checkOrderOfSale is the rule the engine keeps when it sells c: c is a
+// buy (not the zero CheckedBuy), and its order id, if set, is of c's sale
+// (CheckBuy found it well-formed).
+func (c CheckedBuy) checkOrderOfSale() error {
+	if c.saleID == "" {
+		return invalid("sale", "no buy: a CheckedBuy comes from CheckBuy")
+	}
+	if c.orderID == "" {
+		return nil
+	}
+	if i := strings.LastIndex(c.orderID, orderIDSep); i != len(c.saleID) || c.orderID[:i] != c.saleID {
+		return orderOfOtherSale(c.saleID)
+	}
+	return nil
+}
+
+func orderOfOtherSale(saleID string) error {
+	return invalid("order_id", "must be an order id of sale %s", saleID)
+}

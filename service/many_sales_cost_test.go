@@ -120,7 +120,7 @@ func (c phaseCost) top(buys int) string {
 	}
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(c.cmds[b][1], c.cmds[a][1]) })
 	var out []string
-	for _, k := range names[:min(len(names), 8)] {
+	for _, k := range names[:min(len(names), 16)] {
 		out = append(out, fmt.Sprintf("%s %.2f calls %.1f µs", k, float64(c.cmds[k][0])/float64(buys), float64(c.cmds[k][1])/float64(buys)))
 	}
 	return "Redis commands per buy: " + strings.Join(out, "; ")

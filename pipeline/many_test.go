@@ -308,3 +308,67 @@ func TestRoundsOverManySalesLastLonger(t *testing.T) {
 		}
 	})
 }
+
+// trims counts the XTRIMs of each pipeline a client sends.
+type trims struct {
+	mu   sync.Mutex
+	most int
+	all  map[string]bool // streams trimmed
+}
+
+func (h *trims) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *trims) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *trims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		h.mu.Lock()
+		for _, c := range cmds {
+			if c.Name() == "xtrim" {
+				n++
+				h.all[fmt.Sprint(c.Args()[1])] = true
+			}
+		}
+		h.most = max(h.most, n)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestTrimsSpreadOverRounds: when 200 sales' entries are stored in one
+// round, their streams are trimmed at most 64 a round, not all in the
+// round after (a burst of four reads and a trim per sale that buys would
+// queue behind), and every one of them is trimmed in the end.
+func TestTrimsSpreadOverRounds(t *testing.T) {
+	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
+	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
+	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	const sales = 200
+	orders := r.manySales(sales, time.Time{})
+	h := &trims{all: map[string]bool{}}
+	c := redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
+	c.AddHook(h)
+	t.Cleanup(func() { _ = c.Close() })
+	r.run(c, pipeline.Options{Readers: 1})
+	r.stored(orders, inventory.OrderConfirmed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.mu.Lock()
+		most, trimmed := h.most, len(h.all)
+		h.mu.Unlock()
+		if most > 64 {
+			t.Fatalf("%d streams trimmed in one round, want at most 64", most)
+		}
+		if trimmed == sales {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams trimmed", trimmed, sales)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -157,18 +158,30 @@ func (c *Consumer) apply(ctx, stop context.Context, b batch, events []inventory.
 }
 
 // trimAll trims the streams with acknowledged entries, each at most once a
-// second: it reads where the group stands in each (atomically) and drops
+// second and at most trimsPerRound a round (the ones trimmed longest ago
+// first): it reads where the group stands in each (atomically) and drops
 // what every consumer has acknowledged: everything older than the oldest
-// pending entry, or than the next undelivered one.
+// pending entry, or than the next undelivered one. Without the bound, the
+// sales bought from in one round all fell due in one later round, and
+// their reads (four commands a sale, in transactions) and trims came in
+// one burst that buys queued behind; a sale left for a later round keeps
+// its acknowledged entries a little longer.
 func (c *Consumer) trimAll(ctx context.Context, sales []*sale) {
 	now := time.Now()
 	var due []*sale
-	var keys []string
 	for _, sl := range sales {
 		if sl.trimDue && now.Sub(sl.lastTrim) >= trimEvery {
-			sl.trimDue, sl.lastTrim = false, now
-			due, keys = append(due, sl), append(keys, sl.key)
+			due = append(due, sl)
 		}
+	}
+	if len(due) > trimsPerRound {
+		slices.SortFunc(due, func(a, b *sale) int { return a.lastTrim.Compare(b.lastTrim) })
+		due = due[:trimsPerRound]
+	}
+	keys := make([]string, len(due))
+	for i, sl := range due {
+		sl.trimDue, sl.lastTrim = false, now
+		keys[i] = sl.key
 	}
 	if len(due) == 0 || ctx.Err() != nil {
 		return
@@ -188,6 +201,9 @@ func (c *Consumer) trimAll(ctx context.Context, sales []*sale) {
 }
 
 const trimEvery = time.Second
+
+// trimsPerRound bounds the streams one round trims (see trimAll).
+var trimsPerRound = 64
 
 // settleEnded marks sales that have ended and whose streams hold nothing
 // unapplied as idle: they are not read again until woken or swept. Each is

@@ -224,3 +224,151 @@ func TestWakeReadsAnEndedSaleAgain(t *testing.T) {
 		r.stored(orders[:1], inventory.OrderCancelled)
 	})
 }
+
+// reads records when each XREADGROUP of a client began, and whether it
+// returned entries.
+type reads struct {
+	mu   sync.Mutex
+	at   []time.Time
+	full []bool // returned entries
+}
+
+func (h *reads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *reads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		began := time.Now()
+		err := next(ctx, cmd)
+		if x, ok := cmd.(*redis.XStreamSliceCmd); ok && cmd.Name() == "xreadgroup" {
+			got := false
+			for _, st := range x.Val() {
+				got = got || len(st.Messages) > 0
+			}
+			h.mu.Lock()
+			h.at, h.full = append(h.at, began), append(h.full, got)
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+func (h *reads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRoundsOverManySalesLastLonger: a reader of 200 sales that keeps up
+// with a trickle of orders spread over them reads at most once per
+// Linger for each 64 sales (4 Lingers here), not once per Linger: a read
+// costs Redis for every stream it names, so reads over many sales are
+// spaced. Every order still reaches the database. (The bound is a least
+// gap between reads, which a slow machine only widens.)
+func TestRoundsOverManySalesLastLonger(t *testing.T) {
+	forEachStack(t, func(t *testing.T, r *rig) {
+		const sales, linger = 200, 40 * time.Millisecond
+		orders := r.manySales(sales, time.Time{})
+		h := &reads{}
+		c := redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
+		c.AddHook(h)
+		t.Cleanup(func() { _ = c.Close() })
+		// One reader, no claims (their ticks would re-read pending lists)
+		// and no new sales (discovery wakes a reader): only the linger
+		// spaces the reads.
+		o := pipeline.Options{Name: "c1", Readers: 1, Linger: linger, Block: 20 * time.Millisecond,
+			ClaimEvery: time.Hour, DiscoverAll: time.Hour}
+		ctx, cancel := context.WithCancel(r.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = pipeline.New(c, r.eng, r.db, o).Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		r.stored(orders, inventory.OrderConfirmed)
+		// (The rounds so far are not counted: the reader's first linger
+		// may have been cut short by discovery's signal of the new sales.)
+		from := time.Now()
+		// A trickle over every sale, a buy every 5 ms for a second.
+		for i := range 200 {
+			rc, err := r.eng.Buy(r.ctx, fmt.Sprintf("m%03d", i%sales), fmt.Sprintf("t%d", i), []inventory.Line{{SKU: "A", Qty: 1}}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			orders = append(orders, rc.Order.ID)
+			time.Sleep(5 * time.Millisecond)
+		}
+		r.stored(orders, inventory.OrderConfirmed)
+		cancel()
+		<-done
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		least, rounds := time.Duration(1<<62), 0
+		for i := 1; i < len(h.at); i++ {
+			if h.full[i-1] && h.at[i-1].After(from) {
+				least, rounds = min(least, h.at[i].Sub(h.at[i-1])), rounds+1
+			}
+		}
+		// A round's least length counts from just before its read: allow
+		// a little for what comes between.
+		if want := 4*linger - 10*time.Millisecond; rounds == 0 || least < want {
+			t.Errorf("%d reads that found entries, the next read %v after one at least; want %v or more", rounds, least, want)
+		}
+	})
+}
+
+// trims counts the XTRIMs of each pipeline a client sends.
+type trims struct {
+	mu   sync.Mutex
+	most int
+	all  map[string]bool // streams trimmed
+}
+
+func (h *trims) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *trims) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *trims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		h.mu.Lock()
+		for _, c := range cmds {
+			if c.Name() == "xtrim" {
+				n++
+				h.all[fmt.Sprint(c.Args()[1])] = true
+			}
+		}
+		h.most = max(h.most, n)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestTrimsSpreadOverRounds: when 200 sales' entries are stored in one
+// round, their streams are trimmed at most 64 a round, not all in the
+// round after (a burst of four reads and a trim per sale that buys would
+// queue behind), and every one of them is trimmed in the end.
+func TestTrimsSpreadOverRounds(t *testing.T) {
+	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
+	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
+	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	const sales = 200
+	orders := r.manySales(sales, time.Time{})
+	h := &trims{all: map[string]bool{}}
+	c := redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
+	c.AddHook(h)
+	t.Cleanup(func() { _ = c.Close() })
+	r.run(c, pipeline.Options{Readers: 1})
+	r.stored(orders, inventory.OrderConfirmed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.mu.Lock()
+		most, trimmed := h.most, len(h.all)
+		h.mu.Unlock()
+		if most > 64 {
+			t.Fatalf("%d streams trimmed in one round, want at most 64", most)
+		}
+		if trimmed == sales {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams trimmed", trimmed, sales)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

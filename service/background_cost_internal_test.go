@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -236,6 +238,93 @@ func TestReconcileVisitsEverySaleWithinTheSweep(t *testing.T) {
 			if now.Sub(from) > reconcileSweep {
 				t.Fatalf("pass %d: sale %s last reconciled %v ago, more than %v", k, id, now.Sub(from), reconcileSweep)
 			}
+		}
+	}
+}
+
+// TestSampleReadsABoundedShareOfChangedSales: when more sales changed than
+// a sample reads in full (fullReadsPerSample, 20 here), a sample reads
+// only that many, the ones read longest ago first, and the others keep
+// their last sample; the next samples read the rest, so every change is
+// shown within a few samples. Without the bound, the first sample after a
+// buy in each of 60 sales reads all 60.
+func TestSampleReadsABoundedShareOfChangedSales(t *testing.T) {
+	const n, budget = 60, 20
+	defer func(was int) { fullReadsPerSample = was }(fullReadsPerSample)
+	fullReadsPerSample = budget
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
+		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
+		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	for i := range n {
+		sale := inventory.Sale{ID: fmt.Sprintf("s%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.eng.CreateSale(ctx, sale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitfor.Until(t, waitfor.Patience, "every sale live", func() error {
+		if ids, err := s.liveSaleIDs(ctx); err != nil || len(ids) != n {
+			return fmt.Errorf("%d live sales, want %d (%v)", len(ids), n, err)
+		}
+		return nil
+	})
+	// Every sale sampled once (the first reads are not bounded).
+	st := newSamplerState()
+	if v := s.sample(ctx, st, time.Second); len(v.Sales) != n {
+		t.Fatalf("%d sales in the first sample, want %d", len(v.Sales), n)
+	}
+	// A buy in each, stored by the consumer: each sale's stream moved.
+	var orders []string
+	for i := range n {
+		rc, err := s.eng.Buy(ctx, fmt.Sprintf("s%03d", i), "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, rc.Order.ID)
+	}
+	waitfor.Until(t, waitfor.Patience, "every order stored", func() error {
+		for _, id := range orders {
+			if o, err := s.db.Order(ctx, id); err != nil || o.Status != inventory.OrderConfirmed {
+				return fmt.Errorf("order %s: %+v, %v", id, o, err)
+			}
+		}
+		return nil
+	})
+	for round := 1; ; round++ {
+		before := time.Now()
+		v := s.sample(ctx, st, time.Second)
+		read, shown := 0, 0
+		for _, id := range slices.Collect(maps.Keys(st.read)) {
+			if !st.read[id].at.Before(before) {
+				read++
+			}
+		}
+		for _, ls := range v.Sales {
+			if len(ls.Items) == 1 && ls.Items[0].Remaining == 9 {
+				shown++
+			}
+		}
+		if len(v.Sales) != n || read > budget {
+			t.Fatalf("sample %d after the buys: %d sales listed (want %d), %d read in full (want at most %d)", round, len(v.Sales), n, read, budget)
+		}
+		if shown == n {
+			break
+		}
+		if round == 10 {
+			t.Fatalf("after %d samples, %d of %d sales show their buy", round, shown, n)
 		}
 	}
 }

@@ -151,19 +151,20 @@ func (s *Service) sampleLoop(ctx context.Context, every time.Duration) {
 
 // samplerState is what the sampler carries from one sample to the next.
 type samplerState struct {
-	prev    map[string]int64    // sale -> orders at the previous sample
-	last    map[string]liveSale // sale -> its latest sample
-	counted map[string]dbCount  // sale -> its orders as last counted in the database
-	read    map[string]saleRead // sale -> when and as of what its state was last read
+	prev    map[string]int64         // sale -> orders at the previous sample
+	skipped map[string]time.Duration // sale -> time since prev, over samples that did not read it (see fullReadsPerSample)
+	last    map[string]liveSale      // sale -> its latest sample
+	counted map[string]dbCount       // sale -> its orders as last counted in the database
+	read    map[string]saleRead      // sale -> when and as of what its state was last read
 }
 
 // saleRead is a sale's last full read: its stream's position then (see
 // streamMarks), its definition (for its status, which moves with the
-// clock) and when it is read again all the same.
+// clock), when it is read again all the same, and when it was read.
 type saleRead struct {
-	mark string
-	sale inventory.Sale
-	due  time.Time
+	mark    string
+	sale    inventory.Sale
+	due, at time.Time
 }
 
 // dbCount is a sale's orders in the database, and what Redis said when
@@ -181,7 +182,8 @@ type dbCount struct {
 const recountEvery = 30 * time.Second
 
 func newSamplerState() *samplerState {
-	return &samplerState{prev: map[string]int64{}, last: map[string]liveSale{}, counted: map[string]dbCount{}, read: map[string]saleRead{}}
+	return &samplerState{prev: map[string]int64{}, skipped: map[string]time.Duration{}, last: map[string]liveSale{},
+		counted: map[string]dbCount{}, read: map[string]saleRead{}}
 }
 
 // liveSaleIDs are the sales whose numbers can still change: the ones the
@@ -217,10 +219,20 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 	if err != nil {
 		return v
 	}
-	for i, ls := range s.sampleSales(ctx, st, ids) {
+	samples, skipped := s.sampleSales(ctx, st, ids)
+	for i, ls := range samples {
 		id := ids[i]
-		if old, ok := st.prev[id]; ok && since > 0 && ls.Orders >= old {
-			ls.OrdersPerSecond = float64(ls.Orders-old) / since.Seconds()
+		if skipped[i] {
+			// Changed but not read this time: its last rate stands, and
+			// the next read's rate spans the samples it missed.
+			st.skipped[id] += since
+			st.last[id] = ls
+			continue
+		}
+		span := since + st.skipped[id]
+		delete(st.skipped, id)
+		if old, ok := st.prev[id]; ok && span > 0 && ls.Orders >= old {
+			ls.OrdersPerSecond = float64(ls.Orders-old) / span.Seconds()
 		}
 		if ls.Error == "" {
 			st.prev[id] = ls.Orders
@@ -252,32 +264,48 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 // another process, orders the database sold in degraded mode). Otherwise
 // its last sample stands, with its status at the present time and the
 // latest drift: one command per sale (in one pipeline) instead of six.
-func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []string) []liveSale {
-	out := make([]liveSale, len(ids))
+// A sample reads at most fullReadsPerSample sales in full that have a
+// sample already (the ones read longest ago first); the others that
+// changed keep their last sample until a later one reads them, so that a
+// sample costs no more when a thousand sales are bought from at once.
+// skipped[i] says sale ids[i] is one of those.
+func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []string) (out []liveSale, skipped []bool) {
+	out, skipped = make([]liveSale, len(ids)), make([]bool, len(ids))
 	marks, markErr := streamMarks(ctx, s.rdb, s.eng, ids)
 	now := time.Now()
 	var full []string
-	var at []int // out's index of full[j]
+	var at []int    // out's index of full[j]
+	var moved []int // ids' index of sales with a sample that may have changed
 	for i, id := range ids {
 		r, ok := st.read[id]
 		last, seen := st.last[id]
-		_, dirty := s.live.dirty.LoadAndDelete(id)
-		if !ok || !seen || dirty || markErr != nil || marks[i] != r.mark || !now.Before(r.due) ||
-			last.Error != "" || last.Backlog != 0 {
+		switch {
+		case !ok || !seen:
+			s.live.dirty.Delete(id)
 			full, at = append(full, id), append(at, i)
-			continue
-		}
-		last.Status = string(inventory.StatusAt(r.sale.Paused, r.sale.StartsAt, r.sale.EndsAt, now))
-		last.Items = slices.Clone(last.Items)
-		for j := range last.Items {
-			if d, ok := s.live.drift.Load(id + "|" + last.Items[j].SKU); ok {
-				last.Items[j].Drift, last.Items[j].StockDrift = d.([2]int64)[0], d.([2]int64)[1]
+		case markErr != nil || marks[i] != r.mark || !now.Before(r.due) || last.Error != "" || last.Backlog != 0:
+			moved = append(moved, i)
+		default:
+			if _, dirty := s.live.dirty.Load(id); dirty {
+				moved = append(moved, i)
+				continue
 			}
+			out[i] = s.standing(id, last, r, now)
 		}
-		out[i] = last
+	}
+	if room := max(fullReadsPerSample-len(full), 0); len(moved) > room {
+		slices.SortStableFunc(moved, func(a, b int) int { return st.read[ids[a]].at.Compare(st.read[ids[b]].at) })
+		for _, i := range moved[room:] {
+			out[i], skipped[i] = s.standing(ids[i], st.last[ids[i]], st.read[ids[i]], now), true
+		}
+		moved = moved[:room]
+	}
+	for _, i := range moved {
+		s.live.dirty.Delete(ids[i]) // before the read: a repair after it marks the sale again
+		full, at = append(full, ids[i]), append(at, i)
 	}
 	if len(full) == 0 {
-		return out
+		return out, skipped
 	}
 	read, sales := s.readSales(ctx, st, full)
 	for j, id := range full {
@@ -292,9 +320,26 @@ func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []strin
 			// that a thousand sales are not all read in full in one sample.
 			due = now.Add(time.Duration(fnv32(id)%uint32(recountEvery/time.Millisecond)) * time.Millisecond)
 		}
-		st.read[id] = saleRead{mark: marks[at[j]], sale: sales[j], due: due}
+		st.read[id] = saleRead{mark: marks[at[j]], sale: sales[j], due: due, at: now}
 	}
-	return out
+	return out, skipped
+}
+
+// fullReadsPerSample bounds the sales a sample reads in full, past the
+// ones it reads for the first time (see sampleSales).
+var fullReadsPerSample = 256
+
+// standing is a sale's last sample, with its status at now and the latest
+// drift.
+func (s *Service) standing(id string, last liveSale, r saleRead, now time.Time) liveSale {
+	last.Status = string(inventory.StatusAt(r.sale.Paused, r.sale.StartsAt, r.sale.EndsAt, now))
+	last.Items = slices.Clone(last.Items)
+	for j := range last.Items {
+		if d, ok := s.live.drift.Load(id + "|" + last.Items[j].SKU); ok {
+			last.Items[j].Drift, last.Items[j].StockDrift = d.([2]int64)[0], d.([2]int64)[1]
+		}
+	}
+	return last
 }
 
 // readSales reads the sales' samples in full; sales[i] is sale ids[i]'s

@@ -60,37 +60,7 @@ func (c *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestBackgroundCostOfIdleLiveSales(t *testing.T) {
 	const n = 200
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
-		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
-		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
-	for i := range n {
-		sale := inventory.Sale{ID: fmt.Sprintf("s%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
-		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.eng.CreateSale(ctx, sale); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for deadline := time.Now().Add(waitfor.Patience); ; time.Sleep(10 * time.Millisecond) {
-		ids, err := s.liveSaleIDs(ctx)
-		if err == nil && len(ids) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d live sales, want %d", len(ids), n)
-		}
-	}
+	s := startWithLiveSales(t, n)
 	count := &commandCount{}
 	s.rdb.AddHook(count)
 	cctx := context.WithValue(ctx, commandCountKey{}, count)
@@ -253,34 +223,7 @@ func TestSampleReadsABoundedShareOfChangedSales(t *testing.T) {
 	defer func(was int) { fullReadsPerSample = was }(fullReadsPerSample)
 	fullReadsPerSample = budget
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
-		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
-		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
-	for i := range n {
-		sale := inventory.Sale{ID: fmt.Sprintf("s%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
-		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.eng.CreateSale(ctx, sale); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitfor.Until(t, waitfor.Patience, "every sale live", func() error {
-		if ids, err := s.liveSaleIDs(ctx); err != nil || len(ids) != n {
-			return fmt.Errorf("%d live sales, want %d (%v)", len(ids), n, err)
-		}
-		return nil
-	})
+	s := startWithLiveSales(t, n)
 	// Every sale sampled once (the first reads are not bounded).
 	st := newSamplerState()
 	if v := s.sample(ctx, st, time.Second); len(v.Sales) != n {
@@ -327,4 +270,49 @@ func TestSampleReadsABoundedShareOfChangedSales(t *testing.T) {
 			t.Fatalf("after %d samples, %d of %d sales show their buy", round, shown, n)
 		}
 	}
+}
+
+// startWithLiveSales starts a service whose sampler and reconcile loop run
+// only by hand, on a redis-server of the test's own, with n live sales
+// s000, s001... (item A, stock 10, limit 2), and waits until it lists them
+// all as live.
+func startWithLiveSales(t *testing.T, n int) *Service {
+	t.Helper()
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	s := startForTest(t, Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
+		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1,
+		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}})
+	for i := range n {
+		sale := inventory.Sale{ID: fmt.Sprintf("s%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.eng.CreateSale(ctx, sale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitfor.Until(t, waitfor.Patience, "every sale live", func() error {
+		if ids, err := s.liveSaleIDs(ctx); err != nil || len(ids) != n {
+			return fmt.Errorf("%d live sales, want %d (%v)", len(ids), n, err)
+		}
+		return nil
+	})
+	return s
+}
+
+// startForTest starts a service with cfg and shuts it down when the test
+// ends.
+func startForTest(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	s, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	return s
 }

@@ -37,17 +37,9 @@ func TestBusyPoolDoesNotStartDegradedMode(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	prefix := redistest.Prefix(t, rdb)
 	ctx := context.Background()
-	s, err := Start(ctx, Config{Addr: "127.0.0.1:0", RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: prefix,
+	s := startForTest(t, Config{Addr: "127.0.0.1:0", RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: prefix,
 		DatabaseURL: dbtest.PostgresURL(t), ReconcileEvery: -1, SampleEvery: -1,
 		DegradedTick: 50 * time.Millisecond, DegradedGrace: 150 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
 	// Hold every connection of the pool for ten grace periods.
 	size := s.rdb.(*redis.Client).Options().PoolSize
 	var wg sync.WaitGroup

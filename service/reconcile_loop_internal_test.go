@@ -247,15 +247,7 @@ func startByHand(t *testing.T, cfg Config) (*Service, *logBuffer, func(error)) {
 	cfg.Addr, cfg.ReconcileEvery, cfg.SampleEvery = "127.0.0.1:0", -1, -1
 	cfg.Pipeline = pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
+	s := startForTest(t, cfg)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {

@@ -3,6 +3,7 @@ package service_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -104,6 +105,28 @@ func TestIdempotencyKeyWithOtherItems(t *testing.T) {
 		if again.status != http.StatusOK || again.json(t)["order_id"] != first.json(t)["order_id"] {
 			t.Errorf("the exact repeat: %d %s, want 200 with order %v", again.status, again.body, first.json(t)["order_id"])
 		}
+	})
+}
+
+// TestBadIdempotencyKey: an empty, over-long or unprintable
+// Idempotency-Key is 400 invalid_argument and changes nothing (no order,
+// no quota or stock spent): the buyer can then buy with a good key.
+func TestBadIdempotencyKey(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		a.createSale("s1", 1, "A", 10)
+		bob := a.token("bob")
+		body := map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}
+		before := a.state("s1")
+		for _, key := range []string{"", strings.Repeat("k", 65), "k 1"} {
+			r := a.call("POST", "/v1/sales/s1/orders", bob, body, "Idempotency-Key", key)
+			if r.status != http.StatusBadRequest || r.code(t) != "invalid_argument" {
+				t.Errorf("Idempotency-Key %q: %d %s, want 400 invalid_argument", key, r.status, r.body)
+			}
+		}
+		if after := a.state("s1"); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("refused buys changed the state:\n%+v\n%+v", before, after)
+		}
+		mustStatus(t, a.call("POST", "/v1/sales/s1/orders", bob, body, "Idempotency-Key", strings.Repeat("k", 64)), http.StatusCreated)
 	})
 }
 

@@ -107,8 +107,13 @@ func (c CheckedBuy) Throttled() bool { return c.throttle.Rate != 0 }
 
 // InSale returns the buy made in saleID instead (a segmented sale's buy in
 // its buyer's home segment). Only the new id is checked; an order id the
-// buy carries must be of saleID when the engine sells it.
+// buy carries must be of saleID when the engine sells it. The zero
+// CheckedBuy stays no buy: it is refused (a sale is what tells a checked
+// buy from the zero one).
 func (c CheckedBuy) InSale(saleID string) (CheckedBuy, error) {
+	if c.saleID == "" {
+		return CheckedBuy{}, noBuy()
+	}
 	if err := validateID("sale", saleID); err != nil {
 		return CheckedBuy{}, err
 	}
@@ -144,7 +149,7 @@ func (c CheckedBuy) IgnoringSoldOutFlags() CheckedBuy {
 // (CheckBuy found it well-formed).
 func (c CheckedBuy) checkOrderOfSale() error {
 	if c.saleID == "" {
-		return invalid("sale", "no buy: a CheckedBuy comes from CheckBuy")
+		return noBuy()
 	}
 	if c.orderID == "" {
 		return nil
@@ -154,6 +159,10 @@ func (c CheckedBuy) checkOrderOfSale() error {
 	}
 	return nil
 }
+
+// noBuy refuses the zero CheckedBuy, the one without a sale: only
+// CheckBuy sets a buy's sale, and InSale only moves one it set.
+func noBuy() error { return invalid("sale", "no buy: a CheckedBuy comes from CheckBuy") }
 
 func orderOfOtherSale(saleID string) error {
 	return invalid("order_id", "must be an order id of sale %s", saleID)

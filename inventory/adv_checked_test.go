@@ -44,3 +44,37 @@ func TestCheckedBuyZeroStaysNoBuy(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckedBuyLinesCannotChangeAfterTheCheck: what a CheckedBuy sells is
+// what was checked: neither the caller's slice of lines (changed after
+// CheckBuy) nor the slice Lines returns (changed by whoever holds the buy:
+// a BeforeDatabaseBuy hook, a library caller) changes it. (Fails if the
+// buy shares its lines: a qty of -3 set after the check reaches buy.lua,
+// which gives units back to the stock.)
+func TestCheckedBuyLinesCannotChangeAfterTheCheck(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}, {SKU: "B", Stock: 10}}})
+		req := inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)}
+		c, err := inventory.CheckBuy(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Lines[0] = inventory.Line{SKU: "B", Qty: -3} // the caller's slice, after the check
+		got := c.Lines()
+		if len(got) != 1 || got[0] != (inventory.Line{SKU: "A", Qty: 1}) {
+			t.Fatalf("Lines after the caller changed its slice = %v, want [{A 1}]", got)
+		}
+		got[0].Qty = -3 // the slice Lines returned
+		if l := c.Lines(); l[0].Qty != 1 {
+			t.Fatalf("Lines after a holder changed what Lines returned = %v, want [{A 1}]", l)
+		}
+		rc, err := r.eng.BuyChecked(r.ctx, c)
+		if err != nil || len(rc.Order.Items) != 1 || rc.Order.Items[0] != (inventory.Line{SKU: "A", Qty: 1}) {
+			t.Fatalf("BuyChecked = %+v, %v; want the checked line A×1", rc, err)
+		}
+		if rem := r.remaining("s1"); rem["A"] != 9 || rem["B"] != 10 {
+			t.Fatalf("remaining %v, want A 9, B 10", rem)
+		}
+	})
+}

@@ -48,7 +48,8 @@ func TestCheckedBuyZeroStaysNoBuy(t *testing.T) {
 // TestCheckedBuyLinesCannotChangeAfterTheCheck: what a CheckedBuy sells is
 // what was checked: neither the caller's slice of lines (changed after
 // CheckBuy) nor the slice Lines returns (changed by whoever holds the buy:
-// a BeforeDatabaseBuy hook, a library caller) changes it. (Fails if the
+// a BeforeDatabaseBuy hook, a library caller), nor the lines of a receipt
+// BuyChecked returned, changes it. (Fails if the
 // buy shares its lines: a qty of -3 set after the check reaches buy.lua,
 // which gives units back to the stock.)
 func TestCheckedBuyLinesCannotChangeAfterTheCheck(t *testing.T) {
@@ -73,8 +74,13 @@ func TestCheckedBuyLinesCannotChangeAfterTheCheck(t *testing.T) {
 		if err != nil || len(rc.Order.Items) != 1 || rc.Order.Items[0] != (inventory.Line{SKU: "A", Qty: 1}) {
 			t.Fatalf("BuyChecked = %+v, %v; want the checked line A×1", rc, err)
 		}
-		if rem := r.remaining("s1"); rem["A"] != 9 || rem["B"] != 10 {
-			t.Fatalf("remaining %v, want A 9, B 10", rem)
+		rc.Order.Items[0].Qty = -3 // the receipt's lines: the buy is sold again as checked
+		rc, err = r.eng.BuyChecked(r.ctx, c)
+		if err != nil || len(rc.Order.Items) != 1 || rc.Order.Items[0] != (inventory.Line{SKU: "A", Qty: 1}) {
+			t.Fatalf("BuyChecked again after its receipt was changed = %+v, %v; want the checked line A×1", rc, err)
+		}
+		if rem := r.remaining("s1"); rem["A"] != 8 || rem["B"] != 10 {
+			t.Fatalf("remaining %v, want A 8, B 10", rem)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -31,8 +32,20 @@ type CheckedBuy struct {
 
 // CheckBuy checks a buy's arguments, as BuyWith does, and returns them as a
 // CheckedBuy; its errors match ErrInvalid (*InvalidError naming the field).
-// The buy keeps r.Lines (not a copy): the caller must not change them.
+// The buy keeps a copy of r.Lines: a change the caller makes to them after
+// the check changes nothing the buy sells.
 func CheckBuy(r BuyRequest) (CheckedBuy, error) {
+	c, err := checkBuy(r)
+	if err != nil {
+		return CheckedBuy{}, err
+	}
+	c.lines = slices.Clone(c.lines)
+	return c, nil
+}
+
+// checkBuy is CheckBuy keeping r.Lines themselves, for BuyWith and BuyMany,
+// which sell the buy before they return (as they always did).
+func checkBuy(r BuyRequest) (CheckedBuy, error) {
 	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
 		return CheckedBuy{}, err
 	}
@@ -90,8 +103,9 @@ func (c CheckedBuy) SaleID() string { return c.saleID }
 // UserID is the buyer.
 func (c CheckedBuy) UserID() string { return c.userID }
 
-// Lines are the buy's lines; the caller must not change them.
-func (c CheckedBuy) Lines() []Line { return c.lines }
+// Lines are the buy's lines: a copy, so that whoever holds the buy cannot
+// change what it sells.
+func (c CheckedBuy) Lines() []Line { return slices.Clone(c.lines) }
 
 // IdempotencyKey is the buy's idempotency key, "" for none.
 func (c CheckedBuy) IdempotencyKey() string { return c.key }

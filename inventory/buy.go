@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/seckill/seckill/internal/gcra"
@@ -39,16 +40,22 @@ func (e *Engine) Buy(ctx context.Context, saleID, userID string, lines []Line, i
 
 // BuyWith is Buy with the options of a BuyRequest (a throttle).
 func (e *Engine) BuyWith(ctx context.Context, r BuyRequest) (Receipt, error) {
-	c, err := CheckBuy(r)
+	c, err := checkBuy(r)
 	if err != nil {
 		return Receipt{}, err
 	}
-	return e.BuyChecked(ctx, c)
+	return e.buyChecked(ctx, c)
 }
 
 // BuyChecked is BuyWith for a buy checked already (CheckBuy): it is not
-// checked again.
+// checked again. Its receipt's lines are a copy of the buy's.
 func (e *Engine) BuyChecked(ctx context.Context, c CheckedBuy) (Receipt, error) {
+	c.lines = slices.Clone(c.lines)
+	return e.buyChecked(ctx, c)
+}
+
+// buyChecked sells c; its receipt's lines are c's.
+func (e *Engine) buyChecked(ctx context.Context, c CheckedBuy) (Receipt, error) {
 	bc, err := e.newBuyCall(c)
 	if err != nil {
 		return Receipt{}, err
@@ -132,7 +139,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 	var groups []*group
 	open := map[string]*group{} // each sale's group still taking buys
 	for i, r := range reqs {
-		c, err := CheckBuy(r)
+		c, err := checkBuy(r)
 		var bc buyCall
 		if err == nil {
 			bc, err = e.newBuyCall(c)

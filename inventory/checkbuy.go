@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -31,8 +32,20 @@ type CheckedBuy struct {
 
 // CheckBuy checks a buy's arguments, as BuyWith does, and returns them as a
 // CheckedBuy; its errors match ErrInvalid (*InvalidError naming the field).
-// The buy keeps r.Lines (not a copy): the caller must not change them.
+// The buy keeps a copy of r.Lines: a change the caller makes to them after
+// the check changes nothing the buy sells.
 func CheckBuy(r BuyRequest) (CheckedBuy, error) {
+	c, err := checkBuy(r)
+	if err != nil {
+		return CheckedBuy{}, err
+	}
+	c.lines = slices.Clone(c.lines)
+	return c, nil
+}
+
+// checkBuy is CheckBuy keeping r.Lines themselves, for BuyWith and BuyMany,
+// which sell the buy before they return (as they always did).
+func checkBuy(r BuyRequest) (CheckedBuy, error) {
 	if err := ValidateBuy(r.SaleID, r.UserID, r.Lines, r.IdempotencyKey); err != nil {
 		return CheckedBuy{}, err
 	}
@@ -90,8 +103,9 @@ func (c CheckedBuy) SaleID() string { return c.saleID }
 // UserID is the buyer.
 func (c CheckedBuy) UserID() string { return c.userID }
 
-// Lines are the buy's lines; the caller must not change them.
-func (c CheckedBuy) Lines() []Line { return c.lines }
+// Lines are the buy's lines: a copy, so that whoever holds the buy cannot
+// change what it sells.
+func (c CheckedBuy) Lines() []Line { return slices.Clone(c.lines) }
 
 // IdempotencyKey is the buy's idempotency key, "" for none.
 func (c CheckedBuy) IdempotencyKey() string { return c.key }
@@ -107,8 +121,13 @@ func (c CheckedBuy) Throttled() bool { return c.throttle.Rate != 0 }
 
 // InSale returns the buy made in saleID instead (a segmented sale's buy in
 // its buyer's home segment). Only the new id is checked; an order id the
-// buy carries must be of saleID when the engine sells it.
+// buy carries must be of saleID when the engine sells it. The zero
+// CheckedBuy stays no buy: it is refused (a sale is what tells a checked
+// buy from the zero one).
 func (c CheckedBuy) InSale(saleID string) (CheckedBuy, error) {
+	if c.saleID == "" {
+		return CheckedBuy{}, noBuy()
+	}
 	if err := validateID("sale", saleID); err != nil {
 		return CheckedBuy{}, err
 	}
@@ -144,7 +163,7 @@ func (c CheckedBuy) IgnoringSoldOutFlags() CheckedBuy {
 // (CheckBuy found it well-formed).
 func (c CheckedBuy) checkOrderOfSale() error {
 	if c.saleID == "" {
-		return invalid("sale", "no buy: a CheckedBuy comes from CheckBuy")
+		return noBuy()
 	}
 	if c.orderID == "" {
 		return nil
@@ -154,6 +173,10 @@ func (c CheckedBuy) checkOrderOfSale() error {
 	}
 	return nil
 }
+
+// noBuy refuses the zero CheckedBuy, the one without a sale: only
+// CheckBuy sets a buy's sale, and InSale only moves one it set.
+func noBuy() error { return invalid("sale", "no buy: a CheckedBuy comes from CheckBuy") }
 
 func orderOfOtherSale(saleID string) error {
 	return invalid("order_id", "must be an order id of sale %s", saleID)

@@ -58,8 +58,10 @@ func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	}
 	saleID := r.PathValue("sale")
 	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
-	if hasKey && key == "" { // the header's own rule; the key's is CheckBuy's
-		return errInvalid("Idempotency-Key must not be empty")
+	// The header's own reply for a key given empty or too long (kept as the
+	// contract's message); every other rule of the key is CheckBuy's.
+	if hasKey && (key == "" || len(key) > inventory.MaxIdempotencyKey) {
+		return errInvalid("Idempotency-Key must be 1 to 64 characters")
 	}
 	lines, err := decodeBuy(w, r)
 	if err != nil {

@@ -76,9 +76,22 @@ func TestResentTokenBuyReturnsTheFirstOrder(t *testing.T) {
 
 // TestIdempotencyKeyWithOtherItems: the same Idempotency-Key with other
 // items is 422 idempotency_mismatch and changes nothing; the exact repeat
-// still returns the first order with 200.
+// still returns the first order with 200; in degraded mode too.
 func TestIdempotencyKeyWithOtherItems(t *testing.T) {
+	for _, degraded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "redis", true: "degraded"}[degraded], func(t *testing.T) {
+			idempotencyKeyWithOtherItems(t, degraded)
+		})
+	}
+}
+
+// idempotencyKeyWithOtherItems is TestIdempotencyKeyWithOtherItems with
+// Redis selling or, degraded, the database (which must keep the same rule).
+func idempotencyKeyWithOtherItems(t *testing.T, degraded bool) {
 	forEachStack(t, func(t *testing.T, a *app) {
+		if degraded {
+			a.forceDegraded()
+		}
 		a.createSale("s1", 5, "A", 10, "B", 10)
 		bob := a.token("bob")
 		body := func(lines ...any) map[string]any {
@@ -88,9 +101,16 @@ func TestIdempotencyKeyWithOtherItems(t *testing.T) {
 			}
 			return map[string]any{"items": items}
 		}
-		first := a.call("POST", "/v1/sales/s1/orders", bob, body("A", 1), "Idempotency-Key", "k1")
+		var first reply
+		if degraded {
+			first = a.buyUntil("s1", "bob", "Idempotency-Key", "k1") // past the grace period: the database sells
+		} else {
+			first = a.call("POST", "/v1/sales/s1/orders", bob, body("A", 1), "Idempotency-Key", "k1")
+		}
 		mustStatus(t, first, http.StatusCreated)
-		a.settle("s1") // the order in the database: the state below is still
+		if !degraded {
+			a.settle("s1") // the order in the database: the state below is still
+		}
 		before := a.state("s1")
 		for _, other := range []map[string]any{body("A", 2), body("B", 1), body("A", 1, "B", 1)} {
 			r := a.call("POST", "/v1/sales/s1/orders", bob, other, "Idempotency-Key", "k1")

@@ -56,6 +56,11 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 				// A live order first: the key may also name one voided
 				// (an unsure buy that arrived, see MarkUnsure).
 				i := max(slices.IndexFunc(prev, func(o inventory.Order) bool { return o.Status == inventory.OrderConfirmed }), 0)
+				if !slices.Equal(prev[i].Items, lines) {
+					// Other lines under the key: a mismatch, as in Redis
+					// (buy.lua's code 14: lines and their order compared).
+					return fmt.Errorf("%w: key %q names order %s", inventory.ErrIdempotencyMismatch, key, prev[i].ID)
+				}
 				rc = inventory.Receipt{Order: prev[i], Replayed: true}
 				rc.Remaining, err = s.degradedRemaining(ctx, tx, saleID, b.Epoch, prev[i].Items)
 				return err

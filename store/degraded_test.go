@@ -38,9 +38,16 @@ func TestDegradedBuy(t *testing.T) {
 		must(t, err)
 		check(t, "remaining after a buy", rc.Remaining, []int64{3, -1})
 		check(t, "the order", [3]any{rc.Order.Status, rc.Replayed, len(rc.Order.Items)}, [3]any{inventory.OrderConfirmed, false, 2})
-		again, err := buy("u1", "k1", line("A", 1))
+		again, err := buy("u1", "k1", line("A", 2), line("U", 1))
 		must(t, err)
 		check(t, "a replay", [2]any{again.Order.ID, again.Replayed}, [2]any{rc.Order.ID, true})
+		// The key with other lines is a mismatch, as in Redis (buy.lua's
+		// code 14), and changes nothing.
+		for _, other := range [][]inventory.Line{{line("A", 1)}, {line("U", 1), line("A", 2)}, {line("A", 2), line("U", 1), line("B", 1)}} {
+			if rc, err := buy("u1", "k1", other...); !errors.Is(err, inventory.ErrIdempotencyMismatch) {
+				t.Fatalf("key k1 with other lines %v: %+v, %v; want ErrIdempotencyMismatch", other, rc, err)
+			}
+		}
 		if _, err := buy("u1", "", line("A", 1)); !errors.Is(err, inventory.ErrLimitExceeded) {
 			t.Fatalf("a third unit for a limit of 2: %v", err)
 		}

@@ -1,0 +1,85 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/pipeline"
+	"github.com/seckill/seckill/store"
+)
+
+// TestLiveViewShowsASaleAsItEnded: a sale whose last change the sampler
+// has not read yet (skipped for the bound on full reads, or bought from
+// just before it ended) and that then ends and is drained — so that the
+// order consumer no longer lists it as live — is read once more: the live
+// view shows its final figures and its status "ended", not its figures
+// from before its last buy for ever. Without the final read, the sale
+// skipped keeps showing 10 remaining and both show "active".
+func TestLiveViewShowsASaleAsItEnded(t *testing.T) {
+	defer func(was int) { fullReadsPerSample = was }(fullReadsPerSample)
+	fullReadsPerSample = 1
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
+		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
+		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond, ClaimEvery: 50 * time.Millisecond}}
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	ends := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	ids := []string{"f000", "f001"}
+	for _, id := range ids {
+		sale := inventory.Sale{ID: id, PerUserLimit: 2, EndsAt: ends, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.eng.CreateSale(ctx, sale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitfor.Until(t, waitfor.Patience, "both sales live", func() error {
+		if live, err := s.liveSaleIDs(ctx); err != nil || len(live) != len(ids) {
+			return fmt.Errorf("live sales %v (%v)", live, err)
+		}
+		return nil
+	})
+	st := newSamplerState()
+	s.sample(ctx, st, time.Second) // every sale read once
+	for _, id := range ids {
+		if _, err := s.eng.Buy(ctx, id, "u1", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatalf("buy in %s before its end: %v", id, err)
+		}
+	}
+	s.sample(ctx, st, time.Second) // reads one of the two in full, at most
+	waitfor.Until(t, waitfor.Patience+time.Until(ends), "the sales ended and drained", func() error {
+		if live, err := s.liveSaleIDs(ctx); err != nil || len(live) != 0 {
+			return fmt.Errorf("live sales %v (%v)", live, err)
+		}
+		return nil
+	})
+	var v liveView
+	for range 3 {
+		v = s.sample(ctx, st, time.Second)
+	}
+	if len(v.Sales) != len(ids) {
+		t.Fatalf("%d sales in the live view, want %d", len(v.Sales), len(ids))
+	}
+	for _, ls := range v.Sales {
+		if ls.Status != string(inventory.StatusEnded) || ls.Orders != 1 || len(ls.Items) != 1 || ls.Items[0].Remaining != 9 ||
+			ls.Confirmed != 1 || ls.Pending != 0 || ls.OrdersPerSecond != 0 {
+			t.Errorf("sale %s, ended and drained after one buy of 1 of 10, shows %+v", ls.ID, ls)
+		}
+	}
+}

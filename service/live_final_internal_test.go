@@ -83,3 +83,71 @@ func TestLiveViewShowsASaleAsItEnded(t *testing.T) {
 		}
 	}
 }
+
+// TestRateSpansAFailedSample: a sample whose read of a sale fails (its
+// sale record unreadable here; the database unreachable, in life) is a
+// sample missed: the next good read's rate spans both periods, as for a
+// sample skipped by the bound on full reads. Without that, 4 orders over
+// two one-second samples read as 4 a second, not 2: a spike after every
+// outage the size of the outage.
+func TestRateSpansAFailedSample(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
+		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
+		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	sale := inventory.Sale{ID: "r000", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+	if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.eng.CreateSale(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, waitfor.Patience, "the sale live", func() error {
+		if live, err := s.liveSaleIDs(ctx); err != nil || len(live) != 1 {
+			return fmt.Errorf("live sales %v (%v)", live, err)
+		}
+		return nil
+	})
+	rate := func(v liveView) (float64, string) {
+		for _, ls := range v.Sales {
+			if ls.ID == sale.ID {
+				return ls.OrdersPerSecond, ls.Error
+			}
+		}
+		return -1, "not listed"
+	}
+	st := newSamplerState()
+	s.sample(ctx, st, time.Second)
+	for i := range 4 {
+		if _, err := s.eng.Buy(ctx, sale.ID, fmt.Sprintf("u%d", i), []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := s.eng.Key(sale.ID, "sale")
+	limit, err := s.rdb.HGet(ctx, key, "limit").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.rdb.HSet(ctx, key, "limit", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, why := rate(s.sample(ctx, st, time.Second)); why == "" {
+		t.Fatal("the sale's read did not fail")
+	}
+	if err := s.rdb.HSet(ctx, key, "limit", limit).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, why := rate(s.sample(ctx, st, time.Second)); why != "" || got != 2 {
+		t.Errorf("4 orders over two 1 s samples, the first failed: rate %v (%q), want 2", got, why)
+	}
+}

@@ -263,6 +263,8 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 		}
 		if ls.Error == "" {
 			st.prev[id] = ls.Orders
+		} else {
+			st.skipped[id] = span // a failed read is a sample missed: the next rate spans it
 		}
 		st.last[id] = ls
 	}

@@ -248,6 +248,9 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 			} else {
 				st.final[id]++ // tried again next sample, a few times at most
 			}
+			if ls.Error != "" {
+				continue // its last figures stand: a failed read shows nothing of a sale that no longer moves
+			}
 		}
 		if skipped[i] {
 			// Changed but not read this time: its last rate stands, and

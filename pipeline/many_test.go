@@ -434,3 +434,63 @@ func TestRotatedTrimsKeepAnotherConsumersPending(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupLostWhileARoundLingers: Redis loses a sale's consumer group, or
+// its whole stream, while the reader of 130 sales lingers between rounds
+// (three Lingers here): the orders bought after are stored, each once, and
+// the entries read again from the start of a stream whose group was made
+// anew are not stored twice.
+func TestGroupLostWhileARoundLingers(t *testing.T) {
+	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
+	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
+	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	const sales = 130
+	orders := r.manySales(sales, time.Time{})
+	r.run(r.rdb, pipeline.Options{Readers: 1, Linger: 50 * time.Millisecond})
+	r.stored(orders, inventory.OrderConfirmed)
+	if err := r.rdb.XGroupDestroy(r.ctx, r.eng.EventsKey("m005"), pipeline.Group).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.Del(r.ctx, r.eng.EventsKey("m006")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"m005", "m006", "m007"} {
+		rc, err := r.eng.Buy(r.ctx, id, "u2", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, rc.Order.ID)
+	}
+	r.stored(orders, inventory.OrderConfirmed)
+	for _, id := range []string{"m005", "m006", "m007"} {
+		waitfor.Until(t, waitfor.Patience, "sale "+id+" settled", func() error {
+			if ev, err := pipeline.InFlight(r.ctx, r.rdb, r.eng, id); err != nil || len(ev) != 0 {
+				return fmt.Errorf("%d events in flight (%v)", len(ev), err)
+			}
+			return nil
+		})
+		journal, err := r.db.Journal(r.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bought := map[string]int{}
+		for _, j := range journal {
+			if j.Type == inventory.EventBought {
+				bought[j.OrderID]++
+			}
+		}
+		if len(bought) != 2 {
+			t.Errorf("sale %s: %d orders journaled, want 2", id, len(bought))
+		}
+		for o, n := range bought {
+			if n != 1 {
+				t.Errorf("sale %s: order %s journaled %d times", id, o, n)
+			}
+		}
+	}
+}

@@ -151,3 +151,69 @@ func TestRateSpansAFailedSample(t *testing.T) {
 		t.Errorf("4 orders over two 1 s samples, the first failed: rate %v (%q), want 2", got, why)
 	}
 }
+
+// TestFailingSalesDoNotStarveTheSample: sales whose reads keep failing (a
+// Redis node down, in life; their sale records unreadable here), as many
+// as a sample reads in full, do not take every sample's full reads for
+// ever: the other sales that changed are read in their turn and show
+// their buys. Without that, a failed read counted as a sale never read,
+// read first every sample, and the others were skipped for as long as
+// the failures lasted.
+func TestFailingSalesDoNotStarveTheSample(t *testing.T) {
+	const n, budget = 5, 2
+	defer func(was int) { fullReadsPerSample = was }(fullReadsPerSample)
+	fullReadsPerSample = budget
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
+		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
+		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(sctx)
+	})
+	for i := range n {
+		sale := inventory.Sale{ID: fmt.Sprintf("q%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
+		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.eng.CreateSale(ctx, sale); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitfor.Until(t, waitfor.Patience, "every sale live", func() error {
+		if live, err := s.liveSaleIDs(ctx); err != nil || len(live) != n {
+			return fmt.Errorf("live sales %v (%v)", live, err)
+		}
+		return nil
+	})
+	st := newSamplerState()
+	s.sample(ctx, st, time.Second) // every sale read once
+	for i := range n {
+		if _, err := s.eng.Buy(ctx, fmt.Sprintf("q%03d", i), "u1", []inventory.Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range budget { // the first ones read: they fail from now on
+		if err := s.rdb.HSet(ctx, s.eng.Key(fmt.Sprintf("q%03d", i), "sale"), "limit", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v liveView
+	for range 2 * n {
+		v = s.sample(ctx, st, time.Second)
+	}
+	for _, ls := range v.Sales {
+		if ls.ID < fmt.Sprintf("q%03d", budget) {
+			continue
+		}
+		if ls.Error != "" || ls.Orders != 1 || len(ls.Items) != 1 || ls.Items[0].Remaining != 9 {
+			t.Errorf("sale %s, bought from %d samples ago, shows %+v", ls.ID, 2*n, ls)
+		}
+	}
+}

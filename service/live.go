@@ -339,7 +339,10 @@ func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []strin
 	for j, id := range full {
 		out[at[j]] = read[j]
 		if read[j].Error != "" || markErr != nil {
-			delete(st.read, id)
+			// Read again in its turn among the sales that changed (due
+			// now, read now): as a sale never read, it would be read
+			// first every sample, and a failure lasting starve the others.
+			st.read[id] = saleRead{sale: st.read[id].sale, due: now, at: now}
 			continue
 		}
 		due := now.Add(recountEvery)

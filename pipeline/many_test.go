@@ -13,6 +13,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
 	"github.com/seckill/seckill/store"
@@ -370,5 +371,126 @@ func TestTrimsSpreadOverRounds(t *testing.T) {
 			t.Fatalf("%d of %d streams trimmed", trimmed, sales)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRotatedTrimsKeepAnotherConsumersPending: a stream trimmed in a later
+// round (more sales due than a round trims) keeps every entry another
+// consumer of the group holds and has not acknowledged, however long ago
+// it was delivered: a trim stops at the group's oldest pending entry.
+// (Fails if the trim point ignores pending entries, e.g. is the entry after
+// the group's last delivered one.)
+func TestRotatedTrimsKeepAnotherConsumersPending(t *testing.T) {
+	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
+	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
+	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	const sales = 150 // more than a round trims
+	orders := r.manySales(sales, time.Time{})
+	// Another consumer of the group takes sale m000's entries so far and
+	// never acknowledges them (it is slow, not dead: not reclaimed here).
+	key := r.eng.EventsKey("m000")
+	if err := r.rdb.XGroupCreateMkStream(r.ctx, key, pipeline.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := r.rdb.XReadGroup(r.ctx, &redis.XReadGroupArgs{Group: pipeline.Group, Consumer: "other", Streams: []string{key, ">"}, Block: -1}).Result()
+	if err != nil || len(held) != 1 || len(held[0].Messages) == 0 {
+		t.Fatalf("the other consumer read %v, %v", held, err)
+	}
+	for i := range 3 {
+		rc, err := r.eng.Buy(r.ctx, "m000", fmt.Sprintf("v%d", i), []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, rc.Order.ID)
+	}
+	r.run(r.rdb, pipeline.Options{Readers: 1, ClaimIdle: time.Hour})
+	r.stored(append(orders[1:sales], orders[sales:]...), inventory.OrderConfirmed)
+	// Every other stream is trimmed, over several rounds; m000's after its
+	// three new entries were stored.
+	waitfor.Until(t, waitfor.Patience, "the streams of the other sales trimmed", func() error {
+		for i := 1; i < sales; i++ {
+			if n, err := r.rdb.XLen(r.ctx, r.eng.EventsKey(fmt.Sprintf("m%03d", i))).Result(); err != nil || n != 0 {
+				return fmt.Errorf("sale m%03d: %d entries (%v)", i, n, err)
+			}
+		}
+		return nil
+	})
+	left, err := r.rdb.XRange(r.ctx, key, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, m := range left {
+		have[m.ID] = true
+	}
+	for _, m := range held[0].Messages {
+		if !have[m.ID] {
+			t.Errorf("entry %s, pending in another consumer, was trimmed from the stream (left: %d entries)", m.ID, len(left))
+		}
+	}
+}
+
+// TestGroupLostWhileARoundLingers: Redis loses a sale's consumer group, or
+// its whole stream, while the reader of 130 sales lingers between rounds
+// (three Lingers here): the orders bought after are stored, each once, and
+// the entries read again from the start of a stream whose group was made
+// anew are not stored twice.
+func TestGroupLostWhileARoundLingers(t *testing.T) {
+	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
+	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
+	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	const sales = 130
+	orders := r.manySales(sales, time.Time{})
+	r.run(r.rdb, pipeline.Options{Readers: 1, Linger: 50 * time.Millisecond})
+	r.stored(orders, inventory.OrderConfirmed)
+	if err := r.rdb.XGroupDestroy(r.ctx, r.eng.EventsKey("m005"), pipeline.Group).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.Del(r.ctx, r.eng.EventsKey("m006")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"m005", "m006", "m007"} {
+		rc, err := r.eng.Buy(r.ctx, id, "u2", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		orders = append(orders, rc.Order.ID)
+	}
+	r.stored(orders, inventory.OrderConfirmed)
+	for _, id := range []string{"m005", "m006", "m007"} {
+		waitfor.Until(t, waitfor.Patience, "sale "+id+" settled", func() error {
+			if ev, err := pipeline.InFlight(r.ctx, r.rdb, r.eng, id); err != nil || len(ev) != 0 {
+				return fmt.Errorf("%d events in flight (%v)", len(ev), err)
+			}
+			return nil
+		})
+		journal, err := r.db.Journal(r.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bought := map[string]int{}
+		for _, j := range journal {
+			if j.Type == inventory.EventBought {
+				bought[j.OrderID]++
+			}
+		}
+		if len(bought) != 2 {
+			t.Errorf("sale %s: %d orders journaled, want 2", id, len(bought))
+		}
+		for o, n := range bought {
+			if n != 1 {
+				t.Errorf("sale %s: order %s journaled %d times", id, o, n)
+			}
+		}
 	}
 }

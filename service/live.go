@@ -156,7 +156,12 @@ type samplerState struct {
 	last    map[string]liveSale      // sale -> its latest sample
 	counted map[string]dbCount       // sale -> its orders as last counted in the database
 	read    map[string]saleRead      // sale -> when and as of what its state was last read
+	final   map[string]int           // sale no longer live -> its final reads (finalTries: its sample is final)
 }
+
+// finalTries bounds the samples that read a sale no longer live whose read
+// fails or shows a backlog (see sample).
+const finalTries = 3
 
 // saleRead is a sale's last full read: its stream's position then (see
 // streamMarks), its definition (for its status, which moves with the
@@ -183,7 +188,7 @@ const recountEvery = 30 * time.Second
 
 func newSamplerState() *samplerState {
 	return &samplerState{prev: map[string]int64{}, skipped: map[string]time.Duration{}, last: map[string]liveSale{},
-		counted: map[string]dbCount{}, read: map[string]saleRead{}}
+		counted: map[string]dbCount{}, read: map[string]saleRead{}, final: map[string]int{}}
 }
 
 // liveSaleIDs are the sales whose numbers can still change: the ones the
@@ -219,9 +224,34 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 	if err != nil {
 		return v
 	}
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+		delete(st.final, id)
+	}
+	// A sale that left the live set (ended and drained, or archived) is
+	// sampled until a sample reads it as it stands then: a change its last
+	// read missed (skipped for the bound on full reads, a buy just before
+	// its end) would otherwise never show, nor its status "ended".
+	ids = slices.Clip(ids)
+	for _, id := range slices.Sorted(maps.Keys(st.last)) {
+		if !live[id] && st.final[id] < finalTries {
+			ids = append(ids, id)
+		}
+	}
 	samples, skipped := s.sampleSales(ctx, st, ids)
 	for i, ls := range samples {
 		id := ids[i]
+		if !live[id] && !skipped[i] {
+			if ls.Error == "" && ls.Backlog == 0 {
+				st.final[id] = finalTries
+			} else {
+				st.final[id]++ // tried again next sample, a few times at most
+			}
+			if ls.Error != "" {
+				continue // its last figures stand: a failed read shows nothing of a sale that no longer moves
+			}
+		}
 		if skipped[i] {
 			// Changed but not read this time: its last rate stands, and
 			// the next read's rate spans the samples it missed.
@@ -236,14 +266,12 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 		}
 		if ls.Error == "" {
 			st.prev[id] = ls.Orders
+		} else {
+			st.skipped[id] = span // a failed read is a sample missed: the next rate spans it
 		}
 		st.last[id] = ls
 	}
 	v.Sales = make([]liveSale, 0, len(st.last))
-	live := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		live[id] = true
-	}
 	for _, id := range slices.Sorted(maps.Keys(st.last)) {
 		ls := st.last[id]
 		if !live[id] {
@@ -311,7 +339,10 @@ func (s *Service) sampleSales(ctx context.Context, st *samplerState, ids []strin
 	for j, id := range full {
 		out[at[j]] = read[j]
 		if read[j].Error != "" || markErr != nil {
-			delete(st.read, id)
+			// Read again in its turn among the sales that changed (due
+			// now, read now): as a sale never read, it would be read
+			// first every sample, and a failure lasting starve the others.
+			st.read[id] = saleRead{sale: st.read[id].sale, due: now, at: now}
 			continue
 		}
 		due := now.Add(recountEvery)

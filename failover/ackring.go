@@ -17,7 +17,7 @@ import (
 // slice that holds no pointer: the collector then marks one object per
 // order instead of scanning every order's strings and lines. Held as
 // inventory.Order values, the default 131,072 orders were most of the
-// service's live heap (about 45 MB), and under load each collection spent
+// service's live heap (about 40 MB), and under load each collection spent
 // tens of milliseconds scanning them, on a core the buys needed.
 type ackRing struct {
 	mu   sync.Mutex

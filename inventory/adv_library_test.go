@@ -2,12 +2,11 @@ package inventory_test
 
 import (
 	"fmt"
-	"os"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/seckill/seckill/internal/golden"
 	"github.com/seckill/seckill/inventory"
 )
 
@@ -100,22 +99,6 @@ func TestLibraryBuysAnswerAsBefore(t *testing.T) {
 		}
 		st, _ := r.eng.Stock(r.ctx, "s1")
 		got = append(got, fmt.Sprintf("stock %+v", st.Items))
-		want, err := os.ReadFile("testdata/library_buys.golden")
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantLines := strings.Split(strings.TrimSuffix(string(want), "\n"), "\n")
-		for i := range max(len(got), len(wantLines)) {
-			g, w := "(none)", "(none)"
-			if i < len(got) {
-				g = got[i]
-			}
-			if i < len(wantLines) {
-				w = wantLines[i]
-			}
-			if g != w {
-				t.Errorf("answer %d:\n got %s\nwant %s", i, g, w)
-			}
-		}
+		golden.Compare(t, "testdata/library_buys.golden", got)
 	})
 }

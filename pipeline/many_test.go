@@ -340,14 +340,7 @@ func (h *trims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // round after (a burst of four reads and a trim per sale that buys would
 // queue behind), and every one of them is trimmed in the end.
 func TestTrimsSpreadOverRounds(t *testing.T) {
-	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
-	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
-	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	r.db = db
+	r := postgresRig(t)
 	const sales = 200
 	orders := r.manySales(sales, time.Time{})
 	h := &trims{all: map[string]bool{}}
@@ -381,14 +374,7 @@ func TestTrimsSpreadOverRounds(t *testing.T) {
 // (Fails if the trim point ignores pending entries, e.g. is the entry after
 // the group's last delivered one.)
 func TestRotatedTrimsKeepAnotherConsumersPending(t *testing.T) {
-	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
-	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
-	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	r.db = db
+	r := postgresRig(t)
 	const sales = 150 // more than a round trims
 	orders := r.manySales(sales, time.Time{})
 	// Another consumer of the group takes sale m000's entries so far and
@@ -441,14 +427,7 @@ func TestRotatedTrimsKeepAnotherConsumersPending(t *testing.T) {
 // the entries read again from the start of a stream whose group was made
 // anew are not stored twice.
 func TestGroupLostWhileARoundLingers(t *testing.T) {
-	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
-	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
-	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	r.db = db
+	r := postgresRig(t)
 	const sales = 130
 	orders := r.manySales(sales, time.Time{})
 	r.run(r.rdb, pipeline.Options{Readers: 1, Linger: 50 * time.Millisecond})
@@ -493,4 +472,18 @@ func TestGroupLostWhileARoundLingers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// postgresRig is a rig on a redis-server of the test's own and PostgreSQL.
+func postgresRig(t *testing.T) *rig {
+	t.Helper()
+	r := &rig{t: t, ctx: context.Background(), rdb: redistest.Standalone(t)}
+	r.eng = inventory.New(r.rdb, inventory.Options{Prefix: redistest.Prefix(t, r.rdb)})
+	db, err := store.Open(r.ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	r.db = db
+	return r
 }

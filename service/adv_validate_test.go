@@ -3,12 +3,12 @@ package service_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/golden"
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/service"
 )
@@ -156,21 +156,5 @@ func TestRefusedBuysAnswerAsBeforeAndChangeNothing(t *testing.T) {
 	}
 	// testdata/refused_buys.golden: the answers of 1a98f90, before the
 	// buy was checked once at the edge.
-	want, err := os.ReadFile("testdata/refused_buys.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantLines := strings.Split(strings.TrimSuffix(string(want), "\n"), "\n")
-	for i := range max(len(got), len(wantLines)) {
-		g, w := "(none)", "(none)"
-		if i < len(got) {
-			g = got[i]
-		}
-		if i < len(wantLines) {
-			w = wantLines[i]
-		}
-		if g != w {
-			t.Errorf("answer %d:\n got %s\nwant %s", i, g, w)
-		}
-	}
+	golden.Compare(t, "testdata/refused_buys.golden", got)
 }

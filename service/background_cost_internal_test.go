@@ -279,10 +279,7 @@ func TestSampleReadsABoundedShareOfChangedSales(t *testing.T) {
 func startWithLiveSales(t *testing.T, n int) *Service {
 	t.Helper()
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	s := startForTest(t, Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
-		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1,
-		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}})
+	s := startSampledByHand(t, pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond})
 	for i := range n {
 		sale := inventory.Sale{ID: fmt.Sprintf("s%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
 		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
@@ -315,4 +312,14 @@ func startForTest(t *testing.T, cfg Config) *Service {
 		_ = s.Shutdown(sctx)
 	})
 	return s
+}
+
+// startSampledByHand starts a service on a redis-server of the test's own
+// and PostgreSQL, its consumer tuned by pipe, its sampler and reconcile
+// loop run only by hand.
+func startSampledByHand(t *testing.T, pipe pipeline.Options) *Service {
+	t.Helper()
+	rdb := redistest.Standalone(t)
+	return startForTest(t, Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
+		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, Pipeline: pipe})
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckill/seckill/internal/dbtest"
-	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/pipeline"
@@ -25,19 +23,7 @@ func TestLiveViewShowsASaleAsItEnded(t *testing.T) {
 	defer func(was int) { fullReadsPerSample = was }(fullReadsPerSample)
 	fullReadsPerSample = 1
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
-		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
-		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond, ClaimEvery: 50 * time.Millisecond}}
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
+	s := startSampledByHand(t, pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
 	ends := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
 	ids := []string{"f000", "f001"}
 	for _, id := range ids {
@@ -92,19 +78,7 @@ func TestLiveViewShowsASaleAsItEnded(t *testing.T) {
 // outage the size of the outage.
 func TestRateSpansAFailedSample(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
-		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
-		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
+	s := startSampledByHand(t, pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond})
 	sale := inventory.Sale{ID: "r000", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
 	if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {
 		t.Fatal(err)
@@ -164,19 +138,7 @@ func TestFailingSalesDoNotStarveTheSample(t *testing.T) {
 	defer func(was int) { fullReadsPerSample = was }(fullReadsPerSample)
 	fullReadsPerSample = budget
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
-		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, // by hand, below
-		Pipeline: pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond}}
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = s.Shutdown(sctx)
-	})
+	s := startSampledByHand(t, pipeline.Options{Block: 10 * time.Millisecond, DiscoverAll: 20 * time.Millisecond})
 	for i := range n {
 		sale := inventory.Sale{ID: fmt.Sprintf("q%03d", i), PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}}
 		if err := s.db.CreateSale(ctx, store.Sale{Sale: sale}); err != nil {

@@ -35,7 +35,11 @@ func (f *Seller) flush(ctx context.Context, epoch int64) {
 		f.log.Warn("degraded mode: buys still on their way to redis; handing over at the next tick", "buys", f.redisBuys.Load())
 		return
 	}
-	orders, unsure := f.acks.snapshot()
+	orders, unsure, err := f.acks.snapshot()
+	if err != nil {
+		f.log.Error("degraded mode: read the acknowledged orders; not handing over", "err", err)
+		return
+	}
 	if err := f.db.AdoptOrders(ctx, orders); err != nil {
 		if ctx.Err() == nil {
 			f.log.Warn("degraded mode: hand over acknowledged orders", "orders", len(orders), "err", err)

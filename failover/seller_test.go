@@ -67,9 +67,9 @@ func TestBuyFromRedisIsAcked(t *testing.T) {
 	if err != nil || rc.Order.ID == "" || len(eng.buys) != 1 || eng.buys[0].OrderID() != rc.Order.ID || len(db.buys) != 0 {
 		t.Fatalf("Buy = %+v, %v; engine %+v, database %+v", rc, err, eng.buys, db.buys)
 	}
-	acked, unsure := f.acks.snapshot()
-	if len(acked) != 1 || acked[0].ID != rc.Order.ID || len(unsure) != 0 {
-		t.Fatalf("hand-over: acked %+v, unsure %+v", acked, unsure)
+	acked, unsure, err := f.acks.snapshot()
+	if err != nil || len(acked) != 1 || acked[0].ID != rc.Order.ID || len(unsure) != 0 {
+		t.Fatalf("hand-over: acked %+v, unsure %+v, %v", acked, unsure, err)
 	}
 }
 
@@ -85,9 +85,9 @@ func TestBuyOfUnknownOutcomeIsUnsure(t *testing.T) {
 	if _, err := f.Buy(context.Background(), buy("u2")); !errors.Is(err, inventory.ErrSoldOut) {
 		t.Fatalf("a sold-out buy: %v", err)
 	}
-	acked, unsure := f.acks.snapshot()
-	if len(acked) != 0 || len(unsure) != 1 || unsure[0].ID != eng.buys[0].OrderID() || unsure[0].UserID != "u1" {
-		t.Fatalf("hand-over: acked %+v, unsure %+v (sent %+v)", acked, unsure, eng.buys)
+	acked, unsure, err := f.acks.snapshot()
+	if err != nil || len(acked) != 0 || len(unsure) != 1 || unsure[0].ID != eng.buys[0].OrderID() || unsure[0].UserID != "u1" {
+		t.Fatalf("hand-over: acked %+v, unsure %+v (sent %+v), %v", acked, unsure, eng.buys, err)
 	}
 	if n := f.redisBuys.Load(); n != 0 {
 		t.Fatalf("%d buys still counted on their way to Redis", n)

@@ -66,6 +66,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	ownRedis := fs.Bool("own-redis", false, "start a redis-server of this run's own on a free loopback port (needs redis-server on PATH) instead of --redis: its CPU and commandstats then count only this run")
 	pgURL := fs.String("pg", "postgres://postgres@127.0.0.1:5432/postgres", "PostgreSQL server URL; each round creates and drops a database there")
 	catchUp := fs.Duration("catch-up-timeout", 2*time.Minute, "how long the database may take to hold every accepted order after the load")
+	timeline := fs.String("timeline", "", "an existing directory: each open-loop round writes there one CSV line per request (scheduled send as Unix ms, send lag, latency, status), named after the round")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -113,7 +114,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *ownRedis, PostgresURL: *pgURL, Conns: *conns,
 		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
-		MaxRate: *maxRate, CatchUpTimeout: *catchUp, Progress: stderr}
+		MaxRate: *maxRate, CatchUpTimeout: *catchUp, TimelineDir: *timeline, Progress: stderr}
 	rep, runErr := cost.Run(ctx, cfg)
 	if len(rep.Results) > 0 || runErr == nil {
 		if *asJSON {

@@ -10,6 +10,7 @@
 package loadgen
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -43,6 +44,10 @@ type Attack struct {
 	Timeout     time.Duration // of one request, from its actual send
 	Conns       int           // keep-alive connections at most
 	MaxInFlight int           // outstanding requests at most
+	// Timeline, if set, receives after the run one CSV line per request
+	// sent (WriteTimeline's format), so that slow replies can be matched
+	// with what else happened at their time.
+	Timeline io.Writer
 }
 
 // Requests returns how many requests the attack schedules: Rate × Duration,
@@ -135,7 +140,30 @@ send:
 		}()
 	}
 	wg.Wait()
+	if a.Timeline != nil {
+		writeTimeline(a.Timeline, a, start, results)
+	}
 	return a.report(start, firstSend, lastSend, results, int(maxInFlight.Load()), capReached)
+}
+
+// TimelineHeader is the first line of a timeline: per request sent, its
+// scheduled send as Unix time in milliseconds (to match other processes'
+// logs), how far its actual send was behind that, its latency from the
+// scheduled send to the end of its reply (both milliseconds), and its
+// status (0: no reply).
+const TimelineHeader = "due_unix_ms,lag_ms,latency_ms,status"
+
+func writeTimeline(w io.Writer, a Attack, start time.Time, results []result) {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	fmt.Fprintln(bw, TimelineHeader)
+	for i, res := range results {
+		if !res.sent {
+			continue
+		}
+		due := a.due(start, i)
+		fmt.Fprintf(bw, "%.3f,%.3f,%.3f,%d\n", float64(due.UnixMicro())/1e3, ms(res.lag), ms(res.latency), res.status)
+	}
+	_ = bw.Flush()
 }
 
 // send sends request i, scheduled at due, and reads its reply.

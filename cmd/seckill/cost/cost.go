@@ -64,7 +64,11 @@ type Config struct {
 	// signs Duration × MaxRate (twice that with OpenFraction).
 	MaxRate        float64
 	CatchUpTimeout time.Duration
-	Progress       io.Writer // a line per round; nil: none
+	// TimelineDir, if set, is a directory where each open-loop round
+	// writes its requests' timeline (loadgen.Attack.Timeline) as
+	// round<n><build>.csv.
+	TimelineDir string
+	Progress    io.Writer // a line per round; nil: none
 }
 
 // env is what the rounds of one measurement share.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -105,6 +106,16 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 			stopSampling()
 			<-sampled
 			return res, fmt.Errorf("the open loop needs %d tokens, %d are signed: raise --max-rate", n, len(tokens))
+		}
+		if r.cfg.TimelineDir != "" {
+			f, err := os.Create(filepath.Join(r.cfg.TimelineDir, fmt.Sprintf("round%d%s.csv", r.n, strings.ToLower(r.build))))
+			if err != nil {
+				stopSampling()
+				<-sampled
+				return res, fmt.Errorf("timeline: %w", err)
+			}
+			defer f.Close()
+			a.Timeline = f
 		}
 		rep := a.Run(ctx)
 		res.Buys, res.Non2xx, res.Errors, res.Sent = rep.Status2xx, rep.Non2xx, rep.Errors, rep.Sent

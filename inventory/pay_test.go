@@ -19,6 +19,21 @@ func (r *rig) paySale(id string, stock int64, timeout time.Duration) {
 		Items: []inventory.Item{{SKU: "A", Stock: stock}}})
 }
 
+// buyEach buys one unit of A in sale for each user, in turn, and returns
+// the orders' ids.
+func (r *rig) buyEach(sale string, users ...string) []string {
+	r.t.Helper()
+	var ids []string
+	for _, u := range users {
+		rc, err := r.eng.Buy(r.ctx, sale, u, lines("A", 1), "")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		ids = append(ids, rc.Order.ID)
+	}
+	return ids
+}
+
 // payment returns the order's payment step as Redis holds it.
 func (r *rig) payment(id string) inventory.Order {
 	r.t.Helper()
@@ -261,14 +276,7 @@ func TestRebuildRestoresPayment(t *testing.T) {
 			return snap, nil
 		})})
 		r.paySale("s", 10, time.Minute)
-		var ids []string
-		for _, u := range []string{"u1", "u2", "u3", "u4"} {
-			rc, err := r.eng.Buy(r.ctx, "s", u, lines("A", 1), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, rc.Order.ID)
-		}
+		ids := r.buyEach("s", "u1", "u2", "u3", "u4")
 		if _, _, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil {
 			t.Fatal(err)
 		}
@@ -323,14 +331,7 @@ func TestRepairRestoresPayment(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.paySale("s", 10, time.Minute)
-		var ids []string
-		for _, u := range []string{"u1", "u2", "u3"} {
-			rc, err := r.eng.Buy(r.ctx, "s", u, lines("A", 1), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, rc.Order.ID)
-		}
+		ids := r.buyEach("s", "u1", "u2", "u3")
 		if _, _, err := r.eng.Pay(r.ctx, ids[1], "", "ref-2"); err != nil {
 			t.Fatal(err)
 		}
@@ -453,14 +454,7 @@ func TestRepairOfARedisBehindOnAPay(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r := newRig(t, b, inventory.Options{})
 		r.paySale("s", 10, time.Minute)
-		var ids []string
-		for _, u := range []string{"u1", "u2"} {
-			rc, err := r.eng.Buy(r.ctx, "s", u, lines("A", 1), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, rc.Order.ID)
-		}
+		ids := r.buyEach("s", "u1", "u2")
 		st, err := r.eng.Stock(r.ctx, "s")
 		if err != nil {
 			t.Fatal(err)

@@ -83,9 +83,9 @@ func TestServiceWorksWithTheDocumentedACLUser(t *testing.T) {
 	// A sale with a payment step: a pay, an expiry (the expiry loop's
 	// pipeline and script), the order read back from Redis.
 	a.createPaySale("s3", 5, 1)
-	paidOrder := buyOne(a, "s3", "erin").json(t)["order_id"].(string)
+	paidOrder := a.buyOne("s3", "erin").json(t)["order_id"].(string)
 	mustStatus(t, a.pay("erin", paidOrder, "ref-1"), http.StatusOK)
-	a.waitExpired("frank", buyOne(a, "s3", "frank").json(t)["order_id"].(string))
+	a.waitExpired("frank", a.buyOne("s3", "frank").json(t)["order_id"].(string))
 	// The script cache lost: the scripts are sent again.
 	must(root.ScriptFlush(ctx).Err())
 	mustStatus(t, buy("bob", "k2"), http.StatusCreated)

@@ -115,56 +115,6 @@ func TestAdvCloseSegmentedSale(t *testing.T) {
 	}
 }
 
-// TestAdvPayOfAnArchivedSale: pay keeps working from the database once a
-// sale is archived: a pay resent with its ref answers 200 paid, another
-// ref 409 already_paid, a pay of an expired (or cancelled) order 409
-// order_closed; and GET of the orders still shows their payment status.
-func TestAdvPayOfAnArchivedSale(t *testing.T) {
-	for _, st := range stacks {
-		t.Run(st.name, func(t *testing.T) {
-			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
-			a.createPaySale("pa", 10, 1)
-			r := a.buyOne("pa", "payer")
-			mustStatus(t, r, http.StatusCreated)
-			paid := r.json(t)["order_id"].(string)
-			r = a.buyOne("pa", "idle")
-			mustStatus(t, r, http.StatusCreated)
-			idle := r.json(t)["order_id"].(string)
-			mustStatus(t, a.pay("payer", paid, "ref-1"), http.StatusOK)
-			a.waitExpired("idle", idle)
-			mustStatus(t, a.admin("POST", "/v1/admin/sales/pa/close", nil), http.StatusOK)
-			waitfor.Until(t, waitfor.Patience, "the sale to be archived", func() error {
-				if r := a.call("GET", "/v1/sales/pa", "", nil); r.json(t)["archived"] != true || len(a.saleKeys("pa")) > 0 {
-					return fmt.Errorf("not archived: %s %v", r.body, a.saleKeys("pa"))
-				}
-				return nil
-			})
-			if o := a.getOrder("payer", paid); o["payment_status"] != "paid" || o["status"] != "confirmed" {
-				t.Fatalf("paid order of an archived sale: %v", o)
-			}
-			if o := a.getOrder("idle", idle); o["payment_status"] != "expired" || o["status"] != "cancelled" {
-				t.Fatalf("expired order of an archived sale: %v", o)
-			}
-			r = a.pay("payer", paid, "ref-1")
-			if r.status != http.StatusOK || r.json(t)["payment_status"] != "paid" {
-				t.Fatalf("pay resent after archive: %d %s", r.status, r.body)
-			}
-			if r := a.pay("payer", paid, "ref-2"); r.status != http.StatusConflict || r.code(t) != "already_paid" {
-				t.Fatalf("pay with another ref after archive: %d %s", r.status, r.body)
-			}
-			if r := a.pay("idle", idle, "ref-3"); r.status != http.StatusConflict || r.code(t) != "order_closed" {
-				t.Fatalf("pay of an expired order after archive: %d %s", r.status, r.body)
-			}
-			if r := a.pay("idle", paid, "ref-1"); r.status != http.StatusNotFound {
-				t.Fatalf("pay of someone else's order after archive: %d %s", r.status, r.body)
-			}
-			if keys := a.saleKeys("pa"); len(keys) > 0 {
-				t.Fatalf("a pay brought keys of the archived sale back: %v", keys)
-			}
-		})
-	}
-}
-
 // TestAdvSegmentedSaleWithPayment: a segmented sale with a payment step:
 // the orders' answers (buy, GET, pay, cancel) show the sale's id, never a
 // segment's, and their payment step, whether the order is in the database

@@ -30,7 +30,7 @@ func (a *app) createSegmentedPaySale(id string, stock, k, timeoutS int64) {
 func TestSegmentedSalePayment(t *testing.T) {
 	forEachStack(t, func(t *testing.T, a *app) {
 		a.createSegmentedPaySale("hot", 4, 2, 3600)
-		r := buyOne(a, "hot", "u1")
+		r := a.buyOne("hot", "u1")
 		mustStatus(t, r, http.StatusCreated)
 		id := r.json(t)["order_id"].(string)
 		if b := r.json(t); b["payment_status"] != "awaiting" || b["sale_id"] != "hot" {
@@ -62,7 +62,7 @@ func TestSegmentedSalePayment(t *testing.T) {
 		// Units held by reservations, summed over the segments.
 		a.createSegmentedPaySale("held", 8, 4, 3600)
 		for u := range 8 {
-			mustStatus(t, buyOne(a, "held", fmt.Sprintf("h%d", u)), http.StatusCreated)
+			mustStatus(t, a.buyOne("held", fmt.Sprintf("h%d", u)), http.StatusCreated)
 		}
 		if item := a.call("GET", "/v1/sales/held", "", nil).json(t)["items"].([]any)[0].(map[string]any); item["awaiting_payment"] != 8.0 || item["sold"] != 8.0 {
 			t.Fatalf("a segmented sale's item with 8 reservations: %v", item)
@@ -88,7 +88,7 @@ func TestSegmentedSalePayment(t *testing.T) {
 		})
 
 		a.createSegmentedPaySale("hotx", 2, 2, 1)
-		r = buyOne(a, "hotx", "u2")
+		r = a.buyOne("hotx", "u2")
 		mustStatus(t, r, http.StatusCreated)
 		x := r.json(t)["order_id"].(string)
 		a.waitExpired("u2", x)
@@ -98,7 +98,7 @@ func TestSegmentedSalePayment(t *testing.T) {
 		waitfor.Until(t, waitfor.Patience, "u2 buys again", func() error {
 			return nil
 		})
-		mustStatus(t, buyOne(a, "hotx", "u2"), http.StatusCreated)
+		mustStatus(t, a.buyOne("hotx", "u2"), http.StatusCreated)
 	})
 }
 
@@ -117,17 +117,18 @@ func segmentOf(t testing.TB, order string) string {
 // (its keys gone from Redis), a pay answers from the database as the
 // contract says: the same ref again -> 200 paid (nothing changes), another
 // ref -> 409 already_paid, an expired order -> 409 order_closed, someone
-// else's -> 404; and nothing brings the sale's keys back.
+// else's -> 404; GET of the orders still shows their payment status; and
+// nothing brings the sale's keys back.
 func TestPayOfAnArchivedSale(t *testing.T) {
 	for _, st := range stacks {
 		t.Run(st.name, func(t *testing.T) {
 			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
 			a.createPaySale("pa", 5, 1)
-			r := buyOne(a, "pa", "u1")
+			r := a.buyOne("pa", "u1")
 			mustStatus(t, r, http.StatusCreated)
 			paid := r.json(t)["order_id"].(string)
 			mustStatus(t, a.pay("u1", paid, "ref-1"), http.StatusOK)
-			r = buyOne(a, "pa", "u2")
+			r = a.buyOne("pa", "u2")
 			mustStatus(t, r, http.StatusCreated)
 			lapsed := r.json(t)["order_id"].(string)
 			a.waitExpired("u2", lapsed)
@@ -141,6 +142,12 @@ func TestPayOfAnArchivedSale(t *testing.T) {
 				}
 				return nil
 			})
+			if o := a.getOrder("u1", paid); o["payment_status"] != "paid" || o["status"] != "confirmed" {
+				t.Fatalf("paid order of an archived sale: %v", o)
+			}
+			if o := a.getOrder("u2", lapsed); o["payment_status"] != "expired" || o["status"] != "cancelled" {
+				t.Fatalf("expired order of an archived sale: %v", o)
+			}
 
 			r = a.pay("u1", paid, "ref-1")
 			mustStatus(t, r, http.StatusOK)
@@ -176,7 +183,7 @@ func TestLostEndedSaleReservationsExpire(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			a := startStack(t, st, func(c *service.Config) { c.ArchiveEvery = 20 * time.Millisecond })
 			a.createPaySale("lost", 5, 4)
-			r := buyOne(a, "lost", "u1")
+			r := a.buyOne("lost", "u1")
 			mustStatus(t, r, http.StatusCreated)
 			id := r.json(t)["order_id"].(string)
 			mustStatus(t, a.admin("POST", "/v1/admin/sales/lost/close", nil), http.StatusOK)
@@ -218,7 +225,7 @@ func TestPaidOrderSurvivesARedisThatComesBackBehind(t *testing.T) {
 	cfg.DatabaseURL = dbtest.PostgresURL(t)
 	a := startApp(t, cfg)
 	a.createPaySale("s", 5, 2)
-	r := buyOne(a, "s", "u1")
+	r := a.buyOne("s", "u1")
 	mustStatus(t, r, http.StatusCreated)
 	id := r.json(t)["order_id"].(string)
 	payBy, _ := time.Parse(time.RFC3339, r.json(t)["pay_by"].(string))
@@ -242,7 +249,7 @@ func TestPaidOrderSurvivesARedisThatComesBackBehind(t *testing.T) {
 	n := 0
 	waitfor.Until(t, waitfor.Patience, "buys from the repaired Redis", func() error {
 		n++
-		r := buyOne(a, "s", fmt.Sprintf("later%d", n)) // from the database first, while Redis is repaired
+		r := a.buyOne("s", fmt.Sprintf("later%d", n)) // from the database first, while Redis is repaired
 		if r.status != http.StatusCreated || r.json(t)["status"] != "pending" {
 			return fmt.Errorf("%d %s", r.status, r.body)
 		}
@@ -267,7 +274,7 @@ func TestPaidOrderSurvivesARedisThatComesBackBehind(t *testing.T) {
 func TestPayRefusesBadInput(t *testing.T) {
 	forEachStack(t, func(t *testing.T, a *app) {
 		a.createPaySale("s", 3, 3600)
-		r := buyOne(a, "s", "u1")
+		r := a.buyOne("s", "u1")
 		mustStatus(t, r, http.StatusCreated)
 		id := r.json(t)["order_id"].(string)
 		for _, c := range []struct {

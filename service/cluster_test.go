@@ -24,7 +24,7 @@ func TestOnRedisCluster(t *testing.T) {
 		sale := fmt.Sprintf("s%d", i)
 		a.createSale(sale, 1, "A", 5)
 		for u := range 7 {
-			r := buyOne(a, sale, fmt.Sprintf("u%d", u))
+			r := a.buyOne(sale, fmt.Sprintf("u%d", u))
 			if want := map[bool]int{true: http.StatusCreated, false: http.StatusConflict}[u < 5]; r.status != want {
 				t.Errorf("%s buy %d: %d %s", sale, u, r.status, r.body)
 			}

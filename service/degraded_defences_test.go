@@ -121,7 +121,7 @@ func TestUnknownOutcomeBuyIsNotSoldTwice(t *testing.T) {
 	if err != nil || st.Items[0].Remaining != 0 || st.Items[0].Sold != stock {
 		t.Errorf("redis after the recovery: %+v, %v", st.Items, err)
 	}
-	if r := buyOne(a, "s1", "u5"); r.code(t) != "sold_out" {
+	if r := a.buyOne("s1", "u5"); r.code(t) != "sold_out" {
 		t.Errorf("redis sold past the stock after the recovery: %d %s", r.status, r.body)
 	}
 	a.settle("s1") // and the books are consistent
@@ -162,7 +162,7 @@ func TestDegradedModeKeepsTheBuyersRateLimit(t *testing.T) {
 			began := time.Now()
 			created, limited := 0, 0
 			for range 20 {
-				r := buyOne(a, "s1", "u1")
+				r := a.buyOne("s1", "u1")
 				switch {
 				case r.status == http.StatusCreated && r.json(t)["status"] == "confirmed":
 					created++
@@ -198,7 +198,7 @@ func TestDegradedModePauseIsImmediate(t *testing.T) {
 			if r.json(t)["status"] != "paused" {
 				t.Fatalf("the pause's reply: %s", r.body)
 			}
-			if r := buyOne(a, "s1", "u1"); r.code(t) != "sale_not_active" {
+			if r := a.buyOne("s1", "u1"); r.code(t) != "sale_not_active" {
 				t.Fatalf("a buy right after the pause: %d %s", r.status, r.body)
 			}
 			r = a.admin("POST", "/v1/admin/sales/s1/resume", nil)
@@ -206,14 +206,14 @@ func TestDegradedModePauseIsImmediate(t *testing.T) {
 			if r.json(t)["status"] != "active" {
 				t.Fatalf("the resume's reply: %s", r.body)
 			}
-			mustStatus(t, buyOne(a, "s1", "u1"), http.StatusCreated)
+			mustStatus(t, a.buyOne("s1", "u1"), http.StatusCreated)
 
 			// Paused again, then Redis sells again: repaired from the
 			// database, it does not sell the paused sale.
 			mustStatus(t, a.admin("POST", "/v1/admin/sales/s1/pause", nil), http.StatusOK)
 			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
 			a.waitMode("redis")
-			if r := buyOne(a, "s1", "u2"); r.code(t) != "sale_not_active" {
+			if r := a.buyOne("s1", "u2"); r.code(t) != "sale_not_active" {
 				t.Fatalf("redis after the recovery sold a sale paused in degraded mode: %d %s", r.status, r.body)
 			}
 		})
@@ -301,7 +301,7 @@ func TestHandOverWaitsForBuysOnTheirWay(t *testing.T) {
 	// Well past the grace period: while the buy's reply is held, the
 	// database does not sell.
 	for until := time.Now().Add(1500 * time.Millisecond); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
-		if r := buyOne(seller, "s1", "early"); r.status != http.StatusServiceUnavailable {
+		if r := seller.buyOne("s1", "early"); r.status != http.StatusServiceUnavailable {
 			t.Fatalf("the database sold while a buy was on its way to redis: %d %s", r.status, r.body)
 		}
 	}

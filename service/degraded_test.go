@@ -52,7 +52,7 @@ func startShoppers(ctx context.Context, a *app, sale string, workers int) *shopp
 						time.Sleep(5 * time.Millisecond)
 						continue
 					}
-					r := buyOne(a, sale, user)
+					r := a.buyOne(sale, user)
 					code := fmt.Sprint(r.status)
 					if r.status >= 400 {
 						code = r.code(a.t)
@@ -270,7 +270,7 @@ func TestOperatorSwitch(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
-			mustStatus(t, buyOne(a, "s1", "r1"), http.StatusCreated) // from Redis
+			mustStatus(t, a.buyOne("s1", "r1"), http.StatusCreated) // from Redis
 
 			for _, bad := range []any{map[string]any{"setting": "sometimes"}, map[string]any{}, map[string]any{"setting": "force", "x": 1}} {
 				mustStatus(t, a.admin("PUT", "/v1/admin/degraded", bad), http.StatusBadRequest)
@@ -285,7 +285,7 @@ func TestOperatorSwitch(t *testing.T) {
 			waitMode("db")
 			var dbOrder string
 			for deadline := time.Now().Add(waitfor.Patience); dbOrder == ""; time.Sleep(10 * time.Millisecond) {
-				r := buyOne(a, "s1", "d1")
+				r := a.buyOne("s1", "d1")
 				switch {
 				case r.status == http.StatusCreated && r.json(t)["status"] == "confirmed":
 					dbOrder = r.json(t)["order_id"].(string)
@@ -293,11 +293,11 @@ func TestOperatorSwitch(t *testing.T) {
 					t.Fatalf("a buy while the database sells: %d %s", r.status, r.body)
 				}
 			}
-			if r := buyOne(a, "s1", "r1"); r.code(t) != "limit_exceeded" {
+			if r := a.buyOne("s1", "r1"); r.code(t) != "limit_exceeded" {
 				t.Fatalf("the database let a Redis buyer buy again: %d %s", r.status, r.body)
 			}
 			mustStatus(t, a.call("POST", "/v1/orders/"+dbOrder+"/cancel", a.token("d1"), nil), http.StatusOK)
-			r = buyOne(a, "s1", "d2")
+			r = a.buyOne("s1", "d2")
 			mustStatus(t, r, http.StatusCreated)
 			sale := a.call("GET", "/v1/sales/s1", "", nil).json(t)
 			if rem := sale["items"].([]any)[0].(map[string]any)["remaining"]; rem != float64(8) {
@@ -306,10 +306,10 @@ func TestOperatorSwitch(t *testing.T) {
 
 			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
 			waitMode("redis")
-			if r := buyOne(a, "s1", "d2"); r.code(t) != "limit_exceeded" {
+			if r := a.buyOne("s1", "d2"); r.code(t) != "limit_exceeded" {
 				t.Fatalf("redis, repaired, let a database buyer buy again: %d %s", r.status, r.body)
 			}
-			r = buyOne(a, "s1", "d1") // cancelled on the database: may buy again
+			r = a.buyOne("s1", "d1") // cancelled on the database: may buy again
 			mustStatus(t, r, http.StatusCreated)
 			if r.json(t)["items"].([]any)[0].(map[string]any)["remaining"] != float64(7) {
 				t.Fatalf("redis's stock after the repair: %s", r.body)
@@ -326,11 +326,11 @@ func TestOperatorSwitch(t *testing.T) {
 			if _, err := eng.Fence(context.Background(), "s1", 2); err != nil {
 				t.Fatal(err)
 			}
-			mustStatus(t, buyOne(a, "s1", "f1"), http.StatusCreated)
+			mustStatus(t, a.buyOne("s1", "f1"), http.StatusCreated)
 			if _, err := eng.Fence(context.Background(), "s1", 4); err != nil {
 				t.Fatal(err)
 			}
-			mustStatus(t, buyOne(a, "s1", "f2"), http.StatusServiceUnavailable)
+			mustStatus(t, a.buyOne("s1", "f2"), http.StatusServiceUnavailable)
 			if err := eng.Unfence(context.Background(), "s1", math.MaxInt64-1); err != nil {
 				t.Fatal(err)
 			}
@@ -366,7 +366,7 @@ func TestDegradedModeOff(t *testing.T) {
 	}
 	until := time.Now().Add(5 * cfg.DegradedGrace)
 	for i := 0; time.Now().Before(until); i++ {
-		if r := buyOne(a, "s1", fmt.Sprintf("u%d", i)); r.status != http.StatusServiceUnavailable {
+		if r := a.buyOne("s1", fmt.Sprintf("u%d", i)); r.status != http.StatusServiceUnavailable {
 			t.Fatalf("a buy with redis gone and degraded mode off: %d %s", r.status, r.body)
 		}
 	}

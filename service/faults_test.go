@@ -52,7 +52,7 @@ func redisKilledMidSale(t *testing.T, srv *redistest.Server) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
-				r := buyOne(a, "s1", fmt.Sprintf("g%d-%d", g, i))
+				r := a.buyOne("s1", fmt.Sprintf("g%d-%d", g, i))
 				mu.Lock()
 				statuses[r.status]++
 				if r.status == http.StatusCreated {

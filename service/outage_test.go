@@ -17,10 +17,6 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-func buyOne(a *app, sale, user string) reply {
-	return a.call("POST", "/v1/sales/"+sale+"/orders", a.token(user), map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}})
-}
-
 // startBehindDBProxy starts the service on real Redis and PostgreSQL,
 // reaching the database through a proxy the test can cut, and opens the
 // test's own view of the database (not through the proxy).
@@ -58,7 +54,7 @@ func TestDatabaseOutageDuringSale(t *testing.T) {
 	a.createSale("s1", 1, "A", 1000)
 	var orders []string
 	for i := range 30 {
-		r := buyOne(a, "s1", fmt.Sprintf("before%d", i))
+		r := a.buyOne("s1", fmt.Sprintf("before%d", i))
 		mustStatus(t, r, http.StatusCreated)
 		orders = append(orders, r.json(t)["order_id"].(string))
 	}
@@ -66,7 +62,7 @@ func TestDatabaseOutageDuringSale(t *testing.T) {
 
 	proxy.Cut()
 	for i := range 70 {
-		r := buyOne(a, "s1", fmt.Sprintf("during%d", i))
+		r := a.buyOne("s1", fmt.Sprintf("during%d", i))
 		mustStatus(t, r, http.StatusCreated)
 		orders = append(orders, r.json(t)["order_id"].(string))
 	}
@@ -102,14 +98,14 @@ func TestRedisDownIs503(t *testing.T) {
 	a := startApp(t, service.Config{RedisURL: "redis://" + proxy.Addr() + "/0", KeyPrefix: redistest.Prefix(t, rdb),
 		DatabaseURL: dbtest.SQLiteURL(t), SampleEvery: 100 * time.Millisecond, DegradedTick: -1})
 	a.createSale("s1", 5, "A", 10)
-	mustStatus(t, buyOne(a, "s1", "u1"), http.StatusCreated)
+	mustStatus(t, a.buyOne("s1", "u1"), http.StatusCreated)
 
 	proxy.Cut()
 	// The rate limiter falls back to its in-process share while Redis is
 	// away, and the live view (dashboard, metrics) says so. (A buy's own
 	// per-user limit is checked inside the buy's script, which fails as a
 	// whole; purchase-token requests still ask the limiter.)
-	buyOne(a, "s1", "u2")
+	a.buyOne("s1", "u2")
 	seen := false
 	for deadline := time.Now().Add(waitfor.Patience); !seen; {
 		a.call("POST", "/v1/sales/s1/purchase-tokens", a.token("u2"), nil)
@@ -126,7 +122,7 @@ func TestRedisDownIs503(t *testing.T) {
 		}
 	}
 	for name, r := range map[string]reply{
-		"buy":     buyOne(a, "s1", "u2"),
+		"buy":     a.buyOne("s1", "u2"),
 		"read":    a.call("GET", "/v1/sales/s1", "", nil),
 		"restock": a.admin("POST", "/v1/admin/sales/s1/items/A/restock", map[string]any{"qty": 1}),
 		"readyz":  a.call("GET", "/readyz", "", nil),
@@ -140,7 +136,7 @@ func TestRedisDownIs503(t *testing.T) {
 	proxy.Restore()
 	deadline := time.Now().Add(waitfor.Patience)
 	for {
-		r := buyOne(a, "s1", "u3")
+		r := a.buyOne("s1", "u3")
 		if r.status == http.StatusCreated {
 			break
 		}

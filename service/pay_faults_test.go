@@ -46,7 +46,7 @@ func TestRedisKilledMidSaleWithPayments(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				user := fmt.Sprintf("g%d-%d", g, i)
-				r := buyOne(a, "s1", user)
+				r := a.buyOne("s1", user)
 				if r.status != http.StatusCreated {
 					time.Sleep(10 * time.Millisecond) // sold out or Redis away: units come back
 					continue

@@ -26,7 +26,7 @@ func TestPaymentDeadlineThroughADatabaseOutage(t *testing.T) {
 	ids := map[string]string{}
 	for i := range 4 {
 		user := fmt.Sprintf("u%d", i)
-		r := buyOne(a, "p", user)
+		r := a.buyOne("p", user)
 		mustStatus(t, r, http.StatusCreated)
 		ids[user] = r.json(t)["order_id"].(string)
 	}
@@ -40,7 +40,7 @@ func TestPaymentDeadlineThroughADatabaseOutage(t *testing.T) {
 	// u2 and u3 never pay: their units come back on time, to later buyers.
 	for _, user := range []string{"late0", "late1"} {
 		waitfor.Until(t, waitfor.Patience, user+" buys a unit that came back", func() error {
-			r := buyOne(a, "p", user)
+			r := a.buyOne("p", user)
 			if r.status != http.StatusCreated {
 				return fmt.Errorf("%d %s", r.status, r.body)
 			}
@@ -49,7 +49,7 @@ func TestPaymentDeadlineThroughADatabaseOutage(t *testing.T) {
 		})
 		mustStatus(t, a.pay(user, ids[user], "ref-"+user), http.StatusOK)
 	}
-	if r := buyOne(a, "p", "late2"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
+	if r := a.buyOne("p", "late2"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
 		t.Fatalf("a buy with every unit paid for: %d %s", r.status, r.body)
 	}
 

@@ -62,7 +62,7 @@ func TestPaymentDeadline(t *testing.T) {
 		if sale["payment_timeout_s"] != 1.0 {
 			t.Fatalf("sale: %v", sale)
 		}
-		r1 := buyOne(a, "s", "u1")
+		r1 := a.buyOne("s", "u1")
 		mustStatus(t, r1, http.StatusCreated)
 		o1 := r1.json(t)
 		created, _ := time.Parse(time.RFC3339, o1["created_at"].(string))
@@ -71,7 +71,7 @@ func TestPaymentDeadline(t *testing.T) {
 			t.Fatalf("buy reply: %s", r1.body)
 		}
 		id1 := o1["order_id"].(string)
-		r2 := buyOne(a, "s", "u2")
+		r2 := a.buyOne("s", "u2")
 		mustStatus(t, r2, http.StatusCreated)
 		id2 := r2.json(t)["order_id"].(string)
 		item := a.call("GET", "/v1/sales/s", "", nil).json(t)["items"].([]any)[0].(map[string]any)
@@ -99,7 +99,7 @@ func TestPaymentDeadline(t *testing.T) {
 		if r := a.call("POST", "/v1/orders/"+id1+"/pay", a.token("u1"), map[string]any{}); r.status != http.StatusBadRequest {
 			t.Fatalf("pay without payment_ref: %d %s", r.status, r.body)
 		}
-		if r := buyOne(a, "s", "u3"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
+		if r := a.buyOne("s", "u3"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
 			t.Fatalf("buy while both units are held: %d %s", r.status, r.body)
 		}
 
@@ -108,7 +108,7 @@ func TestPaymentDeadline(t *testing.T) {
 		if r := a.pay("u1", id1, "late"); r.status != http.StatusConflict || r.code(t) != "order_closed" {
 			t.Fatalf("pay of an expired order: %d %s", r.status, r.body)
 		}
-		r3 := buyOne(a, "s", "u1") // u1's quota is back, and the unit
+		r3 := a.buyOne("s", "u1") // u1's quota is back, and the unit
 		mustStatus(t, r3, http.StatusCreated)
 		id3 := r3.json(t)["order_id"].(string)
 		if r := a.call("POST", "/v1/orders/"+id3+"/cancel", a.token("u1"), nil); r.status != http.StatusOK ||
@@ -121,7 +121,7 @@ func TestPaymentDeadline(t *testing.T) {
 
 		// A sale without a payment step.
 		a.createSale("free", 1, "A", 5)
-		rf := buyOne(a, "free", "u1")
+		rf := a.buyOne("free", "u1")
 		mustStatus(t, rf, http.StatusCreated)
 		if rf.json(t)["payment_status"] != "not_required" {
 			t.Fatalf("order of a sale without payment: %s", rf.body)
@@ -214,7 +214,7 @@ func TestExpiryOtherInstanceAndRestart(t *testing.T) {
 	b := startApp(t, cfg)
 	a.createPaySale("s", 10, 1)
 
-	r := buyOne(a, "s", "u1")
+	r := a.buyOne("s", "u1")
 	mustStatus(t, r, http.StatusCreated)
 	a.waitExpired("u1", r.json(t)["order_id"].(string)) // by b
 
@@ -223,7 +223,7 @@ func TestExpiryOtherInstanceAndRestart(t *testing.T) {
 	if err := b.svc.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r = buyOne(a, "s", "u2")
+	r = a.buyOne("s", "u2")
 	mustStatus(t, r, http.StatusCreated)
 	id := r.json(t)["order_id"].(string)
 	payBy, _ := time.Parse(time.RFC3339, r.json(t)["pay_by"].(string))
@@ -268,7 +268,7 @@ func TestPaymentWhileTheDatabaseSells(t *testing.T) {
 					return nil
 				})
 			}
-			r := buyOne(a, "s", "u1") // from Redis
+			r := a.buyOne("s", "u1") // from Redis
 			mustStatus(t, r, http.StatusCreated)
 			fromRedis := r.json(t)["order_id"].(string)
 			a.settle("s")
@@ -278,7 +278,7 @@ func TestPaymentWhileTheDatabaseSells(t *testing.T) {
 			var fromDB string
 			var payBy time.Time
 			waitfor.Until(t, waitfor.Patience, "a buy from the database", func() error {
-				r := buyOne(a, "s", "u2")
+				r := a.buyOne("s", "u2")
 				if r.status != http.StatusCreated || r.json(t)["status"] != "confirmed" {
 					return fmt.Errorf("%d %s", r.status, r.body)
 				}

@@ -59,7 +59,7 @@ func TestSegmentsOnClusterMasters(t *testing.T) {
 		}
 		sold := 0
 		for u := range 40 {
-			r := buyOne(a, sale, fmt.Sprintf("u%d", u))
+			r := a.buyOne(sale, fmt.Sprintf("u%d", u))
 			switch r.status {
 			case http.StatusCreated:
 				sold++

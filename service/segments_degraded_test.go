@@ -53,7 +53,7 @@ func TestSegmentedSaleRebuiltAfterRedisLoss(t *testing.T) {
 	const stock = 40
 	mustStatus(t, a.createSegmented("hot", 1, "A", int64(stock), 4), http.StatusCreated)
 	for u := range 15 {
-		mustStatus(t, buyOne(a, "hot", fmt.Sprintf("u%d", u)), http.StatusCreated)
+		mustStatus(t, a.buyOne("hot", fmt.Sprintf("u%d", u)), http.StatusCreated)
 	}
 	a.settle("hot")
 
@@ -77,14 +77,14 @@ func TestSegmentedSaleRebuiltAfterRedisLoss(t *testing.T) {
 	}
 	for u := range 15 {
 		for _, x := range []*app{a, b} {
-			if r := buyOne(x, "hot", fmt.Sprintf("u%d", u)); r.status != http.StatusConflict || r.code(t) != "limit_exceeded" {
+			if r := x.buyOne("hot", fmt.Sprintf("u%d", u)); r.status != http.StatusConflict || r.code(t) != "limit_exceeded" {
 				t.Fatalf("buyer u%d after the rebuild: %d %s", u, r.status, r.body)
 			}
 		}
 	}
 	sold := 15
 	for u := 15; u < 60; u++ {
-		r := buyOne([]*app{a, b}[u%2], "hot", fmt.Sprintf("u%d", u))
+		r := []*app{a, b}[u%2].buyOne("hot", fmt.Sprintf("u%d", u))
 		switch {
 		case r.status == http.StatusCreated:
 			sold++
@@ -131,14 +131,14 @@ func TestSegmentedSaleInDegradedMode(t *testing.T) {
 			}
 			sold := 0
 			for u := range 10 {
-				mustStatus(t, buyOne(a, "hot", fmt.Sprintf("r%d", u)), http.StatusCreated)
+				mustStatus(t, a.buyOne("hot", fmt.Sprintf("r%d", u)), http.StatusCreated)
 				sold++
 			}
 			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "force"}), http.StatusOK)
 			waitMode("db")
 			var dbOrder, dbUser string
 			for deadline := time.Now().Add(waitfor.Patience); dbOrder == ""; time.Sleep(10 * time.Millisecond) {
-				r := buyOne(a, "hot", "d0")
+				r := a.buyOne("hot", "d0")
 				switch {
 				case r.status == http.StatusCreated && r.json(t)["status"] == "confirmed":
 					dbOrder, dbUser = r.json(t)["order_id"].(string), "d0"
@@ -151,12 +151,12 @@ func TestSegmentedSaleInDegradedMode(t *testing.T) {
 				}
 			}
 			for u := range 10 {
-				if r := buyOne(a, "hot", fmt.Sprintf("r%d", u)); r.status != http.StatusConflict || r.code(t) != "limit_exceeded" {
+				if r := a.buyOne("hot", fmt.Sprintf("r%d", u)); r.status != http.StatusConflict || r.code(t) != "limit_exceeded" {
 					t.Fatalf("the database let Redis buyer r%d buy again: %d %s", u, r.status, r.body)
 				}
 			}
 			for u := 1; u < 10; u++ {
-				r := buyOne(a, "hot", fmt.Sprintf("d%d", u))
+				r := a.buyOne("hot", fmt.Sprintf("d%d", u))
 				switch {
 				case r.status == http.StatusCreated:
 					sold++
@@ -169,7 +169,7 @@ func TestSegmentedSaleInDegradedMode(t *testing.T) {
 				t.Fatalf("while the database sells, %d sold, the sale reads %v", sold, got)
 			}
 			mustStatus(t, a.admin("POST", "/v1/admin/sales/hot/pause", nil), http.StatusOK)
-			if r := buyOne(a, "hot", "p0"); r.status != http.StatusConflict || r.code(t) != "sale_not_active" {
+			if r := a.buyOne("hot", "p0"); r.status != http.StatusConflict || r.code(t) != "sale_not_active" {
 				t.Fatalf("a buy of the paused sale: %d %s", r.status, r.body)
 			}
 			mustStatus(t, a.admin("POST", "/v1/admin/sales/hot/resume", nil), http.StatusOK)
@@ -183,12 +183,12 @@ func TestSegmentedSaleInDegradedMode(t *testing.T) {
 			mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
 			waitMode("redis")
 			for u := range 10 {
-				if r := buyOne(a, "hot", fmt.Sprintf("r%d", u)); r.status != http.StatusConflict || r.code(t) != "limit_exceeded" {
+				if r := a.buyOne("hot", fmt.Sprintf("r%d", u)); r.status != http.StatusConflict || r.code(t) != "limit_exceeded" {
 					t.Fatalf("repaired redis let r%d buy again: %d %s", u, r.status, r.body)
 				}
 			}
 			for u := range 60 {
-				r := buyOne(a, "hot", fmt.Sprintf("n%d", u))
+				r := a.buyOne("hot", fmt.Sprintf("n%d", u))
 				switch {
 				case r.status == http.StatusCreated:
 					sold++
@@ -237,7 +237,7 @@ func TestSegmentedSaleTwoInstances(t *testing.T) {
 			defer wg.Done()
 			user := fmt.Sprintf("u%03d", u)
 			for try := range 2 { // the second try is over the limit, from either instance
-				r := buyOne([]*app{a, b}[(u+try)%2], "hot", user)
+				r := []*app{a, b}[(u+try)%2].buyOne("hot", user)
 				switch {
 				case r.status == http.StatusCreated:
 					mu.Lock()
@@ -264,7 +264,7 @@ func TestSegmentedSaleTwoInstances(t *testing.T) {
 			t.Fatalf("never sold out; %d sold", len(orders))
 		}
 		user := fmt.Sprintf("late%d", i)
-		r := buyOne([]*app{a, b}[i%2], "hot", user)
+		r := []*app{a, b}[i%2].buyOne("hot", user)
 		switch {
 		case r.status == http.StatusCreated:
 			orders[user], refused = r.json(t)["order_id"].(string), 0

@@ -66,7 +66,7 @@ func TestSegmentedSaleSellsOutExactly(t *testing.T) {
 		// A segment is no sale to buyers: bought from directly, a buyer
 		// would pass the limit kept in the buyer's home segment.
 		for _, seg := range segs {
-			if r := buyOne(a, seg, "sneaky"); r.status != http.StatusNotFound {
+			if r := a.buyOne(seg, "sneaky"); r.status != http.StatusNotFound {
 				t.Fatalf("a buy of segment %s: %d %s", seg, r.status, r.body)
 			}
 			if r := a.call("GET", "/v1/sales/"+seg, "", nil); r.status != http.StatusNotFound {
@@ -115,7 +115,7 @@ func TestSegmentedSaleSellsOutExactly(t *testing.T) {
 			}
 		}
 		// Sold out everywhere: one more buyer finds nothing in any segment.
-		if r := buyOne(a, "hot", "late"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
+		if r := a.buyOne("hot", "late"); r.status != http.StatusConflict || r.code(t) != "sold_out" {
 			t.Fatalf("buy after sell-out: %d %s", r.status, r.body)
 		}
 		a.settle("hot")
@@ -157,7 +157,7 @@ func TestSegmentedSaleSellsOutExactly(t *testing.T) {
 		if got := saleItems(t, a, "hot"); got["A"][0] != 1 {
 			t.Fatalf("after a cancel the sale reads %v", got)
 		}
-		mustStatus(t, buyOne(a, "hot", "late"), http.StatusCreated)
+		mustStatus(t, a.buyOne("hot", "late"), http.StatusCreated)
 
 		// The list shows the sale once, and none of its segments.
 		list := a.call("GET", "/v1/sales", "", nil)
@@ -277,7 +277,7 @@ func TestSegmentedSaleInMetrics(t *testing.T) {
 	a := liveApp(t)
 	mustStatus(t, a.createSegmented("hotm", 1, "A", int64(20), 4), http.StatusCreated)
 	for u := range 7 {
-		mustStatus(t, buyOne(a, "hotm", fmt.Sprintf("u%d", u)), http.StatusCreated)
+		mustStatus(t, a.buyOne("hotm", fmt.Sprintf("u%d", u)), http.StatusCreated)
 	}
 	want := []string{`seckill_stock_remaining{sale="hotm",sku="A"} 13`, `seckill_stock_sold{sale="hotm",sku="A"} 7`,
 		`seckill_stock_stocked{sale="hotm",sku="A"} 20`, `seckill_orders_confirmed{sale="hotm"} 7`}

@@ -1,10 +1,7 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -56,17 +53,11 @@ type ClosedReport struct {
 // Run sends until Duration has passed, the tokens run out or ctx is
 // cancelled; requests already sent run to their end (or Timeout).
 func (c Closed) Run(ctx context.Context) ClosedReport {
-	transport := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        c.Conns,
-		MaxIdleConnsPerHost: c.Conns,
-		MaxConnsPerHost:     c.Conns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
+	client, err := newRawClient(c.Method, c.URL, c.Header, c.Body, c.Conns, c.Timeout)
+	if err != nil {
+		return ClosedReport{Conns: c.Conns, Errors: 1, ErrorsByKind: map[string]int{err.Error(): 1}}
 	}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: c.Timeout}
-	reqCtx := context.WithoutCancel(ctx)
+	defer client.close()
 
 	type worker struct {
 		latencies []time.Duration
@@ -93,7 +84,11 @@ func (c Closed) Run(ctx context.Context) ClosedReport {
 					return
 				}
 				sent := time.Now()
-				status, err := c.send(reqCtx, client, i)
+				token := ""
+				if len(c.Tokens) > 0 {
+					token = c.Tokens[i]
+				}
+				status, err := client.do(token)
 				me.last = time.Now()
 				if err != nil {
 					me.errors[errorKind(err)]++
@@ -141,30 +136,4 @@ func (c Closed) Run(ctx context.Context) ClosedReport {
 	}
 	r.LatencyMS = PercentilesOf(latencies)
 	return r
-}
-
-// send sends request i and reads its whole reply (so the connection is
-// reused).
-func (c Closed) send(ctx context.Context, client *http.Client, i int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, c.Method, c.URL, bytes.NewReader(c.Body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header = c.Header.Clone()
-	if req.Header == nil {
-		req.Header = http.Header{}
-	}
-	if len(c.Tokens) > 0 {
-		req.Header.Set("Authorization", "Bearer "+c.Tokens[i])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return 0, err
-	}
-	return resp.StatusCode, nil
 }

@@ -33,6 +33,9 @@ type Result struct {
 	PostgresUS    float64 `json:"postgres_us_per_buy"`     // the round database's backends + background processes
 	PostgresAllUS float64 `json:"postgres_all_us_per_buy"` // every process of the server
 	TotalUS       float64 `json:"total_us_per_buy"`        // service + Redis + PostgreSQL (ours)
+	// LoadUS is the load generator's (this process's) CPU per request sent,
+	// over the load alone: what the measurement takes from the same cores.
+	LoadUS float64 `json:"load_us_per_request"`
 
 	EvalshaCalls    int64   `json:"evalsha_calls"`
 	BuysPerEvalsha  float64 `json:"buys_per_evalsha"`
@@ -90,6 +93,7 @@ var columns = []column{
 	{"Redis µs", "%.1f", func(r *Result) float64 { return r.RedisUS }, func(r *Result, v float64) { r.RedisUS = v }},
 	{"PG µs", "%.1f", func(r *Result) float64 { return r.PostgresUS }, func(r *Result, v float64) { r.PostgresUS = v }},
 	{"total µs", "%.1f", func(r *Result) float64 { return r.TotalUS }, func(r *Result, v float64) { r.TotalUS = v }},
+	{"load µs", "%.1f", func(r *Result) float64 { return r.LoadUS }, func(r *Result, v float64) { r.LoadUS = v }},
 	{"PG all µs", "%.1f", func(r *Result) float64 { return r.PostgresAllUS }, func(r *Result, v float64) { r.PostgresAllUS = v }},
 	{"EVALSHA", "%.0f", func(r *Result) float64 { return float64(r.EvalshaCalls) }, func(r *Result, v float64) { r.EvalshaCalls = int64(math.Round(v)) }},
 	{"buys/call", "%.1f", func(r *Result) float64 { return r.BuysPerEvalsha }, func(r *Result, v float64) { r.BuysPerEvalsha = v }},

@@ -82,6 +82,10 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	loadBefore, err := readProcStat(os.Getpid())
+	if err != nil {
+		return res, fmt.Errorf("read the load generator's CPU: %w", err)
+	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
@@ -137,6 +141,9 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 		stopSampling()
 		<-sampled
 		return res, ctx.Err()
+	}
+	if loadAfter, err := readProcStat(os.Getpid()); err == nil {
+		res.LoadUS = perBuy(ticksToMicros(loadAfter.Ticks-loadBefore.Ticks), res.Sent)
 	}
 	accepted += res.Buys
 

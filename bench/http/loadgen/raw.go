@@ -1,0 +1,242 @@
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// rawClient sends one request shape (method, URL, headers, body; only the
+// bearer token varies) over keep-alive HTTP/1.1 connections of its own, at
+// most conns at once, each carrying one request at a time. It writes the
+// request's bytes, built once, with one write(2) and reads the reply with a
+// parser that knows only what a reply needs: the status line, the headers
+// that frame the body (Content-Length, chunked Transfer-Encoding,
+// Connection: close) and the body, which it discards.
+//
+// It stands in for net/http's client so that the generator, which shares
+// the machine with the server it measures, costs as little CPU per request
+// as it can: net/http's client spends about as much per request as the
+// server's handler does (two goroutines per connection, a header map per
+// request and per reply, a body reader to drain).
+type rawClient struct {
+	addr    string
+	head    []byte // request line and fixed headers, before the token's
+	tail    []byte // Content-Length, the blank line and the body
+	timeout time.Duration
+	dialer  net.Dialer
+	idle    chan *rawConn
+	slots   chan struct{} // one per open connection
+}
+
+type rawConn struct {
+	net.Conn
+	r   *bufio.Reader
+	buf []byte // the request being written
+}
+
+func newRawClient(method, rawURL string, header http.Header, body []byte, conns int, timeout time.Duration) (*rawClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("loadgen: %q: only http:// URLs", rawURL)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	if conns < 1 {
+		conns = 1
+	}
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, u.RequestURI(), u.Host)
+	for name, values := range header {
+		for _, v := range values {
+			fmt.Fprintf(&head, "%s: %s\r\n", name, v)
+		}
+	}
+	tail := fmt.Appendf(nil, "Content-Length: %d\r\n\r\n", len(body))
+	tail = append(tail, body...)
+	return &rawClient{
+		addr: host, head: head.Bytes(), tail: tail, timeout: timeout,
+		dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		idle:   make(chan *rawConn, conns), slots: make(chan struct{}, conns),
+	}, nil
+}
+
+// do sends the request with token as its bearer token ("" for none) and
+// returns the reply's status once its body has been read.
+func (c *rawClient) do(token string) (int, error) {
+	conn, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	status, keep, err := conn.roundTrip(c, token)
+	if err != nil || !keep {
+		conn.Close()
+		<-c.slots
+		return status, err
+	}
+	c.idle <- conn
+	return status, nil
+}
+
+// get returns an idle connection, or a new one while fewer than conns are
+// open, or waits for one to come back.
+func (c *rawClient) get() (*rawConn, error) {
+	select {
+	case conn := <-c.idle:
+		return conn, nil
+	default:
+	}
+	select {
+	case conn := <-c.idle:
+		return conn, nil
+	case c.slots <- struct{}{}:
+		nc, err := c.dialer.Dial("tcp", c.addr)
+		if err != nil {
+			<-c.slots
+			return nil, err
+		}
+		return &rawConn{Conn: nc, r: bufio.NewReaderSize(nc, 4096)}, nil
+	}
+}
+
+// close closes the idle connections.
+func (c *rawClient) close() {
+	for {
+		select {
+		case conn := <-c.idle:
+			conn.Close()
+			<-c.slots
+		default:
+			return
+		}
+	}
+}
+
+func (conn *rawConn) roundTrip(c *rawClient, token string) (status int, keep bool, err error) {
+	if c.timeout > 0 {
+		if err := conn.SetDeadline(time.Now().Add(c.timeout)); err != nil {
+			return 0, false, err
+		}
+	}
+	b := append(conn.buf[:0], c.head...)
+	if token != "" {
+		b = append(b, "Authorization: Bearer "...)
+		b = append(b, token...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, c.tail...)
+	conn.buf = b
+	if _, err := conn.Write(b); err != nil {
+		return 0, false, err
+	}
+	return readReply(conn.r)
+}
+
+var errMalformed = errors.New("loadgen: malformed HTTP reply")
+
+// readReply reads one reply and discards its body: its status, and
+// whether the connection may carry another request.
+func readReply(r *bufio.Reader) (status int, keep bool, err error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return 0, false, err
+	}
+	// "HTTP/1.1 200 OK\r\n"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return 0, false, errMalformed
+	}
+	status, err = strconv.Atoi(string(line[9:12]))
+	if err != nil || status < 100 {
+		return 0, false, errMalformed
+	}
+	keep = line[7] == '1'
+	length, chunked := int64(-1), false
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return 0, false, err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return 0, false, errMalformed
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			length, err = strconv.ParseInt(string(value), 10, 64)
+			if err != nil || length < 0 {
+				return 0, false, errMalformed
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			if bytes.EqualFold(value, []byte("close")) {
+				keep = false
+			}
+		}
+	}
+	switch {
+	case status < 200: // not expected here: start afresh
+		return status, false, nil
+	case status == http.StatusNoContent || status == http.StatusNotModified: // no body
+	case chunked:
+		err = discardChunks(r)
+	case length >= 0:
+		_, err = r.Discard(int(length))
+	default: // the body runs to the connection's end
+		for err == nil {
+			_, err = r.Discard(r.Buffered() + 1)
+		}
+		return status, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return status, keep, nil
+}
+
+// discardChunks reads a chunked body and its trailer.
+func discardChunks(r *bufio.Reader) error {
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		size := bytes.TrimSpace(line)
+		if i := bytes.IndexByte(size, ';'); i >= 0 {
+			size = size[:i]
+		}
+		n, err := strconv.ParseInt(string(size), 16, 64)
+		if err != nil || n < 0 {
+			return errMalformed
+		}
+		if n == 0 {
+			for { // the trailer, up to its blank line
+				line, err := r.ReadSlice('\n')
+				if err != nil {
+					return err
+				}
+				if len(line) <= 2 {
+					return nil
+				}
+			}
+		}
+		if _, err := r.Discard(int(n) + 2); err != nil {
+			return err
+		}
+	}
+}

@@ -203,9 +203,7 @@ func writeOrder(w http.ResponseWriter, status int, o inventory.Order, remaining 
 		writeJSON(w, status, orderBody(o, remaining))
 		return
 	}
-	h := w.Header()
-	h["Content-Type"] = contentTypeJSON
-	h["Cache-Control"] = cacheControlNoStore
+	jsonHeaders(w.Header())
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
@@ -215,6 +213,19 @@ var (
 	contentTypeJSON     = []string{"application/json"}
 	cacheControlNoStore = []string{"no-store"}
 )
+
+// jsonHeaders sets a JSON reply's Content-Type and Cache-Control: no-store.
+// Cache-Control is assigned only when it is not that already (harden sets
+// it on every response): a Go map of 8 entries — harden's 7 and
+// Content-Type — is full in its small form, and assigning to it, even a
+// key it holds, grows it to a table first (1.2% of the service's CPU per
+// buy, by profile).
+func jsonHeaders(h http.Header) {
+	h["Content-Type"] = contentTypeJSON
+	if v := h["Cache-Control"]; len(v) != 1 || v[0] != "no-store" {
+		h["Cache-Control"] = cacheControlNoStore
+	}
+}
 
 // appendOrder appends orderBody(o, remaining) as json.Encoder writes it,
 // newline included; ok is false if a string or the time needs what only

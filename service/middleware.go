@@ -35,7 +35,10 @@ func (s *Service) harden(next http.Handler) http.Handler {
 		// allocation of its own.
 		sw := &statusWriter{ResponseWriter: w, requestID: id}
 		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, sw))
-		began := time.Now()
+		var began time.Time // read for the debug log alone
+		if debugLog {
+			began = time.Now()
+		}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {

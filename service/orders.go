@@ -52,11 +52,16 @@ func orderBody(o inventory.Order, remaining []int64) orderJSON {
 // (inventory.CheckBuy); the seller, the engine and the database take the
 // checked buy as it is.
 func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
+	return s.buyIn(w, r, r.PathValue("sale"))
+}
+
+// buyIn is buy of the sale saleID (the path's, found by the mux or by
+// routes' shortcut).
+func (s *Service) buyIn(w http.ResponseWriter, r *http.Request, saleID string) error {
 	user, err := s.auth.buyer(r)
 	if err != nil {
 		return err
 	}
-	saleID := r.PathValue("sale")
 	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
 	// The header's own reply for a key given empty or too long (kept as the
 	// contract's message); every other rule of the key is CheckBuy's.

@@ -40,7 +40,8 @@
 --   user id, new order id, idempotency key ("" for none),
 --   the lines as "A=1,B=2", its throttle (1..t, 0 for none), the purchase
 --   token to spend ("" for none) and the ms to keep it spent, the number of
---   lines n, then n pairs: sku, qty
+--   lines n, then n pairs: sku, qty (a positive integer in decimal, as
+--   int takes it: a first holding is stored as this very argument)
 --
 -- Each bought order's event is one stream entry of one field, "bought":
 -- "<order id>|<order record>" (the record as in the orders hash, see
@@ -530,9 +531,15 @@ local function buy_one(b)
     sold[sku] = (sold[sku] or 0) + q
     o = o + 1
     out[o] = r
-    local h = held[f] + q
+    local h0 = held[f]
+    local h = h0 + q
     held[f] = h
-    new_held[w + 1], new_held[w + 2] = f, exact(h)
+    -- A first holding is the asked quantity's own argument when it is
+    -- written as int takes it (it always is): a number handed to
+    -- redis.call costs a printf in Redis, a string does not.
+    local hs = ARGV[a + 9 + 2 * i]
+    if h0 ~= 0 or not int(hs) then hs = exact(h) end
+    new_held[w + 1], new_held[w + 2] = f, hs
     w = w + 2
   end
   if made then made[id] = record end

@@ -40,7 +40,8 @@
 --   user id, new order id, idempotency key ("" for none),
 --   the lines as "A=1,B=2", its throttle (1..t, 0 for none), the purchase
 --   token to spend ("" for none) and the ms to keep it spent, the number of
---   lines n, then n pairs: sku, qty
+--   lines n, then n pairs: sku, qty (a positive integer in decimal, as
+--   int takes it: a first holding is stored as this very argument)
 --
 -- Each bought order's event is one stream entry of one field, "bought":
 -- "<order id>|<order record>" (the record as in the orders hash, see
@@ -393,6 +394,10 @@ local function replay(id, record, b, by_key)
   out[start + 1] = o - start - 1
 end
 
+-- fresh[t]: gcra_take's answer for a buyer of throttle t with no state,
+-- and the place of the hash that state goes in (see buy_one)
+local fresh = {}
+
 local function buy_one(b)
   local a = at[b]
   local u, id, key = ARGV[a], ARGV[a + 1], ARGV[a + 2]
@@ -412,13 +417,33 @@ local function buy_one(b)
   if ARGV[a + 4] ~= '0' then
     local t = num(ARGV[a + 4])
     local i = wplace[t]
-    local ok, debt, state, ttl = gcra_take(wstate[i][u], now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
+    -- ok, debt, state: gcra_take's answer; j: the place (in wkey) of the
+    -- hash the state is kept in until its TAT passes: the hash of the
+    -- window that falls in, now's or the next (ttl is shorter than a
+    -- window).
+    local ok, debt, state, j
+    local stored = wstate[i][u]
+    if stored then
+      local ttl
+      ok, debt, state, ttl = gcra_take(stored, now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
+      if ok then j = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i] end
+    else
+      -- A buyer with no state (the common case: a buyer's first buy in a
+      -- while) gets the one answer gcra_take gives every such buyer of
+      -- throttle t at now: taken once per call (fresh[t]), not per buy.
+      local f = fresh[t]
+      if not f then
+        local ttl
+        ok, debt, state, ttl = gcra_take(false, now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
+        f = {ok, debt, state}
+        if ok then f[4] = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i] end
+        fresh[t] = f
+      end
+      ok, debt, state, j = f[1], f[2], f[3], f[4]
+    end
     if ok == nil then return put(8, 'throttle:' .. u) end
     if not ok then return put(9, debt) end
     wstate[i][u] = state
-    -- kept until its TAT passes, in the hash of the window that falls in:
-    -- now's or the next (ttl is shorter than a window)
-    local j = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i]
     tw = tw or {}
     local list = tw[j]
     if not list then
@@ -506,9 +531,15 @@ local function buy_one(b)
     sold[sku] = (sold[sku] or 0) + q
     o = o + 1
     out[o] = r
-    local h = held[f] + q
+    local h0 = held[f]
+    local h = h0 + q
     held[f] = h
-    new_held[w + 1], new_held[w + 2] = f, exact(h)
+    -- A first holding is the asked quantity's own argument when it is
+    -- written as int takes it (it always is): a number handed to
+    -- redis.call costs a printf in Redis, a string does not.
+    local hs = ARGV[a + 9 + 2 * i]
+    if h0 ~= 0 or not int(hs) then hs = exact(h) end
+    new_held[w + 1], new_held[w + 2] = f, hs
     w = w + 2
   end
   if made then made[id] = record end

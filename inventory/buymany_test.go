@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/seckill/seckill/inventory"
@@ -93,6 +94,40 @@ func TestEvalEveryCall(t *testing.T) {
 		}
 		if n := r.eng.ScriptReloads(); n != 0 {
 			t.Errorf("%d reloads with EVAL every call", n)
+		}
+	})
+}
+
+// TestBoughtCountsAsWritten: the bought hash holds each buyer's units as
+// the decimal integer int.lua takes, whether buy.lua writes a first holding
+// (from the asked quantity's own argument) or adds to one (formatted): a
+// first buy, two buys of one buyer in one batch, and a buyer whose stored
+// count is 0.
+func TestBoughtCountsAsWritten(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 1000, Items: []inventory.Item{{SKU: "A", Stock: 1000}, {SKU: "B", Stock: 1000}}})
+		if err := r.rdb.HSet(r.ctx, r.key("s1", "bought"), "u3|A", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		reqs := []inventory.BuyRequest{
+			{SaleID: "s1", UserID: "u1", Lines: lines("A", 3)},
+			{SaleID: "s1", UserID: "u2", Lines: []inventory.Line{{SKU: "A", Qty: 12}, {SKU: "B", Qty: 1}}},
+			{SaleID: "s1", UserID: "u2", Lines: lines("A", 12)},
+			{SaleID: "s1", UserID: "u3", Lines: lines("A", 5)},
+		}
+		for i, res := range r.eng.BuyMany(r.ctx, reqs) {
+			if res.Err != nil {
+				t.Fatalf("buy %d: %v", i, res.Err)
+			}
+		}
+		got, err := r.rdb.HGetAll(r.ctx, r.key("s1", "bought")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"u1|A": "3", "u2|A": "24", "u2|B": "1", "u3|A": "5"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("bought: %v, want %v", got, want)
 		}
 	})
 }

@@ -3,8 +3,11 @@ package inventory_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/ratelimit"
@@ -190,4 +193,98 @@ func throttleOf(l ratelimit.Limit) (inventory.Throttle, error) {
 		return inventory.Throttle{}, err
 	}
 	return inventory.Throttle{Rate: l.Rate, Period: l.Period, Burst: l.Burst}, nil
+}
+
+// TestThrottleFreshBuyersOfABatch: buy.lua takes gcra_take's answer for a
+// buyer with no state once per call and throttle, not once per buy (the
+// common case of a batch: every buyer's first buy in a while). In one batch
+// of fresh buyers of two buckets that share a window, interleaved, one of
+// them twice, each buyer's stored state is exactly the one it gets buying
+// alone, each in a call of its own; and every buyer's next buys, in one
+// more batch, are decided as the exact model decides them.
+func TestThrottleFreshBuyersOfABatch(t *testing.T) {
+	slow, err := throttleOf(ratelimit.PerSecond(2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slower, err := throttleOf(ratelimit.PerSecond(1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inventory.ThrottleWindow(slow) != inventory.ThrottleWindow(slower) {
+		t.Fatalf("the buckets' windows differ: %d and %d ms", inventory.ThrottleWindow(slow), inventory.ThrottleWindow(slower))
+	}
+	bucketOf := func(u string) *inventory.Throttle {
+		if u[0] == 'a' {
+			return &slow
+		}
+		return &slower
+	}
+	users := []string{"a1", "b1", "a2", "a1", "b2", "a3"}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		for _, s := range []string{"batch", "alone"} {
+			r.create(inventory.Sale{ID: s, PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 1000}}})
+		}
+		buy := func(sale, u string) inventory.BuyRequest {
+			return inventory.BuyRequest{SaleID: sale, UserID: u, Lines: lines("A", 1), Throttle: bucketOf(u)}
+		}
+		now := r.clock.Now()
+		model := gcraModel{}
+		var reqs []inventory.BuyRequest
+		for _, u := range users {
+			reqs = append(reqs, buy("batch", u))
+			if ok, _ := model.take(u, now.UnixMicro(), *bucketOf(u)); !ok {
+				t.Fatalf("the model refuses %s's first buys", u)
+			}
+		}
+		for i, res := range r.eng.BuyMany(r.ctx, reqs) {
+			if res.Err != nil {
+				t.Fatalf("batch buy %d by %s: %v", i, users[i], res.Err)
+			}
+		}
+		for _, u := range users {
+			if _, err := r.eng.BuyWith(r.ctx, buy("alone", u)); err != nil {
+				t.Fatalf("%s's buy alone: %v", u, err)
+			}
+		}
+		// (a buyer's states: the latest is the buyer's, an earlier one may
+		// still be in another window's hash)
+		states := func(sale, u string) []string {
+			t.Helper()
+			var found []string
+			for _, k := range r.eng.ThrottleKeys(sale, *bucketOf(u), now) {
+				v, err := r.rdb.HGet(r.ctx, k, u).Result()
+				if err == nil {
+					found = append(found, v)
+				} else if !errors.Is(err, redis.Nil) {
+					t.Fatal(err)
+				}
+			}
+			if len(found) == 0 {
+				t.Fatalf("%s has no state in %s", u, sale)
+			}
+			return found
+		}
+		for _, u := range users {
+			if got, want := states("batch", u), states("alone", u); !slices.Equal(got, want) {
+				t.Errorf("%s's states after the batch: %q; after buying alone: %q", u, got, want)
+			}
+		}
+		// Everyone's next buys, in one batch: decided as the model decides.
+		reqs = reqs[:0]
+		for range 3 {
+			for _, u := range []string{"a1", "a2", "a3", "b1", "b2"} {
+				reqs = append(reqs, buy("batch", u))
+			}
+		}
+		for i, res := range r.eng.BuyMany(r.ctx, reqs) {
+			u := reqs[i].UserID
+			ok, debt := model.take(u, now.UnixMicro(), *bucketOf(u))
+			var th *inventory.ThrottledError
+			if ok != (res.Err == nil) || !ok && !errors.As(res.Err, &th) {
+				t.Errorf("next buy %d by %s: %v; the model: allowed %v (debt %d)", i, u, res.Err, ok, debt)
+			}
+		}
+	})
 }

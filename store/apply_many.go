@@ -66,7 +66,8 @@ func (s *Store) ApplyMany(ctx context.Context, sales []SaleEvents) error {
 // plain inserts, which cost PostgreSQL about a quarter less per order than
 // inserts that check each row for a conflict (speculative insertion). Should
 // one of them be there after all, the unique key refuses the transaction,
-// nothing of it stays, and it is run again checking every row.
+// nothing of it stays, and it is run again checking every row. That first
+// try of a batch of bought events only is one pipeline (applyPipelined).
 func (s *Store) applyInTx(ctx context.Context, sales []SaleEvents) error {
 	if s.dialect == Postgres && !repeatsOrder(sales) {
 		err := errNotPipelined

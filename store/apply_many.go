@@ -66,10 +66,17 @@ func (s *Store) ApplyMany(ctx context.Context, sales []SaleEvents) error {
 // plain inserts, which cost PostgreSQL about a quarter less per order than
 // inserts that check each row for a conflict (speculative insertion). Should
 // one of them be there after all, the unique key refuses the transaction,
-// nothing of it stays, and it is run again checking every row.
+// nothing of it stays, and it is run again checking every row. That first
+// try of a batch of bought events only is one pipeline (applyPipelined).
 func (s *Store) applyInTx(ctx context.Context, sales []SaleEvents) error {
 	if s.dialect == Postgres && !repeatsOrder(sales) {
-		err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applySales(ctx, tx, sales, true) })
+		err := errNotPipelined
+		if allBought(sales) { // the consumer's usual batch: see applyPipelined
+			err = s.applyPipelined(ctx, sales)
+		}
+		if errors.Is(err, errNotPipelined) {
+			err = s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applySales(ctx, tx, sales, true) })
+		}
 		if !isUniqueViolation(err) {
 			return err
 		}
@@ -161,13 +168,13 @@ func (s *Store) forgetDegradedStocks(ctx context.Context, tx *sql.Tx, ids []stri
 	}
 	// Locked as sorted (LockRows takes the rows in the order the sort
 	// returns them); COLLATE "C" sorts by bytes, as Go does.
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM sales WHERE id = ANY($1::text[]) ORDER BY id COLLATE "C" FOR UPDATE`, ids)
+	rows, err := tx.QueryContext(ctx, lockSalesSQL, ids)
 	if err != nil {
 		return err
 	}
 	if err := scanEach(rows, func() error { var id string; return rows.Scan(&id) }); err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, "DELETE FROM degraded_stock WHERE sale_id = ANY($1::text[])", ids)
+	_, err = tx.ExecContext(ctx, forgetDegradedSQL, ids)
 	return err
 }

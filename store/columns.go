@@ -111,6 +111,13 @@ func (s *Store) insertColumns(ctx context.Context, q querier, head string, cols 
 	if columnLen(cols[0]) == 0 {
 		return nil
 	}
+	return s.insertQuery(ctx, q, unnestInsert(head, cols, tail), cols, got)
+}
+
+// unnestInsert returns PostgreSQL's "head SELECT * FROM unnest($1::text[],
+// $2::bigint[], ...) tail" for cols (as insertColumns takes them): one text
+// per table whatever the number of rows.
+func unnestInsert(head string, cols []any, tail string) string {
 	var b strings.Builder
 	b.WriteString(head)
 	b.WriteString(" SELECT * FROM unnest(")
@@ -128,7 +135,7 @@ func (s *Store) insertColumns(ctx context.Context, q querier, head string, cols 
 	}
 	b.WriteString(") ")
 	b.WriteString(tail)
-	return s.insertQuery(ctx, q, b.String(), cols, got)
+	return b.String()
 }
 
 func columnLen(col any) int {

@@ -94,7 +94,8 @@ func (s *Store) PaymentSales(ctx context.Context) ([]inventory.Sale, error) {
 }
 
 // CountPaymentsOf counts, per sale of saleIDs, the orders paid and expired
-// (one query per 500 sales; a sale without any is absent).
+// (one query per 500 sales; a sale without any is absent), from
+// order_counts as CountOrdersOf.
 func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[string]map[inventory.PaymentStatus]int, error) {
 	counts := make(map[string]map[inventory.PaymentStatus]int)
 	for chunk := range slices.Chunk(saleIDs, 500) {
@@ -102,8 +103,8 @@ func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[stri
 		for i, id := range chunk {
 			args[i] = id
 		}
-		rows, err := s.query(ctx, s.db, "SELECT sale_id, payment_status, COUNT(*) FROM orders WHERE sale_id IN ("+
-			strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+") AND payment_status <> '' GROUP BY sale_id, payment_status", args...)
+		rows, err := s.query(ctx, s.db, "SELECT sale_id, payment_status, CAST(SUM(n) AS BIGINT) FROM order_counts WHERE sale_id IN ("+
+			strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+") AND payment_status <> '' GROUP BY sale_id, payment_status HAVING SUM(n) > 0", args...)
 		if err != nil {
 			return nil, fmt.Errorf("store: count payments: %w", err)
 		}

@@ -258,7 +258,11 @@ func TestPaymentWhileTheDatabaseSells(t *testing.T) {
 			cfg := st.start(t)
 			cfg.RateLimitUser, cfg.DegradedTick, cfg.DegradedGrace = "off", 50*time.Millisecond, 200*time.Millisecond
 			a := startApp(t, cfg)
-			a.createPaySale("s", 3, 1)
+			// A payment timeout longer than the switch to the database
+			// takes on a loaded machine: u1's reservation must still be
+			// awaiting when the database starts selling (with 1 s it once
+			// expired first, under the full suite and other work).
+			a.createPaySale("s", 3, 3)
 			waitMode := func(mode string) {
 				t.Helper()
 				waitfor.Until(t, waitfor.Patience, "sell mode "+mode, func() error {

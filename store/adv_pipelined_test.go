@@ -1,7 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -91,4 +97,254 @@ func TestAdvPipelinedCancelledBeforeCommit(t *testing.T) {
 	counts, err := other.CountOrdersOf(bg, []string{"c1"})
 	must(t, err)
 	check(t, "orders of c1", counts["c1"][inventory.OrderConfirmed], 2)
+}
+
+// lossyConn is a connection to PostgreSQL that, once armed, loses the
+// reply to the next COMMIT it sends: the server committed, the client
+// sees a broken connection.
+type lossyConn struct {
+	net.Conn
+	armed *atomic.Bool
+	lose  bool
+}
+
+func (c *lossyConn) Write(p []byte) (int, error) {
+	if c.armed.Load() && bytes.Contains(p, []byte("COMMIT\x00")) {
+		c.armed.Store(false)
+		c.lose = true
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *lossyConn) Read(p []byte) (int, error) {
+	if !c.lose {
+		return c.Conn.Read(p)
+	}
+	// The reply comes (COMMIT is done), and is lost with the connection.
+	_, _ = c.Conn.Read(p)
+	_ = c.Conn.Close()
+	return 0, errors.New("lossyConn: reply lost")
+}
+
+// TestAdvPipelinedCommitReplyLost: the pipelined apply's COMMIT is
+// carried out but its reply is lost (the connection breaks). ApplyMany
+// must fail (the consumer does not acknowledge what it does not know
+// stored), the orders are stored, and applying the batch again, as the
+// consumer does, stores nothing twice and leaves the counts right.
+func TestAdvPipelinedCommitReplyLost(t *testing.T) {
+	t.Parallel()
+	url := dbtest.PostgresURL(t)
+	cfg, err := pgx.ParseConfig(url)
+	must(t, err)
+	var armed atomic.Bool
+	var d net.Dialer
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: c, armed: &armed}, nil
+	}
+	s := &Store{db: stdlib.OpenDB(*cfg), dialect: Postgres, maxParams: 65535}
+	bg := context.Background()
+	must(t, s.migrate(bg))
+	t.Cleanup(func() { s.Close() })
+	other := openStore(t, url)
+	for _, id := range []string{"l1", "l2"} {
+		must(t, s.CreateSale(bg, Sale{Sale: inventory.Sale{ID: id, Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+	}
+	e1, e2 := newEvents("l1"), newEvents("l2")
+	batch := []SaleEvents{
+		{SaleID: "l1", Events: []inventory.Event{e1.bought("u1", line("A", 1)), e1.bought("u2", line("A", 2))}},
+		{SaleID: "l2", Events: []inventory.Event{e2.bought("u1", line("A", 1))}},
+	}
+	txs := s.txs.Load()
+	armed.Store(true)
+	if err := s.ApplyMany(bg, batch); err == nil {
+		t.Fatal("ApplyMany whose COMMIT reply was lost reported success")
+	}
+	if armed.Load() {
+		t.Fatal("no COMMIT was sent")
+	}
+	check(t, "transactions (the pipeline only)", s.txs.Load()-txs, int64(1))
+	counts, err := other.CountOrdersOf(bg, []string{"l1", "l2"})
+	must(t, err)
+	check(t, "orders stored by the commit whose reply was lost", counts["l1"][inventory.OrderConfirmed]+counts["l2"][inventory.OrderConfirmed], 3)
+	before := dumpState(t, other)
+	for range 2 { // the consumer's retries
+		must(t, s.ApplyMany(bg, batch))
+	}
+	after := dumpState(t, other)
+	for table := range before {
+		check(t, table, after[table], before[table])
+	}
+}
+
+// TestAdvPipelinedBackendKilledBeforeCommit: the pipelined apply's
+// backend is terminated (pg_terminate_backend, waiting until it is gone)
+// after the pipeline and before COMMIT. ApplyMany fails, nothing of the
+// batch is stored, and the store's next apply (a fresh connection) stores
+// it once.
+func TestAdvPipelinedBackendKilledBeforeCommit(t *testing.T) {
+	t.Parallel()
+	url := dbtest.PostgresURL(t)
+	killer := openStore(t, url)
+	tracer := &killAfterBatch{killer: killer}
+	s := openTracedPostgres(t, url, tracer)
+	bg := context.Background()
+	must(t, s.CreateSale(bg, Sale{Sale: inventory.Sale{ID: "k1", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+	e := newEvents("k1")
+	batch := []SaleEvents{{SaleID: "k1", Events: []inventory.Event{e.bought("u1", line("A", 1)), e.bought("u2", line("A", 1))}}}
+	tracer.armed.Store(true)
+	if err := s.ApplyMany(bg, batch); err == nil {
+		t.Fatal("ApplyMany whose backend was killed before COMMIT succeeded")
+	}
+	if tracer.armed.Load() {
+		t.Fatal("no batch was sent")
+	}
+	must(t, tracer.err)
+	counts, err := killer.CountOrdersOf(bg, []string{"k1"})
+	must(t, err)
+	check(t, "orders after the killed apply", counts["k1"][inventory.OrderConfirmed], 0)
+	must(t, s.ApplyMany(bg, batch))
+	must(t, s.ApplyMany(bg, batch))
+	counts, err = killer.CountOrdersOf(bg, []string{"k1"})
+	must(t, err)
+	check(t, "orders after the retries", counts["k1"][inventory.OrderConfirmed], 2)
+}
+
+// killAfterBatch terminates, once armed, the backend of the connection
+// whose batch was just read, and waits until it is gone.
+type killAfterBatch struct {
+	cancelAfterBatch
+	killer *Store
+	armed  atomic.Bool
+	err    error
+}
+
+func (k *killAfterBatch) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if k.armed.Swap(false) {
+		var ok bool
+		k.err = k.killer.queryRow(context.Background(), k.killer.db, "SELECT pg_terminate_backend($1, 600000)", conn.PgConn().PID()).Scan(&ok)
+		if k.err == nil && !ok {
+			k.err = errors.New("backend not terminated")
+		}
+	}
+}
+
+// TestAdvPipelinedFailsMidway: a statement of the pipeline fails after
+// the orders and their lines went in (here the journal's insert, refused
+// by a trigger the test adds: any error but the unique key's). Nothing of
+// the batch stays (orders, lines, counts, degraded-mode counters), the
+// error is returned, and the connection — the only one of the pool — is
+// usable: the next apply goes through on it.
+func TestAdvPipelinedFailsMidway(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, dbtest.PostgresURL(t))
+	s.db.SetMaxOpenConns(1)
+	bg := context.Background()
+	must(t, s.CreateSale(bg, Sale{Sale: inventory.Sale{ID: "m1", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+	_, err := s.exec(bg, s.db, "INSERT INTO degraded_stock (sale_id, sku, epoch, sold) VALUES ('m1', 'A', 1, 5)")
+	must(t, err)
+	_, err = s.db.ExecContext(bg, `CREATE FUNCTION refuse_journal() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.user_id = 'poison' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_journal BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION refuse_journal()`)
+	must(t, err)
+	e := newEvents("m1")
+	poisoned := []SaleEvents{{SaleID: "m1", Events: []inventory.Event{e.bought("u1", line("A", 1)), e.bought("poison", line("A", 1))}}}
+	txs := s.txs.Load()
+	if err := s.ApplyMany(bg, poisoned); err == nil || !strings.Contains(err.Error(), "refused by the test") {
+		t.Fatalf("ApplyMany of a batch the journal refuses: %v", err)
+	}
+	check(t, "transactions (the pipeline only)", s.txs.Load()-txs, int64(1))
+	for _, table := range []string{"orders", "order_items", "journal", "order_counts"} {
+		var n int
+		must(t, s.queryRow(bg, s.db, "SELECT COUNT(*) FROM "+table).Scan(&n))
+		check(t, table+" rows left by the failed batch", n, 0)
+	}
+	var left int
+	must(t, s.queryRow(bg, s.db, "SELECT COUNT(*) FROM degraded_stock").Scan(&left))
+	check(t, "degraded-mode counters (deleted by the failed batch: back)", left, 1)
+	good := []SaleEvents{{SaleID: "m1", Events: []inventory.Event{e.bought("u1", line("A", 1)), e.bought("u2", line("A", 1))}}}
+	must(t, s.ApplyMany(bg, good))
+	counts, err := s.CountOrdersOf(bg, []string{"m1"})
+	must(t, err)
+	check(t, "orders", counts["m1"][inventory.OrderConfirmed], 2)
+}
+
+// TestAdvPipelinedConsumersRace: several consumers apply the same entries
+// at once (reclaimed from one another), in batches of overlapping sets of
+// sales — some with a row in sales (locked), one without (nothing to
+// lock). Every apply succeeds (no deadlock between them, no error to
+// retry), and each order is stored once, counted once.
+func TestAdvPipelinedConsumersRace(t *testing.T) {
+	t.Parallel()
+	url := dbtest.PostgresURL(t)
+	bg := context.Background()
+	var stores []*Store
+	for range 4 {
+		stores = append(stores, openStore(t, url))
+	}
+	for _, id := range []string{"r1", "r2", "r3"} {
+		must(t, stores[0].CreateSale(bg, Sale{Sale: inventory.Sale{ID: id, Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+	}
+	gens := map[string]*events{}
+	ids := []string{"r1", "r2", "r3", "r4"} // r4: no row in sales
+	for _, id := range ids {
+		gens[id] = newEvents(id)
+	}
+	const rounds = 15
+	want := 0
+	var sets [][][]SaleEvents // per round, the batch of each consumer
+	for r := range rounds {
+		evs := map[string][]inventory.Event{}
+		for _, id := range ids {
+			for i := range 3 {
+				evs[id] = append(evs[id], gens[id].bought(fmt.Sprintf("u%d-%d", r, i), line("A", 1)))
+				want++
+			}
+		}
+		var round [][]SaleEvents
+		for c := range stores {
+			var batch []SaleEvents
+			for j, id := range ids {
+				if (j+c+r)%4 != 3 { // each consumer leaves out one sale: overlapping sets
+					batch = append(batch, SaleEvents{SaleID: id, Events: evs[id]})
+				}
+			}
+			round = append(round, batch)
+		}
+		// And one consumer with every sale, so each order is applied.
+		round = append(round, []SaleEvents{{SaleID: "r1", Events: evs["r1"]}, {SaleID: "r2", Events: evs["r2"]}, {SaleID: "r3", Events: evs["r3"]}, {SaleID: "r4", Events: evs["r4"]}})
+		sets = append(sets, round)
+	}
+	for _, round := range sets {
+		var wg sync.WaitGroup
+		errs := make([]error, len(round))
+		for c, batch := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[c] = stores[c%len(stores)].ApplyMany(bg, batch)
+			}()
+		}
+		wg.Wait()
+		for c, err := range errs {
+			if err != nil {
+				t.Errorf("consumer %d: %v", c, err)
+			}
+		}
+	}
+	counts, err := stores[0].CountOrdersOf(bg, ids)
+	must(t, err)
+	got := 0
+	for _, id := range ids {
+		got += counts[id][inventory.OrderConfirmed]
+	}
+	check(t, "orders counted", got, want)
+	var n int
+	must(t, stores[0].queryRow(bg, stores[0].db, "SELECT COUNT(*) FROM orders").Scan(&n))
+	check(t, "orders stored", n, want)
+	must(t, stores[0].queryRow(bg, stores[0].db, "SELECT COUNT(*) FROM journal").Scan(&n))
+	check(t, "journal rows", n, want)
 }

@@ -424,3 +424,57 @@ func TestAdvPipelinedMixedAndLarge(t *testing.T) {
 	must(t, err)
 	check(t, "orders of x3", counts["x3"][inventory.OrderConfirmed], 9000)
 }
+
+// TestAdvPipelinedRacesHandOver: an instance hands over (AdoptOrders) the
+// orders Redis acknowledged while the consumer applies their bought
+// events, of two sales, at the same time, round after round; and a
+// degraded-mode counter is there to forget. Neither fails (no deadlock),
+// each order is stored once with its lines, the counts are right.
+func TestAdvPipelinedRacesHandOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.PostgresURL(t)
+	consumer, instance := openStore(t, url), openStore(t, url)
+	for _, id := range []string{"h1", "h2"} {
+		must(t, consumer.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: id, Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
+	}
+	g1, g2 := newEvents("h1"), newEvents("h2")
+	want := 0
+	for r := range 20 {
+		_, err := consumer.exec(ctx, consumer.db, "INSERT INTO degraded_stock (sale_id, sku, epoch, sold) VALUES ('h1', 'A', ?, 1)", r+1)
+		must(t, err)
+		var evs1, evs2 []inventory.Event
+		var orders []inventory.Order
+		for i := range 4 {
+			evs1 = append(evs1, g1.bought(fmt.Sprintf("a%d-%d", r, i), line("A", 1)))
+			evs2 = append(evs2, g2.bought(fmt.Sprintf("b%d-%d", r, i), line("A", 1)))
+			want += 2
+		}
+		// The hand-over holds some of the orders (the others Redis had
+		// sent down the stream before), listed sale h2's first.
+		for i := range 3 {
+			orders = append(orders, evs2[i].Order, evs1[i+1].Order)
+		}
+		var wg sync.WaitGroup
+		var errApply, errAdopt error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			errApply = consumer.ApplyMany(ctx, []SaleEvents{{SaleID: "h2", Events: evs2}, {SaleID: "h1", Events: evs1}})
+		}()
+		go func() { defer wg.Done(); errAdopt = instance.AdoptOrders(ctx, orders) }()
+		wg.Wait()
+		must(t, errApply)
+		must(t, errAdopt)
+	}
+	var n, lines, journal int
+	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM orders").Scan(&n))
+	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM order_items").Scan(&lines))
+	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM journal").Scan(&journal))
+	check(t, "orders", n, want)
+	check(t, "lines", lines, want)
+	check(t, "journal rows (every bought event once)", journal, want)
+	counts, err := consumer.CountOrdersOf(ctx, []string{"h1", "h2"})
+	must(t, err)
+	check(t, "orders counted", counts["h1"][inventory.OrderConfirmed]+counts["h2"][inventory.OrderConfirmed], want)
+}

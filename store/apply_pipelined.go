@@ -94,10 +94,18 @@ func (s *Store) applyPipelined(ctx context.Context, sales []SaleEvents) error {
 		err := sendPipeline(ctx, c, b)
 		if err == nil {
 			_, err = c.Exec(ctx, "COMMIT")
-			return err
+		} else {
+			_, _ = c.Exec(ctx, "ROLLBACK")
 		}
-		if _, rbErr := c.Exec(ctx, "ROLLBACK"); rbErr != nil {
-			// Left in a transaction: not to go back to the pool.
+		// Still in the transaction (ctx ended after the pipeline, before
+		// COMMIT or ROLLBACK was sent: pgx then sends nothing and leaves
+		// the connection open): closed, which rolls it back, rather than
+		// back to the pool holding the sales' locks and the orders
+		// uncommitted until the connection's next use
+		// (TestAdvPipelinedCancelledBeforeCommit). A COMMIT sent whose
+		// reply was lost is an error too: the caller retries, and the
+		// retry is refused by the unique key and stores nothing twice.
+		if !c.IsClosed() && c.PgConn().TxStatus() != 'I' {
 			_ = c.Close(ctx)
 		}
 		return err

@@ -22,23 +22,9 @@ import (
 func TestAdvOrderCountsMigratedWhileWritten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.PostgresURL(t)
-	s, err := openPostgres(url)
-	must(t, err)
-	t.Cleanup(func() {
-		checkOrderCounts(t, s)
-		s.Close()
-	})
-	ms, err := migrations(s.dialect)
-	must(t, err)
-	var m13 migration
-	for _, m := range ms {
-		if m.version >= 13 {
-			m13 = m
-			break
-		}
-		must(t, s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applyMigration(ctx, tx, m) }))
-	}
+	s, rest := openMigratedBelow(t, Postgres, dbtest.PostgresURL(t), 13)
+	t.Cleanup(func() { checkOrderCounts(t, s) })
+	m13 := rest[0]
 	var seq atomic.Int64
 	insert := func(q querier, sale, status string) (string, error) {
 		id := fmt.Sprintf("%s.01J%023d", sale, seq.Add(1))

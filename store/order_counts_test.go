@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"strings"
 	"testing"
 
 	"github.com/seckill/seckill/internal/dbtest"
@@ -19,26 +17,8 @@ func TestOrderCountsMigration(t *testing.T) {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			var s *Store
-			var err error
-			if d.Name == SQLite {
-				s, err = openSQLite(strings.TrimPrefix(d.URL, "sqlite://"))
-			} else {
-				s, err = openPostgres(d.URL)
-			}
-			must(t, err)
-			t.Cleanup(func() {
-				checkOrderCounts(t, s)
-				s.Close()
-			})
-			ms, err := migrations(s.dialect)
-			must(t, err)
-			for _, m := range ms {
-				if m.version >= 13 {
-					break
-				}
-				must(t, s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applyMigration(ctx, tx, m) }))
-			}
+			s, _ := openMigratedBelow(t, d.Name, d.URL, 13)
+			t.Cleanup(func() { checkOrderCounts(t, s) })
 			for _, o := range []struct{ sale, status, pay string }{
 				{"a", "confirmed", ""}, {"a", "confirmed", ""}, {"a", "cancelled", ""},
 				{"a", "confirmed", "paid"}, {"a", "cancelled", "expired"}, {"a", "cancelled", "expired"},

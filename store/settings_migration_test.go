@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"strings"
 	"testing"
 
 	"github.com/seckill/seckill/internal/dbtest"
@@ -40,23 +38,7 @@ func migrateSettingsRows(t *testing.T, rows []oldSettingsRow) {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			var s *Store
-			var err error
-			if d.Name == SQLite {
-				s, err = openSQLite(strings.TrimPrefix(d.URL, "sqlite://"))
-			} else {
-				s, err = openPostgres(d.URL)
-			}
-			must(t, err)
-			t.Cleanup(func() { s.Close() })
-			ms, err := migrations(s.dialect)
-			must(t, err)
-			for _, m := range ms {
-				if m.version >= 9 {
-					break
-				}
-				must(t, s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applyMigration(ctx, tx, m) }))
-			}
+			s, _ := openMigratedBelow(t, d.Name, d.URL, 9)
 			for _, row := range rows {
 				_, err := s.exec(ctx, s.db, `INSERT INTO sales (id, per_user_limit, require_purchase_token, rate_limits, created_at)
 					VALUES (?, 1, ?, ?, 1)`, row.id, row.token, row.limits)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +30,32 @@ func openStore(t testing.TB, url string) *Store {
 		s.Close()
 	})
 	return s
+}
+
+// openMigratedBelow opens the database of dialect (SQLite or Postgres) at
+// url without migrating it, applies its migrations below version, and
+// returns the store (closed when the test ends) and the migrations from
+// version on; s.migrate applies them.
+func openMigratedBelow(t *testing.T, dialect, url string, version int) (*Store, []migration) {
+	t.Helper()
+	var s *Store
+	var err error
+	if dialect == SQLite {
+		s, err = openSQLite(strings.TrimPrefix(url, "sqlite://"))
+	} else {
+		s, err = openPostgres(url)
+	}
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	ms, err := migrations(s.dialect)
+	must(t, err)
+	for i, m := range ms {
+		if m.version >= version {
+			return s, ms[i:]
+		}
+		must(t, s.inTx(context.Background(), nil, func(tx *sql.Tx) error { return s.applyMigration(context.Background(), tx, m) }))
+	}
+	return s, nil
 }
 
 // checkOrderCounts fails the test if the counts the triggers of migration

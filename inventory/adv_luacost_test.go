@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/ratelimit"
 )
 
 // TestBatchAgreesWithBuyingAlone: rounds of random buys (buyers that come
@@ -30,15 +29,13 @@ import (
 // stock and every throttle hash must be the same in both; no sku is
 // oversold and no buyer holds more than the limit.
 func TestBatchAgreesWithBuyingAlone(t *testing.T) {
-	th := func(l ratelimit.Limit) *inventory.Throttle {
-		x, err := throttleOf(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &x
-	}
-	t1, t2 := th(ratelimit.PerSecond(2, 2)), th(ratelimit.PerSecond(1, 1))
-	t3 := &inventory.Throttle{Rate: 1, Period: 10 * time.Second, Burst: 3}
+	// (Windows of 16 s and 4 min: Redis expires the throttle hashes in real
+	// time, relative to the test's time, so the test's rounds, which step
+	// that time, stay far from a window's end. Checked with windows of 2 s,
+	// where a slow run saw one sale's hash expire before the other's.)
+	t1 := &inventory.Throttle{Rate: 2, Period: 10 * time.Second, Burst: 2}
+	t2 := &inventory.Throttle{Rate: 1, Period: 5 * time.Second, Burst: 2}
+	t3 := &inventory.Throttle{Rate: 1, Period: time.Minute, Burst: 3}
 	if inventory.ThrottleWindow(*t1) != inventory.ThrottleWindow(*t2) || inventory.ThrottleWindow(*t1) == inventory.ThrottleWindow(*t3) {
 		t.Fatalf("windows %d %d %d", inventory.ThrottleWindow(*t1), inventory.ThrottleWindow(*t2), inventory.ThrottleWindow(*t3))
 	}
@@ -50,19 +47,21 @@ func TestBatchAgreesWithBuyingAlone(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b backend) {
 			r := newRig(t, b, inventory.Options{})
 			sales := []string{"batch", "alone"}
-			t0 := r.clock.Now()
+			const span = 262144 // ms: t3's window, a multiple of t1's
+			t0 := time.UnixMilli((r.clock.Now().UnixMilli()/span + 1) * span).UTC()
+			r.clock.Set(t0)
 			for _, s := range sales {
 				r.create(inventory.Sale{ID: s, PerUserLimit: limit, Items: []inventory.Item{{SKU: "A", Stock: 300}, {SKU: "B", Stock: 60}}})
 				if err := r.rdb.HSet(r.ctx, r.key(s, "bought"), "u3|A", "0", "u4|A", "2").Err(); err != nil {
 					t.Fatal(err)
 				}
 				// u5's state of t1 is corrupt; u6's state of t2 is in the
-				// next window's hash, a second ahead (as after a step back).
+				// next window's hash, 10 s ahead (as after a step back).
 				k1 := r.eng.ThrottleKeys(s, *t1, t0)
 				if err := r.rdb.HSet(r.ctx, k1[0], "u5", "garbage").Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := r.rdb.HSet(r.ctx, k1[1], "u6", fmt.Sprintf("%d:0", t0.UnixMicro()+1_000_000)).Err(); err != nil {
+				if err := r.rdb.HSet(r.ctx, k1[1], "u6", fmt.Sprintf("%d:0", t0.UnixMicro()+10_000_000)).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -76,7 +75,7 @@ func TestBatchAgreesWithBuyingAlone(t *testing.T) {
 			// name[id]: the order id's place in the test (the ids of the two
 			// sales differ), so that outcomes compare
 			name := map[string]string{}
-			for round, at := range []time.Duration{0, 700 * time.Millisecond, 300 * time.Millisecond, 2500 * time.Millisecond} {
+			for round, at := range []time.Duration{0, 7 * time.Second, 3 * time.Second, 25 * time.Second} {
 				r.clock.Set(t0.Add(at))
 				var reqs [2][]inventory.BuyRequest
 				for range 40 + rng.IntN(30) {

@@ -7,7 +7,6 @@ package service_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"sort"
@@ -112,22 +111,7 @@ func TestBuyShortcutAnswersAsTheMux(t *testing.T) {
 		pair("unknown sku", "s1", "u9", map[string]any{"items": []map[string]any{{"sku": "Z", "qty": 1}}})
 
 		// A body over the limit with no Content-Length (chunked).
-		chunked := func(path string) reply {
-			t.Helper()
-			req, err := http.NewRequest("POST", a.svc.URL()+path, io.MultiReader(strings.NewReader(big)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+a.token("u9"))
-			req.Header.Set("X-Request-Id", "adv-chunked")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			return reply{status: resp.StatusCode, header: resp.Header, body: raw}
-		}
+		chunked := func(path string) reply { return a.postChunked(path, "u9", big, "X-Request-Id", "adv-chunked") }
 		if got, want := dumpReply(chunked("/v1/sales/s1/orders")), dumpReply(chunked("/v1/sales/%731/orders")); got != want {
 			t.Errorf("chunked body over the limit: the shortcut's answer:\n%s\nthe mux's:\n%s", got, want)
 		} else if !strings.HasPrefix(got, "400") && !strings.HasPrefix(got, "413") {

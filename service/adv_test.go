@@ -97,25 +97,33 @@ func TestAdvBuyBadBodiesChangeNothing(t *testing.T) {
 // without a Content-Length.
 type chunked struct{ io.Reader }
 
+// postChunked POSTs body to path as user with no Content-Length (chunked),
+// with headers (name, value pairs) besides the token, and reads the reply.
+func (a *app) postChunked(path, user, body string, headers ...string) reply {
+	a.t.Helper()
+	req, err := http.NewRequest("POST", a.svc.URL()+path, chunked{strings.NewReader(body)})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token(user))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
 // Bodies without a Content-Length (chunked) are read as those with one,
 // and over 64 KiB they are refused.
 func TestAdvBuyChunkedBodies(t *testing.T) {
 	forEachStack(t, func(t *testing.T, a *app) {
 		a.createSale("s1", 1000, "A", 1000)
-		send := func(user, body string) reply {
-			req, err := http.NewRequest("POST", a.svc.URL()+"/v1/sales/s1/orders", chunked{strings.NewReader(body)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+a.token(user))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			return reply{status: resp.StatusCode, header: resp.Header, body: raw}
-		}
+		send := func(user, body string) reply { return a.postChunked("/v1/sales/s1/orders", user, body) }
 		if r := send("c1", `{"items":[{"sku":"A","qty":2}]}`); r.status != http.StatusCreated {
 			t.Fatalf("chunked buy: %d %s", r.status, r.body)
 		}

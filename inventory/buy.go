@@ -133,6 +133,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 	out := make([]BuyResult, len(reqs))
 	type group struct {
 		sale string
+		keys []string
 		bcs  []buyCall
 		at   []int
 	}
@@ -153,7 +154,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 		}
 		g := open[r.SaleID]
 		if g == nil || len(g.bcs) == e.coalesce.MaxBatch {
-			g = &group{sale: r.SaleID}
+			g = &group{sale: r.SaleID, keys: e.keys(r.SaleID).buy()}
 			groups = append(groups, g)
 			open[r.SaleID] = g
 		}
@@ -162,7 +163,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 	calls := make([]call, len(groups))
 	now := e.scriptNow()
 	for j, g := range groups {
-		calls[j] = e.batchCall(g.bcs, now)
+		calls[j] = e.batchCall(g.keys, g.bcs, now)
 	}
 	for j, res := range e.run.runPipelined(ctx, calls) {
 		g := groups[j]
@@ -180,9 +181,10 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 }
 
 // buyCall is one buy of a buy.lua call, ready to send: the order id is
-// chosen before the first attempt and kept by every retry.
+// chosen before the first attempt and kept by every retry. The call's keys
+// are its sale's (saleKeys.buy), the same for every buy of the sale: the
+// caller that sends it has them.
 type buyCall struct {
-	keys     []string
 	args     []any // this buy's part of the script's arguments, but its throttle
 	placed   Order
 	epoch    uint64      // the sold-out flags' epoch before it was sent
@@ -193,7 +195,6 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 	if err := c.checkOrderOfSale(); err != nil {
 		return buyCall{}, err
 	}
-	k := e.keys(c.saleID)
 	orderID := c.orderID
 	if orderID == "" {
 		orderID = NewOrderID(c.saleID)
@@ -205,7 +206,6 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 	}
 	return buyCall{
 		throttle: c.throttle,
-		keys:     []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines},
 		args:     args,
 		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
 			Items: c.lines, IdempotencyKey: c.key},
@@ -213,11 +213,11 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 	}, nil
 }
 
-// batchCall is one buy.lua call running bcs, all of one sale, in order, at
-// time now (see scriptNow). The batch's throttles go once each, ahead of
+// batchCall is one buy.lua call running bcs, all of one sale whose keys
+// (saleKeys.buy) are keys, in order, at time now (see scriptNow). The batch's throttles go once each, ahead of
 // the buys, which name theirs by its place (usually every buy has the
 // same).
-func (e *Engine) batchCall(bcs []buyCall, now any) call {
+func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
 	n := 3
@@ -249,7 +249,7 @@ func (e *Engine) batchCall(bcs []buyCall, now any) call {
 		args = append(args, which[i])
 		args = append(args, a[4:]...)
 	}
-	return call{s: buyScript, keys: bcs[0].keys, args: args}
+	return call{s: buyScript, keys: keys, args: args}
 }
 
 // buyReplies splits a buy.lua reply into its n buys' replies, each a
@@ -285,20 +285,22 @@ func buyReplies(reply []any, err error, n int) ([][]any, error) {
 	return out, nil
 }
 
-// runBuys runs bcs, all of one sale, as one buy.lua call: through a rebuild
-// of the sale when it is missing from Redis, but with no transport retries
-// (a caller retries each buy alone, with finishBuy).
-func (e *Engine) runBuys(ctx context.Context, bcs []buyCall) ([][]any, error) {
-	c := e.batchCall(bcs, e.scriptNow())
+// runBuys runs bcs, all of one sale whose keys are keys, as one buy.lua
+// call: through a rebuild of the sale when it is missing from Redis, but
+// with no transport retries (a caller retries each buy alone, with
+// finishBuy).
+func (e *Engine) runBuys(ctx context.Context, keys []string, bcs []buyCall) ([][]any, error) {
+	c := e.batchCall(keys, bcs, e.scriptNow())
 	reply, err := e.runSale(ctx, bcs[0].placed.SaleID, c.s, c.keys, c.args...)
 	return buyReplies(reply, err, len(bcs))
 }
 
-// runBuysOnce runs bcs, all of one sale, as one buy.lua call, with no
-// rebuild and no transport retries: a sale missing from Redis fails with
-// errSaleMissing, so that the caller can rebuild it off the pipeline.
-func (e *Engine) runBuysOnce(ctx context.Context, bcs []buyCall) ([][]any, error) {
-	c := e.batchCall(bcs, e.scriptNow())
+// runBuysOnce runs bcs, all of one sale whose keys are keys, as one
+// buy.lua call, with no rebuild and no transport retries: a sale missing
+// from Redis fails with errSaleMissing, so that the caller can rebuild it
+// off the pipeline.
+func (e *Engine) runBuysOnce(ctx context.Context, keys []string, bcs []buyCall) ([][]any, error) {
+	c := e.batchCall(keys, bcs, e.scriptNow())
 	reply, err := e.run.run(ctx, c.s, c.keys, c.args...)
 	if err == nil && code(reply) == codeMissing {
 		return nil, errSaleMissing
@@ -316,16 +318,16 @@ type batchReplies struct {
 	err     error
 }
 
-// runBuysPipelined runs batches, each a buy.lua call of one sale, in one
-// pipeline (one round trip to each node, and one more to a node that
-// answered NOSCRIPT), with no rebuild and no transport retries: a batch
-// whose sale is missing from Redis fails with errSaleMissing. Results are
-// in the order of batches.
-func (e *Engine) runBuysPipelined(ctx context.Context, batches [][]buyCall) []batchReplies {
+// runBuysPipelined runs batches, each a buy.lua call of one sale whose
+// keys are keys[i], in one pipeline (one round trip to each node, and one
+// more to a node that answered NOSCRIPT), with no rebuild and no transport
+// retries: a batch whose sale is missing from Redis fails with
+// errSaleMissing. Results are in the order of batches.
+func (e *Engine) runBuysPipelined(ctx context.Context, keys [][]string, batches [][]buyCall) []batchReplies {
 	calls := make([]call, len(batches))
 	now := e.scriptNow()
 	for i, bcs := range batches {
-		calls[i] = e.batchCall(bcs, now)
+		calls[i] = e.batchCall(keys[i], bcs, now)
 	}
 	out := make([]batchReplies, len(batches))
 	for i, res := range e.run.runPipelined(ctx, calls) {
@@ -348,11 +350,12 @@ func (e *Engine) finishBuy(ctx context.Context, bc buyCall) (Receipt, error) {
 // times with a transport error.
 func (e *Engine) finishBuyAfter(ctx context.Context, bc buyCall, failed int) (Receipt, error) {
 	one := []buyCall{bc}
+	keys := e.keys(bc.placed.SaleID).buy()
 	for attempt := 1; ; attempt++ {
 		var replies [][]any
 		_, err := e.retryTransientAfter(ctx, failed, func() ([]any, error) {
 			var err error
-			replies, err = e.runBuys(ctx, one)
+			replies, err = e.runBuys(ctx, keys, one)
 			return nil, err
 		})
 		if err != nil {

@@ -52,6 +52,7 @@ func (c Coalesce) withDefaults() Coalesce {
 type coalescer struct {
 	e        *Engine
 	sale     string
+	keys     []string // the sale's, for every call (saleKeys.buy)
 	mu       sync.Mutex
 	queue    []*waiter
 	inFlight int
@@ -72,7 +73,7 @@ func (e *Engine) coalescerOf(saleID string) *coalescer {
 	if c, ok := e.coalescers.Load(saleID); ok {
 		return c.(*coalescer)
 	}
-	c, _ := e.coalescers.LoadOrStore(saleID, &coalescer{e: e, sale: saleID})
+	c, _ := e.coalescers.LoadOrStore(saleID, &coalescer{e: e, sale: saleID, keys: e.keys(saleID).buy()})
 	return c.(*coalescer)
 }
 

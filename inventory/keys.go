@@ -45,21 +45,59 @@ type saleKeys struct {
 	throttle, token                              string // the starts of the keys
 }
 
+// keySuffixes are the ends of saleKeys' keys, in the order keys builds
+// them: every key is the tag followed by one of them.
+var keySuffixes = [...]string{":sale", ":bought", ":orders", ":idem", ":events", ":initlock", ":deadlines", ":paid", ":tat:", ":ptoken:"}
+
+// keys builds every key of the sale in one allocation: the tag and each
+// key are parts of one string.
 func (e *Engine) keys(saleID string) saleKeys {
-	tag := "{" + e.prefix + ":" + saleID + "}"
+	tagLen := len(e.prefix) + len(saleID) + 3
+	n := tagLen
+	for _, s := range keySuffixes {
+		n += tagLen + len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	writeTag := func() {
+		b.WriteString("{")
+		b.WriteString(e.prefix)
+		b.WriteString(":")
+		b.WriteString(saleID)
+		b.WriteString("}")
+	}
+	writeTag()
+	for _, s := range keySuffixes {
+		writeTag()
+		b.WriteString(s)
+	}
+	all := b.String()
+	tag := all[:tagLen]
+	var parts [len(keySuffixes)]string
+	at := tagLen
+	for i, s := range keySuffixes {
+		parts[i] = all[at : at+tagLen+len(s)]
+		at += tagLen + len(s)
+	}
 	return saleKeys{
 		tag:       tag,
-		sale:      tag + ":sale",
-		bought:    tag + ":bought",
-		orders:    tag + ":orders",
-		idem:      tag + ":idem",
-		events:    tag + ":events",
-		initLock:  tag + ":initlock",
-		deadlines: tag + ":deadlines",
-		paid:      tag + ":paid",
-		throttle:  tag + ":tat:",
-		token:     tag + ":ptoken:",
+		sale:      parts[0],
+		bought:    parts[1],
+		orders:    parts[2],
+		idem:      parts[3],
+		events:    parts[4],
+		initLock:  parts[5],
+		deadlines: parts[6],
+		paid:      parts[7],
+		throttle:  parts[8],
+		token:     parts[9],
 	}
+}
+
+// buy returns buy.lua's KEYS (see buy.lua): a new slice, which the
+// coalescer of the sale shares among all its calls (nobody writes it).
+func (k saleKeys) buy() []string {
+	return []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines}
 }
 
 // op returns the key marking a one-off operation (a restock, a cancel, a
@@ -104,7 +142,14 @@ const orderIDSep = "."
 
 // NewOrderID makes a new order id of the sale.
 func NewOrderID(saleID string) string {
-	return saleID + orderIDSep + ulid.Make().String()
+	var text [ulid.EncodedSize]byte
+	_ = ulid.Make().MarshalTextTo(text[:]) // fails only for a shorter dst
+	var b strings.Builder                  // one allocation: the id itself
+	b.Grow(len(saleID) + len(orderIDSep) + len(text))
+	b.WriteString(saleID)
+	b.WriteString(orderIDSep)
+	b.Write(text[:])
+	return b.String()
 }
 
 // SaleOfOrder returns the sale id an order id belongs to, or an error matching

@@ -123,23 +123,24 @@ func (p *pipeliner) run(ctx context.Context, batches []batch) {
 	live := batches[:0]
 	lives := make([][]*waiter, 0, len(batches))
 	bcss := make([][]buyCall, 0, len(batches))
+	keys := make([][]string, 0, len(batches))
 	for _, b := range batches {
 		ws, bcs := dropGivenUp(b.waiters)
 		if len(ws) == 0 {
 			p.enqueueNext(b.c)
 			continue
 		}
-		live, lives, bcss = append(live, b), append(lives, ws), append(bcss, bcs)
+		live, lives, bcss, keys = append(live, b), append(lives, ws), append(bcss, bcs), append(keys, b.c.keys)
 	}
 	var results []batchReplies
 	switch len(live) {
 	case 0:
 		return
 	case 1:
-		replies, err := p.e.runBuysOnce(ctx, bcss[0])
+		replies, err := p.e.runBuysOnce(ctx, keys[0], bcss[0])
 		results = []batchReplies{{replies: replies, err: err}}
 	default:
-		results = p.e.runBuysPipelined(ctx, bcss)
+		results = p.e.runBuysPipelined(ctx, keys, bcss)
 	}
 	for i, res := range results {
 		c, ws, bcs := live[i].c, lives[i], bcss[i]
@@ -148,7 +149,7 @@ func (p *pipeliner) run(ctx context.Context, batches []batch) {
 			// InitTimeout): alone, off this pipeline, so that the other
 			// sales' buyers need not wait for it.
 			go func() {
-				replies, err := p.e.runBuys(ctx, bcs)
+				replies, err := p.e.runBuys(ctx, c.keys, bcs)
 				c.deliver(ws, bcs, replies, err)
 				if next := c.next(); next != nil {
 					// The rebuild may have followed a failover: ask again

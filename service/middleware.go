@@ -26,15 +26,16 @@ func (s *Service) harden(next http.Handler) http.Handler {
 		if !validRequestID(id) {
 			id = newRequestID()
 		}
+		// One allocation holds the request's writer, its id's header value
+		// and the context that carries them.
+		rs := &requestState{Context: r.Context(), sw: statusWriter{ResponseWriter: w, requestID: id}, idHeader: [1]string{id}}
+		sw := &rs.sw
 		h := w.Header()
-		h["X-Request-Id"] = []string{id}
+		h["X-Request-Id"] = rs.idHeader[:]
 		for _, sh := range securityHeaders {
 			h[sh.name] = sh.value
 		}
-		// The writer carries the id: a pointer in the context costs no
-		// allocation of its own.
-		sw := &statusWriter{ResponseWriter: w, requestID: id}
-		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, sw))
+		r = r.WithContext(rs)
 		var began time.Time // read for the debug log alone
 		if debugLog {
 			began = time.Now()
@@ -78,6 +79,27 @@ var securityHeaders = []struct {
 
 // requestKey is the context key of the request's *statusWriter.
 type requestKey struct{}
+
+// requestState is a request's context under harden: its parent's, and the
+// value of requestKey, the request's writer. (It is context.WithValue's
+// context, made in the same allocation as the writer: the context
+// package's cancellations see through it to the parent's, as through
+// WithValue's.) idHeader is the X-Request-Id header's value: a slice of
+// capacity 1, so that a handler's Add copies it, as it copies the security
+// headers' shared values.
+type requestState struct {
+	context.Context
+	sw       statusWriter
+	idHeader [1]string
+}
+
+// Value is the request's writer for requestKey, else the parent's value.
+func (s *requestState) Value(key any) any {
+	if key == (requestKey{}) {
+		return &s.sw
+	}
+	return s.Context.Value(key)
+}
 
 // logFor is the logger of a request: the service's, with its request id.
 // Made when needed: most requests log nothing.

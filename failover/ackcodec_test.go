@@ -58,3 +58,29 @@ func TestRingReusesItsSlots(t *testing.T) {
 		t.Errorf("snapshot of a truncated record: %v, want errBadRecord", err)
 	}
 }
+
+// TestRingFillsInOneAllocationPerOrder: while the ring fills, each order
+// takes one allocation, its record, and no record shares the buffer it was
+// encoded in. (Seen failing with each record appended to
+// nil: 2 allocations per order for the record alone.)
+func TestRingFillsInOneAllocationPerOrder(t *testing.T) {
+	const n = 300
+	r := ackRing{size: 2 * n}
+	r.buf = make([][]byte, 0, r.size) // the slots' own slice is not counted
+	o := inventory.Order{ID: "s.01KAZ5V3J9Q8W2E4R6T8Y0U2I4", SaleID: "s", UserID: "user-1234", Status: inventory.OrderPending,
+		Items: []inventory.Line{{SKU: "A", Qty: 1}}, CreatedAt: time.Unix(1_800_000_000, 0).UTC()}
+	r.add(o) // the scratch buffer's own allocation
+	if got := testing.AllocsPerRun(n-1, func() { r.add(o) }); got != 1 {
+		t.Errorf("add into a filling ring allocates %v times, want 1", got)
+	}
+	o.UserID = "another"
+	r.add(o)
+	acked, _, err := r.snapshot()
+	if err != nil || len(acked) != 1 || acked[0].UserID != "another" {
+		t.Fatalf("snapshot: %v, %+v", err, acked)
+	}
+	first, err := decodeOrder(r.buf[0])
+	if err != nil || first.UserID != "user-1234" {
+		t.Fatalf("first record %+v, %v: overwritten through the scratch buffer", first, err)
+	}
+}

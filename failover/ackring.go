@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"bytes"
 	"slices"
 	"sync"
 
@@ -24,6 +25,8 @@ type ackRing struct {
 	size int
 	buf  [][]byte // encoded orders; a slot's slice is reused when overwritten
 	next int
+	// scratch encodes an order before the ring has a slot for it to reuse
+	scratch []byte
 
 	unsure []inventory.Order
 	handed int // how many of unsure the last hand-over took
@@ -58,7 +61,11 @@ func (r *ackRing) settle() {
 func (r *ackRing) add(o inventory.Order) {
 	r.mu.Lock()
 	if len(r.buf) < r.size {
-		r.buf = append(r.buf, appendOrder(nil, o))
+		// A new slot: encoded in the scratch buffer, then copied once, at
+		// its size (appending to nil grew it four times for an order of one
+		// line).
+		r.scratch = appendOrder(r.scratch[:0], o)
+		r.buf = append(r.buf, bytes.Clone(r.scratch))
 	} else {
 		r.buf[r.next] = appendOrder(r.buf[r.next][:0], o)
 		r.next = (r.next + 1) % r.size

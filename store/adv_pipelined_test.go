@@ -470,7 +470,7 @@ func TestAdvPipelinedRacesHandOver(t *testing.T) {
 	}
 	var n, lines, journal int
 	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM orders").Scan(&n))
-	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM order_items").Scan(&lines))
+	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM "+orderLines("true")+" l").Scan(&lines))
 	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM journal").Scan(&journal))
 	check(t, "orders", n, want)
 	check(t, "lines", lines, want)
@@ -551,8 +551,8 @@ func TestAdvPipelinedRacesDegradedBuys(t *testing.T) {
 	buy("probe")
 	must(t, s.ApplyMany(ctx, []SaleEvents{{SaleID: "d1", Events: []inventory.Event{e.bought("late", line("A", 1))}}}))
 	var units int64
-	must(t, s.queryRow(ctx, s.db, `SELECT COALESCE(CAST(SUM(oi.qty) AS BIGINT), 0) FROM orders o
-		JOIN order_items oi ON oi.order_id = o.id WHERE o.sale_id = 'd1' AND o.status = 'confirmed'`).Scan(&units))
+	must(t, s.queryRow(ctx, s.db, `SELECT COALESCE(CAST(SUM(l.qty) AS BIGINT), 0) FROM `+
+		orderLines("o.sale_id = 'd1' AND o.status = 'confirmed'")+` l`).Scan(&units))
 	check(t, "live units (21 from Redis, the rest degraded)", units, 21+degraded.Load())
 	check(t, "remaining after the race", buy("last").Remaining, []int64{100 - units - 1})
 }

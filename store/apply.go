@@ -299,10 +299,11 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		// The order may not be here yet: its bought event can come later when
 		// a crashed consumer's entries are reclaimed. Then it goes in
 		// cancelled, and that bought event will leave it so.
-		_, err := s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
+		sku, qty := inlineLine(o)
+		_, err := s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at, sku, qty)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET status = excluded.status, cancelled_at = excluded.cancelled_at`,
-			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt), ms(ev.At))
+			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt), ms(ev.At), sku, qty)
 		if err != nil {
 			return err
 		}

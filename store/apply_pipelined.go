@@ -79,7 +79,9 @@ func (s *Store) applyPipelined(ctx context.Context, sales []SaleEvents) error {
 		head string
 		cols []any
 	}{{ordersInsert, orders.columns()}, {itemsInsert, items.columns()}, {journalInsert, journal.columns()}} {
-		b.Queue(unnestInsert(ins.head, ins.cols, ""), ins.cols...)
+		if columnLen(ins.cols[0]) > 0 { // no lines in order_items when every order has one (inlineLine)
+			b.Queue(unnestInsert(ins.head, ins.cols, ""), ins.cols...)
+		}
 	}
 	b.Queue(unsureArrivedSQL, ids)
 

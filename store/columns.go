@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,24 +16,54 @@ import (
 
 // orderRows are rows of orders, confirmed.
 type orderRows struct {
-	id, sale, user, status, key []string
-	created                     []int64
+	id, sale, user, status, key, sku []string
+	created, qty                     []int64
 }
 
 func (t *orderRows) add(saleID string, o inventory.Order) {
+	sku, qty := inlineLine(o)
 	t.id = append(t.id, o.ID)
 	t.sale = append(t.sale, saleID)
 	t.user = append(t.user, o.UserID)
 	t.status = append(t.status, string(inventory.OrderConfirmed))
 	t.key = append(t.key, o.IdempotencyKey)
 	t.created = append(t.created, ms(o.CreatedAt))
+	t.sku = append(t.sku, sku)
+	t.qty = append(t.qty, qty)
 }
 
 func (t *orderRows) columns() []any {
-	return []any{t.id, t.sale, t.user, t.status, t.key, t.created}
+	return []any{t.id, t.sale, t.user, t.status, t.key, t.created, t.sku, t.qty}
 }
 
-const ordersInsert = "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)"
+const ordersInsert = "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, sku, qty)"
+
+// An order's lines (migration 014): an order of one line carries it in its
+// own row (orders.sku, orders.qty) and has no order_items row; an order of
+// several lines has orders.sku '' and a row of order_items per line, as
+// has every order stored before 014. Every writer of orders follows
+// inlineLine and itemRows.add; every reader of lines reads both
+// (orderLines, readOrders).
+
+// inlineLine returns the line o carries in its own row: its only line, or
+// "" and 0 for an order of several lines (they go in order_items).
+func inlineLine(o inventory.Order) (sku string, qty int64) {
+	if len(o.Items) == 1 {
+		return o.Items[0].SKU, o.Items[0].Qty
+	}
+	return "", 0
+}
+
+// orderLines returns a subquery (to alias after FROM) of the lines
+// (order_id, sku, qty) of the orders o that match where, a condition on
+// orders o whose parameters the caller passes twice, once per branch.
+func orderLines(where string) string {
+	return `(SELECT o.id AS order_id, o.sku AS sku, o.qty AS qty FROM orders o WHERE (` + where + `) AND o.sku <> ''
+		UNION ALL SELECT oi.order_id, oi.sku, oi.qty FROM orders o JOIN order_items oi ON oi.order_id = o.id WHERE ` + where + `)`
+}
+
+// twice returns args followed by args again, for orderLines.
+func twice(args ...any) []any { return slices.Concat(args, args) }
 
 // itemRows are rows of order_items.
 type itemRows struct {
@@ -40,8 +71,12 @@ type itemRows struct {
 	qty, pos   []int64
 }
 
-// add adds the lines of o.
+// add adds the lines of o, unless it carries its one line in its own row
+// (inlineLine).
 func (t *itemRows) add(o inventory.Order) {
+	if len(o.Items) == 1 {
+		return
+	}
 	for i, l := range o.Items {
 		t.order = append(t.order, o.ID)
 		t.sku = append(t.sku, l.SKU)

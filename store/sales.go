@@ -311,20 +311,27 @@ func (s *Store) Order(ctx context.Context, id string) (inventory.Order, error) {
 // with parameters args) with their items, by creation time then id.
 func (s *Store) readOrders(ctx context.Context, q querier, where string, args ...any) ([]inventory.Order, error) {
 	rows, err := s.query(ctx, q, `SELECT o.id, o.sale_id, o.user_id, o.status, o.idempotency_key, o.created_at,
-		o.payment_status, o.payment_ref, COALESCE((SELECT s.payment_timeout_ms FROM sales s WHERE s.id = o.sale_id), 0)
+		o.payment_status, o.payment_ref, COALESCE((SELECT s.payment_timeout_ms FROM sales s WHERE s.id = o.sale_id), 0), o.sku, o.qty
 		FROM orders o WHERE `+where+` ORDER BY o.created_at, o.id`, args...)
 	if err != nil {
 		return nil, err
 	}
 	var orders []inventory.Order
 	index := map[string]int{}
+	listed := false // an order has its lines in order_items
 	err = scanEach(rows, func() error {
 		var o inventory.Order
 		var created, payMs int64
 		var payment string
+		var l inventory.Line
 		if err := rows.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Status, &o.IdempotencyKey, &created,
-			&payment, &o.PaymentRef, &payMs); err != nil {
+			&payment, &o.PaymentRef, &payMs, &l.SKU, &l.Qty); err != nil {
 			return err
+		}
+		if l.SKU != "" { // its one line (inlineLine); else its lines are in order_items
+			o.Items = []inventory.Line{l}
+		} else {
+			listed = true
 		}
 		o.CreatedAt = fromMs(created)
 		paymentOf(&o, payment, payMs)
@@ -332,8 +339,8 @@ func (s *Store) readOrders(ctx context.Context, q querier, where string, args ..
 		orders = append(orders, o)
 		return nil
 	})
-	if err != nil || len(orders) == 0 {
-		return nil, err
+	if err != nil || !listed {
+		return orders, err
 	}
 	rows, err = s.query(ctx, q, `SELECT oi.order_id, oi.sku, oi.qty FROM order_items oi
 		JOIN orders o ON o.id = oi.order_id WHERE `+where+` ORDER BY oi.order_id, oi.position`, args...)
@@ -395,10 +402,9 @@ func (s *Store) TotalsWith(ctx context.Context, saleID string, ids []string, fro
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		rs, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, COALESCE(sold.qty, 0)
 			FROM sale_items i LEFT JOIN (
-				SELECT oi.sku AS sku, CAST(SUM(oi.qty) AS BIGINT) AS qty FROM orders o JOIN order_items oi ON oi.order_id = o.id
-				WHERE o.sale_id = ? AND o.status = ? GROUP BY oi.sku
+				SELECT l.sku AS sku, CAST(SUM(l.qty) AS BIGINT) AS qty FROM `+orderLines("o.sale_id = ? AND o.status = ?")+` l GROUP BY l.sku
 			) sold ON sold.sku = i.sku
-			WHERE i.sale_id = ? ORDER BY i.position`, saleID, string(inventory.OrderConfirmed), saleID)
+			WHERE i.sale_id = ? ORDER BY i.position`, append(twice(saleID, string(inventory.OrderConfirmed)), saleID)...)
 		if err != nil {
 			return err
 		}

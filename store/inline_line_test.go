@@ -10,12 +10,19 @@ import (
 	"github.com/seckill/seckill/inventory"
 )
 
-// TestInlineLineMigration: orders stored before migration 014 (every line
-// in order_items) read back as they were after it, next to orders stored
-// after it (an order of one line in its own row), by every reader of
-// lines: Snapshot's orders, Totals, AwaitingUnits, and degraded mode's
-// remaining stock and per-user limit. An event of an old order applied
-// after the migration (a cancel, its bought event again) adds no line.
+// allJournalRows counts every sale's journal rows: the journal's own and
+// those the orders carry (migration 015).
+var allJournalRows = "SELECT (SELECT COUNT(*) FROM journal) + (SELECT COUNT(*) FROM " + orderLines("o.event_id <> ''") + " l)"
+
+// TestInlineLineMigration: orders stored before migrations 014 and 015
+// (every line in order_items, every journal row in journal) read back as
+// they were after them, next to orders stored after them (an order of one
+// line in its own row; a bought event's journal rows carried by its
+// order), by every reader of lines: Snapshot's orders, Totals,
+// AwaitingUnits, and degraded mode's remaining stock and per-user limit;
+// and of the journal: Journal, the newest event applied, TotalsWith's
+// rows. An event of an old order applied after the migration (a cancel,
+// its bought event again) adds no line and no journal row.
 func TestInlineLineMigration(t *testing.T) {
 	t.Parallel()
 	for _, d := range dbtest.Dialects(t) {
@@ -32,7 +39,13 @@ func TestInlineLineMigration(t *testing.T) {
 				e.bought("u2", line("A", 1), line("B", 1)),
 				e.bought("u3", line("B", 3)),
 			}
-			// As 013's store wrote them: the order, a row per line.
+			// As 013's store wrote them: the order, a row per line, the
+			// journal's rows.
+			var j journalRows
+			for _, ev := range old {
+				j.add("m", ev)
+			}
+			must(t, s.insertRows(ctx, s.db, journalInsert, 8, rowsOf(j.columns()), "", nil))
 			for i, ev := range old {
 				o := ev.Order
 				status := inventory.OrderConfirmed
@@ -67,9 +80,9 @@ func TestInlineLineMigration(t *testing.T) {
 
 			// New orders, an old one's cancel, and all of them again.
 			newer := []inventory.Event{
+				e.cancelled(old[0]),
 				e.bought("u4", line("A", 1)),
 				e.bought("u5", line("A", 1), line("B", 2)),
-				e.cancelled(old[0]),
 			}
 			must(t, s.Apply(ctx, "m", newer))
 			must(t, s.Apply(ctx, "m", append(old, newer...)))
@@ -81,9 +94,35 @@ func TestInlineLineMigration(t *testing.T) {
 			must(t, s.queryRow(ctx, s.db, "SELECT COUNT(*) FROM order_items").Scan(&listed))
 			check(t, "orders carrying their line", inRow, 1)
 			check(t, "order_items rows (4 old, 2 of u5)", listed, 6)
-			totals, err = s.Totals(ctx, "m")
+			type jrow struct {
+				ev    string
+				typ   inventory.EventType
+				sku   string
+				qty   int64
+				order string
+			}
+			journal, err := s.Journal(ctx, "m")
+			must(t, err)
+			var got []jrow
+			for _, r := range journal {
+				got = append(got, jrow{r.EventID, r.Type, r.SKU, r.Qty, r.OrderID})
+			}
+			row := func(ev inventory.Event, i int) jrow {
+				l := ev.Order.Items[i]
+				return jrow{ev.ID, ev.Type, l.SKU, l.Qty, ev.Order.ID}
+			}
+			check(t, "journal (each event's rows once)", got, []jrow{row(old[0], 0), row(old[1], 0), row(old[1], 1), row(old[2], 0),
+				row(newer[0], 0), row(newer[1], 0), row(newer[2], 0), row(newer[2], 1)})
+			snap, err := s.Snapshot(ctx, "m")
+			must(t, err)
+			check(t, "newest event applied (a bought one its order carries)", snap.NewestEvent, newer[2].ID)
+			totals, rows, err := s.TotalsWith(ctx, "m", []string{old[1].ID, newer[1].ID}, newer[2].ID)
 			must(t, err)
 			check(t, "totals", totals, []ItemTotals{{"A", 10, 3}, {"B", 10, 3}})
+			check(t, "rows of the events asked for", rows, []JournalRow{
+				{newer[2].ID, inventory.EventBought, "A", 1}, {newer[2].ID, inventory.EventBought, "B", 2},
+				{old[1].ID, inventory.EventBought, "A", 1}, {old[1].ID, inventory.EventBought, "B", 1},
+				{newer[1].ID, inventory.EventBought, "A", 1}})
 			awaiting, err := s.AwaitingUnits(ctx, "m")
 			must(t, err)
 			check(t, "awaiting units", awaiting, map[string]int64{"A": 3, "B": 3})

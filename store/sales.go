@@ -243,20 +243,23 @@ func (s *Store) Snapshot(ctx context.Context, saleID string) (inventory.Snapshot
 // newest first: ids are text, and "9-0" sorts after "10-0" as text.
 var newestEventSQL = map[string]string{
 	Postgres: `SELECT event_id FROM (
-		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?) e
+		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?
+		UNION ALL SELECT event_id FROM orders WHERE sale_id = ? AND event_id <> '') e
 		WHERE event_id ~ '^[0-9]{1,19}-[0-9]{1,19}$'
 		ORDER BY split_part(event_id, '-', 1)::numeric DESC, split_part(event_id, '-', 2)::numeric DESC LIMIT 1`,
 	SQLite: `SELECT event_id FROM (
-		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?)
+		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?
+		UNION ALL SELECT event_id FROM orders WHERE sale_id = ? AND event_id <> '')
 		WHERE event_id GLOB '[0-9]*-[0-9]*' AND event_id NOT GLOB '*[^0-9-]*'
 		ORDER BY CAST(substr(event_id, 1, instr(event_id, '-') - 1) AS INTEGER) DESC,
 			CAST(substr(event_id, instr(event_id, '-') + 1) AS INTEGER) DESC LIMIT 1`,
 }
 
 // newestEvent returns the id of the newest event of the sale's stream the
-// database has seen, applied (the journal) or dead-lettered; "" for none.
+// database has seen, applied (the journal, and the bought events its
+// orders were stored from) or dead-lettered; "" for none.
 func (s *Store) newestEvent(ctx context.Context, q querier, saleID string) (string, error) {
-	rows, err := s.query(ctx, q, newestEventSQL[s.dialect], saleID, saleID)
+	rows, err := s.query(ctx, q, newestEventSQL[s.dialect], saleID, saleID, saleID)
 	if err != nil {
 		return "", err
 	}
@@ -428,26 +431,34 @@ func (s *Store) TotalsWith(ctx context.Context, saleID string, ids []string, fro
 				return err
 			})
 		}
+		// The journal's rows, then the bought events' its orders carry.
 		const head = "SELECT event_id, type, sku, qty FROM journal WHERE sale_id = ? AND "
-		if from != "" {
-			rs, err := s.query(ctx, tx, head+"event_id >= ?", saleID, from)
+		read := func(where string, args ...any) error {
+			rs, err := s.query(ctx, tx, head+strings.ReplaceAll(where, "o.", ""), append([]any{saleID}, args...)...)
 			if err != nil {
 				return err
 			}
 			if err := scanRows(rs); err != nil {
+				return err
+			}
+			rs, err = s.query(ctx, tx, boughtJournal("l.event_id, '"+string(inventory.EventBought)+"', l.sku, l.qty", where),
+				twice(append([]any{saleID}, args...)...)...)
+			if err != nil {
+				return err
+			}
+			return scanRows(rs)
+		}
+		if from != "" {
+			if err := read("o.event_id >= ?", from); err != nil {
 				return err
 			}
 		}
-		for chunk := range slices.Chunk(ids, s.maxParams/2) {
-			args := []any{saleID}
-			for _, id := range chunk {
-				args = append(args, id)
+		for chunk := range slices.Chunk(ids, s.maxParams/4) {
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
 			}
-			rs, err := s.query(ctx, tx, head+"event_id IN (?"+strings.Repeat(", ?", len(chunk)-1)+")", args...)
-			if err != nil {
-				return err
-			}
-			if err := scanRows(rs); err != nil {
+			if err := read("o.event_id IN (?"+strings.Repeat(", ?", len(chunk)-1)+")", args...); err != nil {
 				return err
 			}
 		}

@@ -234,8 +234,8 @@ func (k *killAfterBatch) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pg
 }
 
 // TestAdvPipelinedFailsMidway: a statement of the pipeline fails after
-// the orders and their lines went in (here the journal's insert, refused
-// by a trigger the test adds: any error but the unique key's). Nothing of
+// the orders went in (here the insert of an order's lines in order_items,
+// refused by a trigger the test adds: any error but the unique key's). Nothing of
 // the batch stays (orders, lines, counts, degraded-mode counters), the
 // error is returned, and the connection — the only one of the pool — is
 // usable: the next apply goes through on it.
@@ -247,15 +247,15 @@ func TestAdvPipelinedFailsMidway(t *testing.T) {
 	must(t, s.CreateSale(bg, Sale{Sale: inventory.Sale{ID: "m1", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
 	_, err := s.exec(bg, s.db, "INSERT INTO degraded_stock (sale_id, sku, epoch, sold) VALUES ('m1', 'A', 1, 5)")
 	must(t, err)
-	_, err = s.db.ExecContext(bg, `CREATE FUNCTION refuse_journal() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.user_id = 'poison' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER refuse_journal BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION refuse_journal()`)
+	_, err = s.db.ExecContext(bg, `CREATE FUNCTION refuse_line() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.sku = 'poison' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_line BEFORE INSERT ON order_items FOR EACH ROW EXECUTE FUNCTION refuse_line()`)
 	must(t, err)
 	e := newEvents("m1")
-	poisoned := []SaleEvents{{SaleID: "m1", Events: []inventory.Event{e.bought("u1", line("A", 1)), e.bought("poison", line("A", 1))}}}
+	poisoned := []SaleEvents{{SaleID: "m1", Events: []inventory.Event{e.bought("u1", line("A", 1)), e.bought("u2", line("A", 1), line("poison", 1))}}}
 	txs := s.txs.Load()
 	if err := s.ApplyMany(bg, poisoned); err == nil || !strings.Contains(err.Error(), "refused by the test") {
-		t.Fatalf("ApplyMany of a batch the journal refuses: %v", err)
+		t.Fatalf("ApplyMany of a batch whose lines are refused: %v", err)
 	}
 	check(t, "transactions (the pipeline only)", s.txs.Load()-txs, int64(1))
 	for _, table := range []string{"orders", "order_items", "journal", "order_counts"} {
@@ -346,7 +346,7 @@ func TestAdvPipelinedConsumersRace(t *testing.T) {
 	var n int
 	must(t, stores[0].queryRow(bg, stores[0].db, "SELECT COUNT(*) FROM orders").Scan(&n))
 	check(t, "orders stored", n, want)
-	must(t, stores[0].queryRow(bg, stores[0].db, "SELECT COUNT(*) FROM journal").Scan(&n))
+	must(t, stores[0].queryRow(bg, stores[0].db, allJournalRows).Scan(&n))
 	check(t, "journal rows", n, want)
 }
 
@@ -470,8 +470,8 @@ func TestAdvPipelinedRacesHandOver(t *testing.T) {
 	}
 	var n, lines, journal int
 	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM orders").Scan(&n))
-	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM order_items").Scan(&lines))
-	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM journal").Scan(&journal))
+	must(t, consumer.queryRow(ctx, consumer.db, "SELECT COUNT(*) FROM "+orderLines("true")+" l").Scan(&lines))
+	must(t, consumer.queryRow(ctx, consumer.db, allJournalRows).Scan(&journal))
 	check(t, "orders", n, want)
 	check(t, "lines", lines, want)
 	check(t, "journal rows (every bought event once)", journal, want)
@@ -551,8 +551,8 @@ func TestAdvPipelinedRacesDegradedBuys(t *testing.T) {
 	buy("probe")
 	must(t, s.ApplyMany(ctx, []SaleEvents{{SaleID: "d1", Events: []inventory.Event{e.bought("late", line("A", 1))}}}))
 	var units int64
-	must(t, s.queryRow(ctx, s.db, `SELECT COALESCE(CAST(SUM(oi.qty) AS BIGINT), 0) FROM orders o
-		JOIN order_items oi ON oi.order_id = o.id WHERE o.sale_id = 'd1' AND o.status = 'confirmed'`).Scan(&units))
+	must(t, s.queryRow(ctx, s.db, `SELECT COALESCE(CAST(SUM(l.qty) AS BIGINT), 0) FROM `+
+		orderLines("o.sale_id = 'd1' AND o.status = 'confirmed'")+` l`).Scan(&units))
 	check(t, "live units (21 from Redis, the rest degraded)", units, 21+degraded.Load())
 	check(t, "remaining after the race", buy("last").Remaining, []int64{100 - units - 1})
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/seckill/seckill/inventory"
@@ -196,24 +197,25 @@ func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
 }
 
 // applyBought applies runs of bought events (each of one sale) with a few
-// multi-row statements, whatever their number. The order rows go first:
-// the orders that are new are the events not applied before, as an
-// event's journal rows and its order are written in one transaction and
-// orders are never deleted. Those get their lines and journal rows with
-// plain inserts (nothing of them can be there yet), which spares
-// PostgreSQL a look-up per row in the journal's and the lines' unique
-// indexes. An order that was there already (its cancel was applied first,
-// or an instance handed it over) keeps its row and lines; then its run's
-// journal rows are written as before, each only if new, in stream order.
+// multi-row statements, whatever their number. The order rows go first,
+// each with its bought event's id (orders.event_id): the order row is the
+// event's journal rows (boughtJournal), and the orders that are new are
+// the events not applied before, as orders are never deleted. Those get
+// their lines with a plain insert (nothing of them can be there yet), and
+// nothing in journal. An order that was there already (its cancel was
+// applied first, or an instance handed it over, or it was stored before
+// migration 015) keeps its row and lines; then its run's journal rows are
+// written in journal, each only if new, in stream order, but for the
+// events whose order carries them.
 //
-// With optimistic, every order is taken to be new and every row goes in
-// with a plain insert: a row that is there already fails the transaction
-// (see applyInTx).
+// With optimistic, every order is taken to be new and goes in with a plain
+// insert: an order that is there already fails the transaction (see
+// applyInTx).
 func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents, optimistic bool) error {
 	var orders orderRows
 	for _, r := range runs {
 		for _, ev := range r.Events {
-			orders.add(r.SaleID, ev.Order)
+			orders.add(r.SaleID, ev)
 		}
 	}
 	inserted := make(map[string]bool, len(orders.id))
@@ -228,49 +230,59 @@ func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents, 
 		return err
 	}
 	var items itemRows
-	var journal journalRows
 	var known []SaleEvents // runs with an order that was there before (or twice)
-	taken := make(map[string]bool, len(inserted))
 	for _, r := range runs {
-		mark := journal.len()
-		for _, ev := range r.Events {
-			if id := ev.Order.ID; !inserted[id] || taken[id] {
-				journal.truncate(mark) // this run's rows go in with the others'
-				known = append(known, r)
-				break
-			}
-			taken[ev.Order.ID] = true
-			journal.add(r.SaleID, ev)
-		}
+		before := false
 		for _, ev := range r.Events {
 			if inserted[ev.Order.ID] {
 				delete(inserted, ev.Order.ID) // once, should the batch hold the event twice
 				items.add(ev.Order)
+			} else {
+				before = true
 			}
+		}
+		if before {
+			known = append(known, r)
 		}
 	}
 	if err := s.insertColumns(ctx, tx, itemsInsert, items.columns(), "", nil); err != nil {
 		return err
 	}
-	// The new orders' journal rows are new too, unless the stream handed
-	// out an id again (a stream Redis lost and recreated on a clock behind
-	// the old ids): then the order and its lines are stored all the same,
-	// and the journal keeps the first event of that id, instead of the
-	// whole batch failing on the unique key and being retried forever
-	// (TestAdvReusedStreamIDStoresTheOrder).
-	tail = "ON CONFLICT (sale_id, event_id, sku) DO NOTHING"
-	if optimistic {
-		tail = ""
-	}
-	if err := s.insertColumns(ctx, tx, journalInsert, journal.columns(), tail, nil); err != nil {
-		return err
-	}
 	for _, r := range known {
-		if _, err := s.journal(ctx, tx, r.SaleID, r.Events); err != nil {
+		evs, err := s.notCarried(ctx, tx, r.Events)
+		if err != nil {
+			return err
+		}
+		if _, err := s.journal(ctx, tx, r.SaleID, evs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// notCarried returns the bought events of events whose order's row does
+// not carry their journal rows (its event_id is not theirs), in order.
+func (s *Store) notCarried(ctx context.Context, tx *sql.Tx, events []inventory.Event) ([]inventory.Event, error) {
+	carried := map[string]string{} // order id -> event id
+	for chunk := range slices.Chunk(events, s.maxParams) {
+		args := make([]any, len(chunk))
+		for i, ev := range chunk {
+			args[i] = ev.Order.ID
+		}
+		rows, err := s.query(ctx, tx, "SELECT id, event_id FROM orders WHERE id IN (?"+strings.Repeat(", ?", len(chunk)-1)+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		if err := scanEach(rows, func() error {
+			var id, ev string
+			err := rows.Scan(&id, &ev)
+			carried[id] = ev
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(events), func(ev inventory.Event) bool { return carried[ev.Order.ID] == ev.ID }), nil
 }
 
 // appendOrderItems appends the order_items rows of o (4 values each).
@@ -299,10 +311,11 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		// The order may not be here yet: its bought event can come later when
 		// a crashed consumer's entries are reclaimed. Then it goes in
 		// cancelled, and that bought event will leave it so.
-		_, err := s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
+		sku, qty := inlineLine(o)
+		_, err := s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at, sku, qty)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET status = excluded.status, cancelled_at = excluded.cancelled_at`,
-			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt), ms(ev.At))
+			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt), ms(ev.At), sku, qty)
 		if err != nil {
 			return err
 		}

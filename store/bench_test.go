@@ -85,11 +85,14 @@ func BenchmarkDegradedBuy(b *testing.B) {
 // (utime+stime from /proc/PID/stat) of the benchmark's own backends per
 // order; pg-all-µs/order that of every postgres process (the WAL writer's
 // and checkpointer's share too, and any other client's: noisy on a shared
-// machine). allocs/op are per order.
+// machine). wal-B/order is the WAL PostgreSQL wrote meanwhile per order
+// (pg_current_wal_lsn before and after: every client's, but steady when
+// none else writes; a checkpoint meanwhile adds full-page images).
+// allocs/op are per order.
 //
 //	go test -run '^$' -bench BenchmarkApplyCost -benchtime 40000x -count 3 ./store/
 func BenchmarkApplyCost(b *testing.B) {
-	for _, size := range []int{64, 256} {
+	for _, size := range []int{64, 256, 400} {
 		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
 			u, m := meteredURL(b, dbtest.PostgresURL(b))
 			s := openStore(b, u)
@@ -97,6 +100,11 @@ func BenchmarkApplyCost(b *testing.B) {
 			must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "bench", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
 			evs := boughtEvents("bench", b.N)
 			b.ReportAllocs()
+			wal := func() (lsn int64) {
+				must(b, s.db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&lsn))
+				return lsn
+			}
+			lsn := wal()
 			m.start(b, s)
 			b.ResetTimer()
 			for i := 0; i < len(evs); i += size {
@@ -107,6 +115,7 @@ func BenchmarkApplyCost(b *testing.B) {
 			b.StopTimer()
 			m.stop(b, s)
 			m.report(b, float64(b.N), "order")
+			b.ReportMetric(float64(wal()-lsn)/float64(b.N), "wal-B/order")
 		})
 	}
 }

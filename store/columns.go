@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,26 +14,71 @@ import (
 // without the value per cell boxed in an interface and sorted back into
 // columns that rows of []any cost (insertRows).
 
-// orderRows are rows of orders, confirmed.
+// orderRows are rows of orders, confirmed, each stored from its bought
+// event (its journal rows implied, see boughtJournal).
 type orderRows struct {
-	id, sale, user, status, key []string
-	created                     []int64
+	id, sale, user, status, key, sku, event []string
+	created, qty                            []int64
 }
 
-func (t *orderRows) add(saleID string, o inventory.Order) {
+func (t *orderRows) add(saleID string, ev inventory.Event) {
+	o := ev.Order
+	sku, qty := inlineLine(o)
+	t.event = append(t.event, ev.ID)
 	t.id = append(t.id, o.ID)
 	t.sale = append(t.sale, saleID)
 	t.user = append(t.user, o.UserID)
 	t.status = append(t.status, string(inventory.OrderConfirmed))
 	t.key = append(t.key, o.IdempotencyKey)
 	t.created = append(t.created, ms(o.CreatedAt))
+	t.sku = append(t.sku, sku)
+	t.qty = append(t.qty, qty)
 }
 
 func (t *orderRows) columns() []any {
-	return []any{t.id, t.sale, t.user, t.status, t.key, t.created}
+	return []any{t.id, t.sale, t.user, t.status, t.key, t.created, t.sku, t.qty, t.event}
 }
 
-const ordersInsert = "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at)"
+const ordersInsert = "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, sku, qty, event_id)"
+
+// An order's lines (migration 014): an order of one line carries it in its
+// own row (orders.sku, orders.qty) and has no order_items row; an order of
+// several lines has orders.sku '' and a row of order_items per line, as
+// has every order stored before 014. Every writer of orders follows
+// inlineLine and itemRows.add; every reader of lines reads both
+// (orderLines, readOrders).
+
+// inlineLine returns the line o carries in its own row: its only line, or
+// "" and 0 for an order of several lines (they go in order_items).
+func inlineLine(o inventory.Order) (sku string, qty int64) {
+	if len(o.Items) == 1 {
+		return o.Items[0].SKU, o.Items[0].Qty
+	}
+	return "", 0
+}
+
+// orderLines returns a subquery (to alias after FROM) of the lines
+// (order_id, sku, qty, position, and the order's event_id, user_id,
+// created_at) of the orders o that match where, a condition on orders o
+// whose parameters the caller passes twice, once per branch.
+func orderLines(where string) string {
+	return `(SELECT o.id AS order_id, o.sku AS sku, o.qty AS qty, 0 AS position, o.event_id AS event_id, o.user_id AS user_id, o.created_at AS created_at
+		FROM orders o WHERE (` + where + `) AND o.sku <> ''
+		UNION ALL SELECT oi.order_id, oi.sku, oi.qty, oi.position, o.event_id, o.user_id, o.created_at
+		FROM orders o JOIN order_items oi ON oi.order_id = o.id WHERE ` + where + `)`
+}
+
+// boughtJournal returns a query of cols (of the lines l of orderLines) of
+// the journal rows implied by the sale's orders that match where, a
+// condition on orders o: the rows of the bought events the order consumer
+// stored them from (orders.event_id, migration 015), one per line. Its
+// parameters: the sale's id then where's, twice (twice).
+func boughtJournal(cols, where string) string {
+	return "SELECT " + cols + " FROM " + orderLines("o.sale_id = ? AND o.event_id <> '' AND ("+where+")") + " l"
+}
+
+// twice returns args followed by args again, for orderLines.
+func twice(args ...any) []any { return slices.Concat(args, args) }
 
 // itemRows are rows of order_items.
 type itemRows struct {
@@ -40,8 +86,12 @@ type itemRows struct {
 	qty, pos   []int64
 }
 
-// add adds the lines of o.
+// add adds the lines of o, unless it carries its one line in its own row
+// (inlineLine).
 func (t *itemRows) add(o inventory.Order) {
+	if len(o.Items) == 1 {
+		return
+	}
 	for i, l := range o.Items {
 		t.order = append(t.order, o.ID)
 		t.sku = append(t.sku, l.SKU)

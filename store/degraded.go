@@ -190,7 +190,7 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 		return nil
 	}
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		rows := make([]any, 0, 7*len(orders))
+		rows := make([]any, 0, 9*len(orders))
 		var items []any
 		for _, o := range orders {
 			status := inventory.OrderConfirmed
@@ -198,7 +198,8 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 			if o.Status == inventory.OrderCancelled {
 				status, cancelledAt = inventory.OrderCancelled, ms(o.CreatedAt)
 			}
-			rows = append(rows, o.ID, o.SaleID, o.UserID, string(status), o.IdempotencyKey, ms(o.CreatedAt), cancelledAt)
+			sku, qty := inlineLine(o)
+			rows = append(rows, o.ID, o.SaleID, o.UserID, string(status), o.IdempotencyKey, ms(o.CreatedAt), cancelledAt, sku, qty)
 			items = appendOrderItems(items, o)
 		}
 		sales := map[string]bool{}
@@ -210,7 +211,7 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 				return err
 			}
 		}
-		err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at)", 7, rows,
+		err := s.insertRows(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, cancelled_at, sku, qty)", 9, rows,
 			`ON CONFLICT (id) DO UPDATE SET status = CASE WHEN excluded.status = 'cancelled' THEN excluded.status ELSE orders.status END,
 				cancelled_at = CASE WHEN excluded.status = 'cancelled' THEN excluded.cancelled_at ELSE orders.cancelled_at END`, nil)
 		if err != nil {

@@ -76,9 +76,9 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		var over, short []string
 		for i, l := range lines {
 			var held int64
-			err := s.queryRow(ctx, tx, `SELECT COALESCE(CAST(SUM(oi.qty) AS BIGINT), 0) FROM orders o JOIN order_items oi ON oi.order_id = o.id
-				WHERE o.sale_id = ? AND o.user_id = ? AND o.status = ? AND oi.sku = ?`,
-				saleID, userID, string(inventory.OrderConfirmed), l.SKU).Scan(&held)
+			err := s.queryRow(ctx, tx, `SELECT COALESCE(CAST(SUM(l.qty) AS BIGINT), 0) FROM `+
+				orderLines("o.sale_id = ? AND o.user_id = ? AND o.status = ?")+` l WHERE l.sku = ?`,
+				append(twice(saleID, userID, string(inventory.OrderConfirmed)), l.SKU)...).Scan(&held)
 			if err != nil {
 				return err
 			}
@@ -98,8 +98,9 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 		o := inventory.Order{ID: inventory.NewOrderID(saleID), SaleID: saleID, UserID: userID,
 			Status: inventory.OrderConfirmed, Items: slices.Clone(lines), IdempotencyKey: key,
 			CreatedAt: b.Now.Truncate(time.Millisecond)}
-		if _, err := s.exec(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-			o.ID, o.SaleID, o.UserID, string(o.Status), o.IdempotencyKey, ms(o.CreatedAt)); err != nil {
+		sku, qty := inlineLine(o)
+		if _, err := s.exec(ctx, tx, "INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at, sku, qty) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+			o.ID, o.SaleID, o.UserID, string(o.Status), o.IdempotencyKey, ms(o.CreatedAt), sku, qty); err != nil {
 			return err
 		}
 		if err := s.insertOrderItems(ctx, tx, appendOrderItems(nil, o)); err != nil {
@@ -202,9 +203,10 @@ func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID strin
 		return err
 	}
 	_, err := s.exec(ctx, tx, `INSERT INTO degraded_stock (sale_id, sku, epoch, sold)
-		SELECT i.sale_id, i.sku, ?, COALESCE((SELECT CAST(SUM(oi.qty) AS BIGINT) FROM orders o JOIN order_items oi ON oi.order_id = o.id
-			WHERE o.sale_id = i.sale_id AND o.status = ? AND oi.sku = i.sku), 0)
-		FROM sale_items i WHERE i.sale_id = ?`, epoch, string(inventory.OrderConfirmed), saleID)
+		SELECT i.sale_id, i.sku, ?, COALESCE(sold.qty, 0) FROM sale_items i LEFT JOIN (
+			SELECT l.sku AS sku, CAST(SUM(l.qty) AS BIGINT) AS qty FROM `+orderLines("o.sale_id = ? AND o.status = ?")+` l GROUP BY l.sku
+		) sold ON sold.sku = i.sku
+		WHERE i.sale_id = ?`, slices.Concat([]any{epoch}, twice(saleID, string(inventory.OrderConfirmed)), []any{saleID})...)
 	return err
 }
 

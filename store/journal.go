@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/seckill/seckill/inventory"
@@ -23,26 +24,64 @@ type JournalEntry struct {
 	At      time.Time // when the engine made the movement
 }
 
-// Journal lists the sale's journal rows in the order they were written.
+// Journal lists the sale's journal rows: those of the journal table in the
+// order they were written, and merged among them, by stream id (by time
+// against a row of another id, such as degraded mode's), the rows of the
+// bought events the sale's orders carry (boughtJournal), in stream order.
 func (s *Store) Journal(ctx context.Context, saleID string) ([]JournalEntry, error) {
-	rows, err := s.query(ctx, s.db, `SELECT sale_id, event_id, type, sku, order_id, user_id, qty, at
+	read := func(query string, args ...any) ([]JournalEntry, error) {
+		rows, err := s.query(ctx, s.db, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		var entries []JournalEntry
+		err = scanEach(rows, func() error {
+			var e JournalEntry
+			var at int64
+			err := rows.Scan(&e.SaleID, &e.EventID, &e.Type, &e.SKU, &e.OrderID, &e.UserID, &e.Qty, &at)
+			e.At = fromMs(at)
+			entries = append(entries, e)
+			return err
+		})
+		return entries, err
+	}
+	written, err := read(`SELECT sale_id, event_id, type, sku, order_id, user_id, qty, at
 		FROM journal WHERE sale_id = ? ORDER BY id`, saleID)
 	if err != nil {
 		return nil, fmt.Errorf("store: journal of sale %s: %w", saleID, err)
 	}
-	var entries []JournalEntry
-	err = scanEach(rows, func() error {
-		var e JournalEntry
-		var at int64
-		err := rows.Scan(&e.SaleID, &e.EventID, &e.Type, &e.SKU, &e.OrderID, &e.UserID, &e.Qty, &at)
-		e.At = fromMs(at)
-		entries = append(entries, e)
-		return err
-	})
+	carried, err := read(boughtJournal("?, l.event_id, '"+string(inventory.EventBought)+"', l.sku, l.order_id, l.user_id, l.qty, l.created_at", "1 = 1")+
+		" ORDER BY l.created_at, l.order_id, l.position", append([]any{saleID}, twice(saleID)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: journal of sale %s: %w", saleID, err)
 	}
+	slices.SortStableFunc(carried, func(a, b JournalEntry) int {
+		switch {
+		case journalBefore(a, b):
+			return -1
+		case journalBefore(b, a):
+			return 1
+		}
+		return 0
+	})
+	entries := make([]JournalEntry, 0, len(written)+len(carried))
+	for len(written) > 0 || len(carried) > 0 {
+		if len(carried) > 0 && (len(written) == 0 || journalBefore(carried[0], written[0])) {
+			entries, carried = append(entries, carried[0]), carried[1:]
+		} else {
+			entries, written = append(entries, written[0]), written[1:]
+		}
+	}
 	return entries, nil
+}
+
+// journalBefore reports whether a is of an event before b's: by stream id
+// if both have one, else by time.
+func journalBefore(a, b JournalEntry) bool {
+	if validStreamID(a.EventID) && validStreamID(b.EventID) {
+		return streamIDAfter(b.EventID, a.EventID)
+	}
+	return a.At.Before(b.At)
 }
 
 // DeadLetter is an event that could never be applied.

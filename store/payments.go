@@ -47,21 +47,22 @@ func paymentOf(o *inventory.Order, status string, timeoutMs int64) {
 // expired one cancels the order as a cancelled event does.
 func (s *Store) applyPayment(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
 	o := ev.Order
+	sku, qty := inlineLine(o)
 	var err error
 	if ev.Type == inventory.EventPaid {
 		_, err = s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at,
-			payment_status, payment_ref, paid_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			payment_status, payment_ref, paid_at, sku, qty) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET payment_status = excluded.payment_status,
 			payment_ref = excluded.payment_ref, paid_at = excluded.paid_at`,
 			o.ID, saleID, o.UserID, string(inventory.OrderConfirmed), o.IdempotencyKey, ms(o.CreatedAt),
-			string(inventory.PaymentPaid), o.PaymentRef, ms(ev.At))
+			string(inventory.PaymentPaid), o.PaymentRef, ms(ev.At), sku, qty)
 	} else {
 		_, err = s.exec(ctx, tx, `INSERT INTO orders (id, sale_id, user_id, status, idempotency_key, created_at,
-			cancelled_at, payment_status) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			cancelled_at, payment_status, sku, qty) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET status = excluded.status, cancelled_at = excluded.cancelled_at,
 			payment_status = excluded.payment_status`,
 			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt),
-			ms(ev.At), string(inventory.PaymentExpired))
+			ms(ev.At), string(inventory.PaymentExpired), sku, qty)
 	}
 	if err != nil {
 		return err
@@ -131,9 +132,9 @@ func (s *Store) CountPaymentsOf(ctx context.Context, saleIDs []string) (map[stri
 // for a sale with a payment step): what GET /v1/sales shows while the
 // database sells.
 func (s *Store) AwaitingUnits(ctx context.Context, saleID string) (map[string]int64, error) {
-	rows, err := s.query(ctx, s.db, `SELECT oi.sku, CAST(SUM(oi.qty) AS BIGINT) FROM order_items oi
-		JOIN orders o ON o.id = oi.order_id WHERE o.sale_id = ? AND o.status = ? AND o.payment_status = ''
-		GROUP BY oi.sku`, saleID, string(inventory.OrderConfirmed))
+	rows, err := s.query(ctx, s.db, `SELECT l.sku, CAST(SUM(l.qty) AS BIGINT) FROM `+
+		orderLines("o.sale_id = ? AND o.status = ? AND o.payment_status = ''")+` l GROUP BY l.sku`,
+		twice(saleID, string(inventory.OrderConfirmed))...)
 	if err != nil {
 		return nil, fmt.Errorf("store: awaiting units of sale %s: %w", saleID, err)
 	}

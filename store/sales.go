@@ -243,20 +243,23 @@ func (s *Store) Snapshot(ctx context.Context, saleID string) (inventory.Snapshot
 // newest first: ids are text, and "9-0" sorts after "10-0" as text.
 var newestEventSQL = map[string]string{
 	Postgres: `SELECT event_id FROM (
-		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?) e
+		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?
+		UNION ALL SELECT event_id FROM orders WHERE sale_id = ? AND event_id <> '') e
 		WHERE event_id ~ '^[0-9]{1,19}-[0-9]{1,19}$'
 		ORDER BY split_part(event_id, '-', 1)::numeric DESC, split_part(event_id, '-', 2)::numeric DESC LIMIT 1`,
 	SQLite: `SELECT event_id FROM (
-		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?)
+		SELECT event_id FROM journal WHERE sale_id = ? UNION ALL SELECT event_id FROM dead_letters WHERE sale_id = ?
+		UNION ALL SELECT event_id FROM orders WHERE sale_id = ? AND event_id <> '')
 		WHERE event_id GLOB '[0-9]*-[0-9]*' AND event_id NOT GLOB '*[^0-9-]*'
 		ORDER BY CAST(substr(event_id, 1, instr(event_id, '-') - 1) AS INTEGER) DESC,
 			CAST(substr(event_id, instr(event_id, '-') + 1) AS INTEGER) DESC LIMIT 1`,
 }
 
 // newestEvent returns the id of the newest event of the sale's stream the
-// database has seen, applied (the journal) or dead-lettered; "" for none.
+// database has seen, applied (the journal, and the bought events its
+// orders were stored from) or dead-lettered; "" for none.
 func (s *Store) newestEvent(ctx context.Context, q querier, saleID string) (string, error) {
-	rows, err := s.query(ctx, q, newestEventSQL[s.dialect], saleID, saleID)
+	rows, err := s.query(ctx, q, newestEventSQL[s.dialect], saleID, saleID, saleID)
 	if err != nil {
 		return "", err
 	}
@@ -311,20 +314,27 @@ func (s *Store) Order(ctx context.Context, id string) (inventory.Order, error) {
 // with parameters args) with their items, by creation time then id.
 func (s *Store) readOrders(ctx context.Context, q querier, where string, args ...any) ([]inventory.Order, error) {
 	rows, err := s.query(ctx, q, `SELECT o.id, o.sale_id, o.user_id, o.status, o.idempotency_key, o.created_at,
-		o.payment_status, o.payment_ref, COALESCE((SELECT s.payment_timeout_ms FROM sales s WHERE s.id = o.sale_id), 0)
+		o.payment_status, o.payment_ref, COALESCE((SELECT s.payment_timeout_ms FROM sales s WHERE s.id = o.sale_id), 0), o.sku, o.qty
 		FROM orders o WHERE `+where+` ORDER BY o.created_at, o.id`, args...)
 	if err != nil {
 		return nil, err
 	}
 	var orders []inventory.Order
 	index := map[string]int{}
+	listed := false // an order has its lines in order_items
 	err = scanEach(rows, func() error {
 		var o inventory.Order
 		var created, payMs int64
 		var payment string
+		var l inventory.Line
 		if err := rows.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Status, &o.IdempotencyKey, &created,
-			&payment, &o.PaymentRef, &payMs); err != nil {
+			&payment, &o.PaymentRef, &payMs, &l.SKU, &l.Qty); err != nil {
 			return err
+		}
+		if l.SKU != "" { // its one line (inlineLine); else its lines are in order_items
+			o.Items = []inventory.Line{l}
+		} else {
+			listed = true
 		}
 		o.CreatedAt = fromMs(created)
 		paymentOf(&o, payment, payMs)
@@ -332,8 +342,8 @@ func (s *Store) readOrders(ctx context.Context, q querier, where string, args ..
 		orders = append(orders, o)
 		return nil
 	})
-	if err != nil || len(orders) == 0 {
-		return nil, err
+	if err != nil || !listed {
+		return orders, err
 	}
 	rows, err = s.query(ctx, q, `SELECT oi.order_id, oi.sku, oi.qty FROM order_items oi
 		JOIN orders o ON o.id = oi.order_id WHERE `+where+` ORDER BY oi.order_id, oi.position`, args...)
@@ -395,10 +405,9 @@ func (s *Store) TotalsWith(ctx context.Context, saleID string, ids []string, fro
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
 		rs, err := s.query(ctx, tx, `SELECT i.sku, i.stocked, COALESCE(sold.qty, 0)
 			FROM sale_items i LEFT JOIN (
-				SELECT oi.sku AS sku, CAST(SUM(oi.qty) AS BIGINT) AS qty FROM orders o JOIN order_items oi ON oi.order_id = o.id
-				WHERE o.sale_id = ? AND o.status = ? GROUP BY oi.sku
+				SELECT l.sku AS sku, CAST(SUM(l.qty) AS BIGINT) AS qty FROM `+orderLines("o.sale_id = ? AND o.status = ?")+` l GROUP BY l.sku
 			) sold ON sold.sku = i.sku
-			WHERE i.sale_id = ? ORDER BY i.position`, saleID, string(inventory.OrderConfirmed), saleID)
+			WHERE i.sale_id = ? ORDER BY i.position`, append(twice(saleID, string(inventory.OrderConfirmed)), saleID)...)
 		if err != nil {
 			return err
 		}
@@ -422,26 +431,34 @@ func (s *Store) TotalsWith(ctx context.Context, saleID string, ids []string, fro
 				return err
 			})
 		}
+		// The journal's rows, then the bought events' its orders carry.
 		const head = "SELECT event_id, type, sku, qty FROM journal WHERE sale_id = ? AND "
-		if from != "" {
-			rs, err := s.query(ctx, tx, head+"event_id >= ?", saleID, from)
+		read := func(where string, args ...any) error {
+			rs, err := s.query(ctx, tx, head+strings.ReplaceAll(where, "o.", ""), append([]any{saleID}, args...)...)
 			if err != nil {
 				return err
 			}
 			if err := scanRows(rs); err != nil {
+				return err
+			}
+			rs, err = s.query(ctx, tx, boughtJournal("l.event_id, '"+string(inventory.EventBought)+"', l.sku, l.qty", where),
+				twice(append([]any{saleID}, args...)...)...)
+			if err != nil {
+				return err
+			}
+			return scanRows(rs)
+		}
+		if from != "" {
+			if err := read("o.event_id >= ?", from); err != nil {
 				return err
 			}
 		}
-		for chunk := range slices.Chunk(ids, s.maxParams/2) {
-			args := []any{saleID}
-			for _, id := range chunk {
-				args = append(args, id)
+		for chunk := range slices.Chunk(ids, s.maxParams/4) {
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
 			}
-			rs, err := s.query(ctx, tx, head+"event_id IN (?"+strings.Repeat(", ?", len(chunk)-1)+")", args...)
-			if err != nil {
-				return err
-			}
-			if err := scanRows(rs); err != nil {
+			if err := read("o.event_id IN (?"+strings.Repeat(", ?", len(chunk)-1)+")", args...); err != nil {
 				return err
 			}
 		}

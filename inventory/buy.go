@@ -220,7 +220,7 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 func (e *Engine) batchCall(bcs []buyCall, now any) call {
 	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
-	n := 3
+	n := 4
 	for i := range bcs {
 		n += len(bcs[i].args) + 1
 		th := bcs[i].throttle
@@ -249,6 +249,7 @@ func (e *Engine) batchCall(bcs []buyCall, now any) call {
 		args = append(args, which[i])
 		args = append(args, a[4:]...)
 	}
+	args = append(args, e.streamMode)
 	return call{s: buyScript, keys: bcs[0].keys, args: args}
 }
 

@@ -177,9 +177,7 @@ func inFlightOf(saleID string, b backlog, msgs []redis.XMessage, pendingIDs map[
 		if b.groupExists && inventory.CompareEventIDs(m.ID, b.lastDelivered) <= 0 && !pendingIDs[m.ID] {
 			continue // acknowledged, not trimmed yet
 		}
-		if ev, err := inventory.ParseEvent(saleID, m); err == nil {
-			out = append(out, ev)
-		}
+		out, _ = inventory.ParseEntry(out, saleID, m) // every order of an entry of several
 	}
 	return out
 }

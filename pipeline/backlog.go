@@ -25,8 +25,8 @@ type backlog struct {
 	// position, such as a rebuild's floor or buy.lua's rare XDEL, while the
 	// stream's last id is not an entry's, as after an entry of several
 	// orders: see buy.lua)
-	undelivered int64
-	pending       int64  // delivered, not acknowledged
+	undelivered   int64
+	pending       int64 // delivered, not acknowledged
 	lowestPending string
 	// minNeeded is the oldest entry not yet acknowledged (pending, or not
 	// delivered yet); everything older may be trimmed. "" if none is known.

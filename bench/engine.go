@@ -85,13 +85,13 @@ func (it *engineItem) count(ctx context.Context) (tally, error) {
 	if len(st.Items) != 1 {
 		return tally{}, fmt.Errorf("sale has %d items, want 1", len(st.Items))
 	}
-	events, err := it.rdb.XLen(ctx, it.eng.EventsKey(engineSale)).Result()
+	// The stream holds the "created" event and the orders' "bought" events
+	// (nothing trims it: no order consumer runs here).
+	sold, err := boughtEvents(ctx, it.rdb, engineSale, it.eng.EventsKey(engineSale))
 	if err != nil {
 		return tally{}, err
 	}
-	// The stream holds the "created" event and one "bought" event per order
-	// (nothing trims it: no order consumer runs here).
-	return tally{sold: events - 1, remaining: st.Items[0].Remaining}, nil
+	return tally{sold: sold, remaining: st.Items[0].Remaining}, nil
 }
 
 func (it *engineItem) drop(ctx context.Context) error {

@@ -258,11 +258,11 @@ func boughtEvents(ctx context.Context, rdb *redis.Client, sale, stream string) (
 		if err != nil {
 			return n, err
 		}
-		for _, m := range msgs {
-			ev, err := inventory.ParseEvent(sale, m)
-			if err != nil {
-				return n, fmt.Errorf("%s: %w", stream, err)
-			}
+		evs, err := inventory.ParseEntries(sale, msgs) // every order of an entry of several
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", stream, err)
+		}
+		for _, ev := range evs {
 			if ev.Type == inventory.EventBought {
 				n++
 			}

@@ -407,12 +407,13 @@ func pipelineRepliesLostOnTheWire(t *testing.T, retries int) {
 			t.Fatal(err)
 		}
 		bought := 0
-		for _, m := range msgs {
-			// Through ParseEvent: a bought event is one packed field.
-			ev, err := inventory.ParseEvent(id, m)
-			if err != nil {
-				t.Fatal(err)
-			}
+		// Through ParseEntries: a bought event is one packed field, an
+		// entry of several orders one per order.
+		evs, err := inventory.ParseEntries(id, msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
 			if ev.Type == inventory.EventBought {
 				bought++
 			}

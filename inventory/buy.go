@@ -214,13 +214,13 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 }
 
 // batchCall is one buy.lua call running bcs, all of one sale whose keys
-// (saleKeys.buy) are keys, in order, at time now (see scriptNow). The batch's throttles go once each, ahead of
-// the buys, which name theirs by its place (usually every buy has the
+// (saleKeys.buy) are keys, in order, at time now (see scriptNow). The
+// batch's throttles go once each, ahead of the buys, which name theirs by its place (usually every buy has the
 // same).
 func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
-	n := 3
+	n := 4
 	for i := range bcs {
 		n += len(bcs[i].args) + 1
 		th := bcs[i].throttle
@@ -249,6 +249,7 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 		args = append(args, which[i])
 		args = append(args, a[4:]...)
 	}
+	args = append(args, e.streamMode)
 	return call{s: buyScript, keys: keys, args: args}
 }
 

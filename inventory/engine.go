@@ -67,6 +67,12 @@ type Options struct {
 	Coalesce Coalesce
 	// SoldOut tunes the in-process sold-out flags.
 	SoldOut SoldOut
+	// EntryPerOrder makes a buy script call append one stream entry per
+	// order it buys, as before 2026-11-26, instead of one for all of them
+	// (see buy.lua and ParseEntry). The embedded server gets one per order
+	// whatever this says (it lacks XSETID); this is for tests and
+	// measurements.
+	EntryPerOrder bool
 }
 
 // Engine sells the stock of flash sales held in Redis. Every call that
@@ -87,6 +93,7 @@ type Engine struct {
 	coalescers sync.Map // sale id -> *coalescer
 	pipes      pipeliners
 	soldOut    *soldOutFlags
+	streamMode string // buy.lua's stream mode: "1" one entry a call, "0" one an order
 }
 
 // New returns an engine that keeps its sales in rdb.
@@ -102,6 +109,10 @@ func New(rdb Client, opts Options) *Engine {
 		waitFor:     opts.InitTimeout,
 		coalesce:    opts.Coalesce.withDefaults(),
 		soldOut:     newSoldOutFlags(opts.SoldOut, opts.Clock),
+		streamMode:  "1",
+	}
+	if opts.EntryPerOrder {
+		e.streamMode = "0"
 	}
 	e.pipes.one.e = e
 	if f, ok := rdb.(masterFinder); ok {

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -77,12 +78,118 @@ type Event struct {
 	Sale Sale
 }
 
-// ParseEvent decodes one entry read from the stream at EventsKey(saleID).
+// ParseEvent decodes one entry read from the stream at EventsKey(saleID)
+// that holds one event. An entry of several orders ("orders", see
+// ParseEntry) is an error: read a stream with ParseEntry.
 func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
+	if packed, ok := msg.Values[fieldOrders]; ok {
+		if _, typed := msg.Values["type"]; !typed {
+			v, _ := packed.(string)
+			if strings.IndexByte(v, '\n') >= 0 {
+				return Event{}, fmt.Errorf("%w: entry %s of sale %s holds %d orders (ParseEntry decodes it)",
+					ErrSeveralEvents, msg.ID, saleID, strings.Count(v, "\n")+1)
+			}
+			return parseBought(saleID, msg.ID, v)
+		}
+	}
+	return parseOne(saleID, msg)
+}
+
+// ErrSeveralEvents: ParseEvent was handed an entry of several events.
+var ErrSeveralEvents = errors.New("seckill: stream entry of several events")
+
+// BadEvent is an event of an entry that does not decode: the id it has
+// (its entry's, or an order's of an entry of several), its fields as an
+// entry of its own (what a dead letter keeps), and why.
+type BadEvent struct {
+	ID     string
+	Values map[string]any
+	Err    error
+}
+
+// ParseEntry decodes one entry read from the stream at EventsKey(saleID)
+// and appends its events to dst: one for every entry but a buy.lua call's
+// entry of several orders (field "orders": the orders' "<order id>|<order
+// record>" joined by newlines, which no id, record or key contains). Order
+// k (from 0) of such an entry <ms>-<seq> is the event <ms>-<seq+k>: the
+// script moved the stream's last id past them (XSETID), so no other entry
+// ever has these ids. An event that does not decode is left out of dst and
+// returned in bad (an order of an entry of several on its own: the others
+// decode all the same).
+func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event, bad []BadEvent) {
+	packed, ok := msg.Values[fieldOrders]
+	if !ok {
+		ev, err := parseOne(saleID, msg)
+		if err != nil {
+			return dst, []BadEvent{{ID: msg.ID, Values: msg.Values, Err: err}}
+		}
+		return append(dst, ev), nil
+	}
+	if _, typed := msg.Values["type"]; typed {
+		ev, err := parseOne(saleID, msg) // "type" decides: an unknown one is corrupt
+		if err != nil {
+			return dst, []BadEvent{{ID: msg.ID, Values: msg.Values, Err: err}}
+		}
+		return append(dst, ev), nil
+	}
+	v, _ := packed.(string)
+	ms, seq, idOK := parseEntryID(msg.ID)
+	for k := uint64(0); ; k++ {
+		line, rest, more := strings.Cut(v, "\n")
+		id := msg.ID
+		var err error
+		if k > 0 {
+			if !idOK || seq+k < seq {
+				err = fmt.Errorf("%w: entry %s of sale %s: order %d has no stream id", ErrCorrupt, msg.ID, saleID, k)
+			}
+			id = strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+k, 10)
+		}
+		var ev Event
+		if err == nil {
+			ev, err = parseBought(saleID, id, line)
+		}
+		if err != nil {
+			bad = append(bad, BadEvent{ID: id, Values: map[string]any{fieldBought: line}, Err: err})
+		} else {
+			dst = append(dst, ev)
+		}
+		if !more {
+			return dst, bad
+		}
+		v = rest
+	}
+}
+
+// ParseEntries decodes entries read from the stream at EventsKey(saleID),
+// in order, as ParseEntry does; the first event that does not decode is
+// the error.
+func ParseEntries(saleID string, msgs []redis.XMessage) ([]Event, error) {
+	out := make([]Event, 0, len(msgs))
+	for _, m := range msgs {
+		var bad []BadEvent
+		if out, bad = ParseEntry(out, saleID, m); len(bad) > 0 {
+			return out, bad[0].Err
+		}
+	}
+	return out, nil
+}
+
+// parseEntryID splits a stream entry id "<ms>-<seq>".
+func parseEntryID(id string) (ms, seq uint64, ok bool) {
+	m, q, found := strings.Cut(id, "-")
+	var err1, err2 error
+	ms, err1 = strconv.ParseUint(m, 10, 64)
+	seq, err2 = strconv.ParseUint(q, 10, 64)
+	return ms, seq, found && err1 == nil && err2 == nil
+}
+
+// parseOne decodes an entry of one event.
+func parseOne(saleID string, msg redis.XMessage) (Event, error) {
 	get := func(f string) string { s, _ := msg.Values[f].(string); return s }
 	if packed, ok := msg.Values[fieldBought]; ok {
 		if _, typed := msg.Values["type"]; !typed {
-			return parseBought(saleID, msg.ID, packed)
+			v, _ := packed.(string)
+			return parseBought(saleID, msg.ID, v)
 		}
 	}
 	num := func(f string) (int64, error) {
@@ -175,12 +282,22 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 	return ev, nil
 }
 
-// fieldBought is the one field of a bought event.
-const fieldBought = "bought"
+// fieldBought is the one field of a bought event; fieldOrders the one
+// field of a buy.lua call's entry of several (see ParseEntry).
+const (
+	fieldBought = "bought"
+	fieldOrders = "orders"
+)
+
+// OrderEntry is the fields of a bought event as an entry of its own (one
+// field, "bought"): what a dead letter of one order of an entry of several
+// keeps.
+func OrderEntry(ev Event) map[string]any {
+	return map[string]any{fieldBought: ev.Order.ID + "|" + encodeRecord(ev.Order)}
+}
 
 // parseBought decodes a bought event's one field: "<order id>|<record>".
-func parseBought(saleID, id string, packed any) (Event, error) {
-	v, _ := packed.(string)
+func parseBought(saleID, id string, v string) (Event, error) {
 	orderID, rec, ok := strings.Cut(v, "|")
 	if !ok || orderID == "" {
 		return Event{}, fmt.Errorf("%w: event %s of sale %s: bought %q", ErrCorrupt, id, saleID, truncate(v, 200))

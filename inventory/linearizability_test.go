@@ -744,12 +744,15 @@ func linSettle(t *testing.T, rdb redis.Cmdable, eng *inventory.Engine, sale stri
 	}
 	events := map[string]int{} // "bought <order>", "cancelled <order>" -> its events
 	restocks := 0
+	var evs []inventory.Event
 	for _, msg := range msgs {
-		ev, err := inventory.ParseEvent(sale, msg)
-		if err != nil {
-			t.Errorf("journal: %v", err)
-			continue
+		var bad []inventory.BadEvent
+		evs, bad = inventory.ParseEntry(evs, sale, msg)
+		for _, b := range bad {
+			t.Errorf("journal: %v", b.Err)
 		}
+	}
+	for _, ev := range evs {
 		o := ev.Order
 		var match func(in linInput) bool
 		switch ev.Type {

@@ -159,13 +159,9 @@ func (r *rig) events(sale string) []inventory.Event {
 	if err != nil {
 		r.t.Fatalf("XRANGE: %v", err)
 	}
-	out := make([]inventory.Event, 0, len(msgs))
-	for _, m := range msgs {
-		ev, err := inventory.ParseEvent(sale, m)
-		if err != nil {
-			r.t.Fatalf("ParseEvent(%v): %v", m, err)
-		}
-		out = append(out, ev)
+	out, err := inventory.ParseEntries(sale, msgs)
+	if err != nil {
+		r.t.Fatalf("ParseEntries(%v): %v", msgs, err)
 	}
 	return out
 }

@@ -40,11 +40,11 @@ func (db *recordDB) catchUp(r *rig, saleID string) {
 	if err != nil {
 		r.t.Fatalf("XRANGE: %v", err)
 	}
-	for _, m := range msgs {
-		ev, err := inventory.ParseEvent(saleID, m)
-		if err != nil {
-			r.t.Fatal(err)
-		}
+	evs, err := inventory.ParseEntries(saleID, msgs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, ev := range evs {
 		switch ev.Type {
 		case inventory.EventCreated:
 			db.sale, db.found = ev.Sale, true
@@ -63,7 +63,7 @@ func (db *recordDB) catchUp(r *rig, saleID string) {
 		case inventory.EventPaused, inventory.EventResumed:
 			db.sale.Paused = ev.Type == inventory.EventPaused
 		}
-		db.applied = m.ID
+		db.applied = ev.ID
 	}
 }
 

@@ -110,8 +110,11 @@ func (c *Consumer) applyMany(ctx context.Context, got []batch, events [][]invent
 	return true
 }
 
-// parse decodes a batch's entries into events, dead-lettering the ones
-// that cannot be.
+// parse decodes a batch's entries into events (an entry of several orders
+// into one event per order, see inventory.ParseEntry), dead-lettering the
+// ones that cannot be: an order of such an entry on its own, under its own
+// id. The batch's entries are acknowledged only once every event of them
+// is stored or dead-lettered (processAll).
 func (c *Consumer) parse(ctx context.Context, b batch) []inventory.Event {
 	saleID := b.sale.id
 	events := make([]inventory.Event, 0, len(b.msgs))
@@ -119,12 +122,11 @@ func (c *Consumer) parse(ctx context.Context, b batch) []inventory.Event {
 		if m.Values == nil { // deleted from the stream while pending: nothing to apply
 			continue
 		}
-		ev, err := inventory.ParseEvent(saleID, m)
-		if err != nil {
-			c.deadLetter(ctx, saleID, m, err.Error())
-			continue
+		var bad []inventory.BadEvent
+		events, bad = inventory.ParseEntry(events, saleID, m)
+		for _, x := range bad {
+			c.deadLetter(ctx, saleID, redis.XMessage{ID: x.ID, Values: x.Values}, x.Err.Error())
 		}
-		events = append(events, ev)
 	}
 	return events
 }
@@ -244,11 +246,7 @@ func (c *Consumer) applyEach(ctx, stop context.Context, saleID string, events []
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrPermanent):
-			for _, m := range msgs {
-				if m.ID == ev.ID {
-					c.deadLetter(ctx, saleID, m, err.Error())
-				}
-			}
+			c.deadLetter(ctx, saleID, entryOf(ev, msgs), err.Error())
 		default:
 			return events[i:]
 		}
@@ -280,3 +278,17 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 50 * time.Millisecond }
+
+// entryOf is what a dead letter of ev keeps: its entry, or for an order of
+// an entry of several orders, that order alone as an entry of its own
+// (inventory.OrderEntry) under its own id.
+func entryOf(ev inventory.Event, msgs []redis.XMessage) redis.XMessage {
+	for _, m := range msgs {
+		if m.ID == ev.ID {
+			if _, several := m.Values["orders"]; !several {
+				return m
+			}
+		}
+	}
+	return redis.XMessage{ID: ev.ID, Values: inventory.OrderEntry(ev)}
+}

@@ -20,8 +20,13 @@ type backlog struct {
 	lastGenerated string // newest entry it ever had, trimmed or not; "" if none
 	groupExists   bool
 	lastDelivered string // newest entry handed to a consumer
-	undelivered   int64  // entries after lastDelivered (XINFO GROUPS lag)
-	pending       int64  // delivered, not acknowledged
+	// undelivered is the entries after lastDelivered (XINFO GROUPS lag),
+	// -1 when Redis cannot tell (an entry deleted past the group's
+	// position, such as a rebuild's floor or buy.lua's rare XDEL, while the
+	// stream's last id is not an entry's, as after an entry of several
+	// orders: see buy.lua)
+	undelivered   int64
+	pending       int64 // delivered, not acknowledged
 	lowestPending string
 	// minNeeded is the oldest entry not yet acknowledged (pending, or not
 	// delivered yet); everything older may be trimmed. "" if none is known.
@@ -177,9 +182,7 @@ func inFlightOf(saleID string, b backlog, msgs []redis.XMessage, pendingIDs map[
 		if b.groupExists && inventory.CompareEventIDs(m.ID, b.lastDelivered) <= 0 && !pendingIDs[m.ID] {
 			continue // acknowledged, not trimmed yet
 		}
-		if ev, err := inventory.ParseEvent(saleID, m); err == nil {
-			out = append(out, ev)
-		}
+		out, _ = inventory.ParseEntry(out, saleID, m) // every order of an entry of several
 	}
 	return out
 }
@@ -237,8 +240,10 @@ func QueueInFlight(ctx context.Context, p redis.Pipeliner, keys StreamKeys, sale
 type Lag struct {
 	// Entries is how many stream entries are not yet stored: delivered and
 	// not acknowledged, plus not yet delivered. The second part is Redis's
-	// own count (XINFO GROUPS lag, Redis 7); the embedded server overstates
-	// it (it counts every entry of the stream).
+	// own count (XINFO GROUPS lag, Redis 7), counted here when Redis cannot
+	// tell; the embedded server overstates it (it counts every entry of the
+	// stream). An entry is a buy.lua call's bought orders (one or more: see
+	// inventory.ParseEntry) or one other event: InFlight has the orders.
 	Entries int64
 	// Oldest is when the oldest entry not yet stored was added; zero if
 	// every entry is stored.
@@ -269,12 +274,20 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 	lags := make([]Lag, len(saleIDs))
 	oldest := make([]*redis.XMessageSliceCmd, len(saleIDs))
 	lengths := make([]*redis.IntCmd, len(saleIDs))
+	unknown := make([]*redis.XMessageSliceCmd, len(saleIDs)) // the undelivered entries, when Redis cannot count them
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, b := range bs {
 			if !b.inFlight() {
 				continue
 			}
-			lags[i] = Lag{Entries: b.pending + b.undelivered}
+			lags[i] = Lag{Entries: b.pending + max(b.undelivered, 0)}
+			if b.groupExists && b.undelivered < 0 {
+				from := "-"
+				if b.lastDelivered != "" {
+					from = "(" + b.lastDelivered
+				}
+				unknown[i] = p.XRange(ctx, keys[i], from, "+")
+			}
 			if b.pending > 0 {
 				ms, _ := inventory.SplitEventID(b.lowestPending)
 				lags[i].Oldest = time.UnixMilli(int64(ms))
@@ -294,6 +307,16 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 	var reply redis.Error
 	if err != nil && !errors.As(err, &reply) {
 		return nil, fmt.Errorf("read streams: %w", err)
+	}
+	for i, cmd := range unknown {
+		if cmd == nil {
+			continue
+		}
+		msgs, err := cmd.Result()
+		if err != nil {
+			return nil, fmt.Errorf("read stream of sale %s: %w", saleIDs[i], err)
+		}
+		lags[i].Entries += int64(len(msgs))
 	}
 	for i, cmd := range oldest {
 		if cmd == nil {

@@ -928,7 +928,9 @@ func TestConsumerKilledMidBatch(t *testing.T) {
 	}
 	ctx := context.Background()
 	rdb := srv.Client(t)
-	eng := inventory.New(rdb, inventory.Options{Prefix: prefix})
+	// One stream entry per order (the backlog's calls of 250 buys would
+	// otherwise be 24 entries, which one batch of the consumer holds).
+	eng := inventory.New(rdb, inventory.Options{Prefix: prefix, EntryPerOrder: true})
 	stream := eng.EventsKey(sale)
 	client := &http.Client{Timeout: 15 * time.Second}
 	defer client.CloseIdleConnections()

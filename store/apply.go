@@ -38,8 +38,9 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 //
 // Each event gets its journal rows (one per sku it moves; the journal's
 // unique key is (sale, event id, sku)); its effect is applied only if those
-// rows are new (a bought event: if its order row is new, or the order was
-// there without them — see applyBought):
+// rows are new. A bought event's rows are its order's row when the order is
+// new (orders.event_id, see boughtJournal), and rows in journal, each only
+// if new, when the order was there already — see applyBought:
 //
 //   - created: inserts the sale and its items if the sale has no row (a sale
 //     created through the library rather than the service), counting in

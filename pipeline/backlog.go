@@ -241,14 +241,24 @@ type Lag struct {
 	// Entries is how many stream entries are not yet stored: delivered and
 	// not acknowledged, plus not yet delivered. The second part is Redis's
 	// own count (XINFO GROUPS lag, Redis 7), counted here when Redis cannot
-	// tell; the embedded server overstates it (it counts every entry of the
+	// tell (up to a bound: see AtLeast); the embedded server overstates it (it counts every entry of the
 	// stream). An entry is a buy.lua call's bought orders (one or more: see
 	// inventory.ParseEntry) or one other event: InFlight has the orders.
 	Entries int64
 	// Oldest is when the oldest entry not yet stored was added; zero if
 	// every entry is stored.
 	Oldest time.Time
+	// AtLeast: Entries is a lower bound. Where Redis cannot tell the lag,
+	// ReadLags counts the undelivered entries by reading them, lagRead at
+	// most (the live view looks every second, and the database may be
+	// down for an hour with millions of entries waiting).
+	AtLeast bool
 }
+
+// lagRead bounds the undelivered entries ReadLags reads to count them
+// when Redis cannot tell the lag (see Lag.AtLeast): each may hold a buy
+// script call's orders, a hundred or more.
+var lagRead int64 = 100
 
 // ReadLag reads how far the database is behind the sale's stream.
 func ReadLag(ctx context.Context, rdb redis.UniversalClient, keys StreamKeys, saleID string) (Lag, error) {
@@ -286,7 +296,7 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 				if b.lastDelivered != "" {
 					from = "(" + b.lastDelivered
 				}
-				unknown[i] = p.XRange(ctx, keys[i], from, "+")
+				unknown[i] = p.XRangeN(ctx, keys[i], from, "+", lagRead+1)
 			}
 			if b.pending > 0 {
 				ms, _ := inventory.SplitEventID(b.lowestPending)
@@ -316,7 +326,11 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 		if err != nil {
 			return nil, fmt.Errorf("read stream of sale %s: %w", saleIDs[i], err)
 		}
-		lags[i].Entries += int64(len(msgs))
+		n := int64(len(msgs))
+		if n > lagRead {
+			n, lags[i].AtLeast = lagRead, true
+		}
+		lags[i].Entries += n
 	}
 	for i, cmd := range oldest {
 		if cmd == nil {

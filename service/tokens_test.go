@@ -136,6 +136,7 @@ func TestBadIdempotencyKey(t *testing.T) {
 		a.createSale("s1", 1, "A", 10)
 		bob := a.token("bob")
 		body := map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}
+		a.settle("s1") // the sale's created event stored: the state below is still
 		before := a.state("s1")
 		for _, key := range []string{"", strings.Repeat("k", 65), "k 1"} {
 			r := a.call("POST", "/v1/sales/s1/orders", bob, body, "Idempotency-Key", key)

@@ -29,18 +29,7 @@ func TestRebuildAfterStreamTrimmed(t *testing.T) {
 			t.Errorf("Applied = %q, %v; want the last generated id %q", got, err, info.LastGeneratedID)
 		}
 
-		loader := inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
-			applied, err := pipeline.Applied(ctx, r.rdb, r.eng, saleID)
-			if err != nil {
-				return inventory.Snapshot{}, err
-			}
-			snap, err := r.db.Snapshot(ctx, saleID)
-			snap.EventsApplied = applied
-			return snap, err
-		})
-		// An engine like the rig's (same key prefix) that rebuilds with it.
-		prefix := strings.TrimSuffix(r.eng.StockChannel(), ":stock")
-		eng := inventory.New(r.rdb, inventory.Options{Prefix: prefix, Loader: loader, InitTimeout: 2 * time.Second})
+		eng := r.rebuildingEngine(2 * time.Second)
 		var lost []string
 		for _, k := range []string{"sale", "bought", "orders", "idem"} {
 			lost = append(lost, eng.Key("s1", k))
@@ -56,4 +45,21 @@ func TestRebuildAfterStreamTrimmed(t *testing.T) {
 			t.Errorf("remaining %d after rebuild, want %d", rem, 100_000-5)
 		}
 	})
+}
+
+// rebuildingEngine is an engine like the rig's (same key prefix) that
+// rebuilds a lost sale from the database, as the service's Loader does:
+// the database's snapshot, with the stream position pipeline.Applied reads.
+func (r *rig) rebuildingEngine(initTimeout time.Duration) *inventory.Engine {
+	loader := inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+		applied, err := pipeline.Applied(ctx, r.rdb, r.eng, saleID)
+		if err != nil {
+			return inventory.Snapshot{}, err
+		}
+		snap, err := r.db.Snapshot(ctx, saleID)
+		snap.EventsApplied = applied
+		return snap, err
+	})
+	prefix := strings.TrimSuffix(r.eng.StockChannel(), ":stock")
+	return inventory.New(r.rdb, inventory.Options{Prefix: prefix, Loader: loader, InitTimeout: initTimeout})
 }

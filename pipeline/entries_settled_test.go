@@ -1,7 +1,6 @@
 package pipeline_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -37,17 +36,7 @@ func TestSettledAfterEntriesOfSeveralOrders(t *testing.T) {
 		if err != nil || err2 != nil || applied != info.LastGeneratedID || newest != info.LastGeneratedID {
 			t.Fatalf("applied %q, database's newest %q, stream's last generated id %q (%v %v)", applied, newest, info.LastGeneratedID, err, err2)
 		}
-		loader := inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
-			applied, err := pipeline.Applied(ctx, r.rdb, r.eng, saleID)
-			if err != nil {
-				return inventory.Snapshot{}, err
-			}
-			snap, err := r.db.Snapshot(ctx, saleID)
-			snap.EventsApplied = applied
-			return snap, err
-		})
-		prefix := strings.TrimSuffix(r.eng.StockChannel(), ":stock")
-		eng := inventory.New(r.rdb, inventory.Options{Prefix: prefix, Loader: loader, InitTimeout: 5 * time.Second})
+		eng := r.rebuildingEngine(5 * time.Second)
 		if _, err := eng.Repair(r.ctx, "s1", nil); err != nil {
 			t.Fatalf("repair of a settled sale: %v", err)
 		}

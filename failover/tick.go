@@ -56,20 +56,29 @@ func (f *Seller) Step(ctx context.Context) {
 		return // keep the last mode known
 	}
 	f.set(m) // first: buys stop going to Redis before the hand-over
+	// The heartbeat says when this instance was last alive: the time it is
+	// written, not the tick's start, and before a hand-over that may wait a
+	// tick for buys on their way to Redis. A heartbeat as old as the ping
+	// and that wait (up to half a tick and a tick) would be older than the
+	// grace by the next one, and the others would take this instance for
+	// dead and sell from the database while its buy is still on its way
+	// (TestStepHeartbeatsBeforeTheHandOverWaits).
+	beat := store.Instance{Name: f.name, FlushedEpoch: f.flushedEpoch(), Consumer: f.consumer}
+	if redisOK {
+		beat.RedisOKAt = now
+	}
+	f.heartbeat(ctx, beat)
 	switch flushed := f.flushedEpoch(); {
 	case m.Mode != store.ModeRedis && flushed < m.Epoch:
 		f.flush(ctx, m.Epoch)
+		if beat.FlushedEpoch != f.flushedEpoch() {
+			beat.FlushedEpoch = f.flushedEpoch()
+			f.heartbeat(ctx, beat) // the others wait for this one
+		}
 	case m.Mode == store.ModeRedis && flushed > 0 && m.Epoch > flushed:
 		// A recovery has ended since the last hand-over: the stream held
 		// nothing more of the unsure buys handed over.
 		f.acks.settle()
-	}
-	beat := store.Instance{Name: f.name, SeenAt: now, FlushedEpoch: f.flushedEpoch(), Consumer: f.consumer}
-	if redisOK {
-		beat.RedisOKAt = now
-	}
-	if err := f.db.Heartbeat(ctx, beat); err != nil && ctx.Err() == nil {
-		f.log.Warn("degraded mode: heartbeat", "err", err)
 	}
 	if m.Mode == store.ModeDB && f.fleetFlushed(ctx, m.Epoch, now) {
 		f.mu.Lock()
@@ -206,4 +215,12 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// heartbeat writes in, seen now.
+func (f *Seller) heartbeat(ctx context.Context, in store.Instance) {
+	in.SeenAt = time.Now()
+	if err := f.db.Heartbeat(ctx, in); err != nil && ctx.Err() == nil {
+		f.log.Warn("degraded mode: heartbeat", "err", err)
+	}
 }

@@ -34,8 +34,11 @@ func (s *beatStore) Heartbeat(_ context.Context, in store.Instance) error {
 }
 
 func (s *beatStore) Instances(context.Context, time.Time) ([]store.Instance, error) { return nil, nil }
-func (s *beatStore) AdoptOrders(context.Context, []inventory.Order) error          { s.adopted = true; return nil }
-func (s *beatStore) MarkUnsure(context.Context, []inventory.Order) error           { return nil }
+func (s *beatStore) AdoptOrders(context.Context, []inventory.Order) error {
+	s.adopted = true
+	return nil
+}
+func (s *beatStore) MarkUnsure(context.Context, []inventory.Order) error { return nil }
 
 // TestStepHeartbeatsBeforeTheHandOverWaits: a tick that must hand over
 // while a buy of this instance is still on its way to Redis writes its

@@ -216,7 +216,7 @@ func outcomeUnknown(err error) bool {
 }
 
 // waitRedisBuys waits until no buy of this instance is on its way to
-// Redis, for up to a tick (the heartbeat waits meanwhile), and reports
+// Redis, for up to a tick (the tick wrote its heartbeat before), and reports
 // whether none is.
 func (f *Seller) waitRedisBuys(ctx context.Context) bool {
 	deadline := time.Now().Add(f.tick)

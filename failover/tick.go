@@ -28,8 +28,9 @@ func (f *Seller) Run(ctx context.Context) {
 	}
 }
 
-// Step is one tick: ping Redis, read the mode, hand over acks, heartbeat,
-// and switch the mode when the rules say so.
+// Step is one tick: ping Redis, read the mode, heartbeat, hand over acks
+// (and heartbeat again once handed over), and switch the mode when the
+// rules say so.
 func (f *Seller) Step(ctx context.Context) {
 	now := time.Now()
 	redisOK := f.pingRedis(ctx, max(f.tick/2, 100*time.Millisecond))

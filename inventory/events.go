@@ -82,17 +82,37 @@ type Event struct {
 // that holds one event. An entry of several orders ("orders", see
 // ParseEntry) is an error: read a stream with ParseEntry.
 func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
-	if packed, ok := msg.Values[fieldOrders]; ok {
-		if _, typed := msg.Values["type"]; !typed {
-			v, _ := packed.(string)
-			if strings.IndexByte(v, '\n') >= 0 {
-				return Event{}, fmt.Errorf("%w: entry %s of sale %s holds %d orders (ParseEntry decodes it)",
-					ErrSeveralEvents, msg.ID, saleID, strings.Count(v, "\n")+1)
-			}
-			return parseBought(saleID, msg.ID, v)
+	if v, ok := packedOrders(msg); ok {
+		if strings.IndexByte(v, '\n') >= 0 {
+			return Event{}, fmt.Errorf("%w: entry %s of sale %s holds %d orders (ParseEntry decodes it)",
+				ErrSeveralEvents, msg.ID, saleID, strings.Count(v, "\n")+1)
 		}
+		return parseBought(saleID, msg.ID, v)
 	}
 	return parseOne(saleID, msg)
+}
+
+// HoldsOrders reports whether msg is a buy.lua call's entry of bought
+// orders (field "orders", see ParseEntry) rather than an entry of one
+// event.
+func HoldsOrders(msg redis.XMessage) bool {
+	_, ok := packedOrders(msg)
+	return ok
+}
+
+// packedOrders returns the orders of a buy.lua call's entry of bought
+// orders: its "orders" field, in an entry without "type" (a typed entry
+// is one event, whatever else it holds).
+func packedOrders(msg redis.XMessage) (string, bool) {
+	packed, ok := msg.Values[fieldOrders]
+	if !ok {
+		return "", false
+	}
+	if _, typed := msg.Values["type"]; typed {
+		return "", false
+	}
+	v, _ := packed.(string)
+	return v, true
 }
 
 // ErrSeveralEvents: ParseEvent was handed an entry of several events.
@@ -117,22 +137,14 @@ type BadEvent struct {
 // returned in bad (an order of an entry of several on its own: the others
 // decode all the same).
 func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event, bad []BadEvent) {
-	packed, ok := msg.Values[fieldOrders]
-	if !ok {
+	v, ok := packedOrders(msg)
+	if !ok { // one event ("type" decides when there is one: an unknown one is corrupt)
 		ev, err := parseOne(saleID, msg)
 		if err != nil {
 			return dst, []BadEvent{{ID: msg.ID, Values: msg.Values, Err: err}}
 		}
 		return append(dst, ev), nil
 	}
-	if _, typed := msg.Values["type"]; typed {
-		ev, err := parseOne(saleID, msg) // "type" decides: an unknown one is corrupt
-		if err != nil {
-			return dst, []BadEvent{{ID: msg.ID, Values: msg.Values, Err: err}}
-		}
-		return append(dst, ev), nil
-	}
-	v, _ := packed.(string)
 	ms, seq, idOK := parseEntryID(msg.ID)
 	for k := uint64(0); ; k++ {
 		line, rest, more := strings.Cut(v, "\n")
@@ -327,8 +339,6 @@ func CompareEventIDs(a, b string) int {
 // SplitEventID returns the two parts of a stream entry id "<ms>-<seq>"
 // (0 for a part that does not parse).
 func SplitEventID(id string) (ms, seq uint64) {
-	m, q, _ := strings.Cut(id, "-")
-	ms, _ = strconv.ParseUint(m, 10, 64)
-	seq, _ = strconv.ParseUint(q, 10, 64)
+	ms, seq, _ = parseEntryID(id)
 	return ms, seq
 }

@@ -284,10 +284,8 @@ func (b *backoff) reset() { b.cur = 50 * time.Millisecond }
 // (inventory.OrderEntry) under its own id.
 func entryOf(ev inventory.Event, msgs []redis.XMessage) redis.XMessage {
 	for _, m := range msgs {
-		if m.ID == ev.ID {
-			if _, several := m.Values["orders"]; !several {
-				return m
-			}
+		if m.ID == ev.ID && !inventory.HoldsOrders(m) {
+			return m
 		}
 	}
 	return redis.XMessage{ID: ev.ID, Values: inventory.OrderEntry(ev)}

@@ -291,21 +291,17 @@ func ReadLags(ctx context.Context, rdb redis.UniversalClient, streams StreamKeys
 				continue
 			}
 			lags[i] = Lag{Entries: b.pending + max(b.undelivered, 0)}
+			from := "-" // the undelivered entries
+			if b.lastDelivered != "" {
+				from = "(" + b.lastDelivered
+			}
 			if b.groupExists && b.undelivered < 0 {
-				from := "-"
-				if b.lastDelivered != "" {
-					from = "(" + b.lastDelivered
-				}
 				unknown[i] = p.XRangeN(ctx, keys[i], from, "+", lagRead+1)
 			}
 			if b.pending > 0 {
 				ms, _ := inventory.SplitEventID(b.lowestPending)
 				lags[i].Oldest = time.UnixMilli(int64(ms))
 				continue
-			}
-			from := "-"
-			if b.lastDelivered != "" {
-				from = "(" + b.lastDelivered
 			}
 			oldest[i] = p.XRangeN(ctx, keys[i], from, "+", 1)
 			if !b.groupExists {

@@ -276,6 +276,11 @@ func (f *Seller) set(m store.SellMode) {
 // failed over, until it has been repaired from the database.
 var ErrRedisRestarted = errors.New("redis restarted or failed over: not used until it is repaired from the database")
 
+// ErrReplicaConnection refuses a connection to a Redis replica: nothing
+// this instance does reads from replicas, and a connection made while a
+// node was a replica would skip the check of a promoted master later.
+var ErrReplicaConnection = errors.New("redis replica: this instance connects to masters only")
+
 // mayDial marks a context whose Redis calls may open connections while
 // Redis is held back after a restart: the recovery's, the consumer's.
 type mayDial struct{}
@@ -305,6 +310,13 @@ func (f *Seller) OnConnect(ctx context.Context, cn *redis.Conn) error {
 	info, err := cn.Info(ctx, "server", "replication").Result()
 	if err != nil {
 		return nil // a server without INFO (miniredis's is partial): nothing to compare
+	}
+	if infoField(info, "role") == "slave" {
+		// A Cluster client loads the slot map from any node, replicas
+		// included, and keeps that connection in the node's pool. Were the
+		// replica promoted, buys would go over it without this check
+		// (TestPromotedReplicaIsCheckedOnItsOldConnections).
+		return ErrReplicaConnection
 	}
 	runID, replID := infoField(info, "run_id"), infoField(info, "master_replid")
 	promoted := infoField(info, "role") == "master" && infoField(info, "second_repl_offset") != "-1" && replID != ""

@@ -175,7 +175,7 @@ func (r *scriptRunner) load(ctx context.Context) error {
 		return nil
 	}
 	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			return loadOn(ctx, node)
 		})
 	}

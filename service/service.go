@@ -480,6 +480,14 @@ func (s *Service) startBackground(ctx context.Context) {
 	po.OnRetry = func(string, error) { s.metrics.dbRetries.Inc() }
 	po.Readers = s.consumerReaders()
 	s.orders = pipeline.New(s.consumer, s.eng, s.db, po)
+	if s.seller.Ticks() {
+		// Know who sells before the first request, and heartbeat under the
+		// consumer's name before it holds an entry: a consumer that dies
+		// holding entries before any heartbeat named it is unknown to the
+		// others, who then wait the reclaim's idle time (30 s) for them
+		// instead of taking them over at once.
+		s.seller.Step(ctx)
+	}
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); _ = s.orders.Run(ctx) }()
 	if s.cfg.ReconcileEvery > 0 {
@@ -499,7 +507,6 @@ func (s *Service) startBackground(ctx context.Context) {
 		go func() { defer s.bg.Done(); s.sampleLoop(ctx, s.cfg.SampleEvery) }()
 	}
 	if s.seller.Ticks() {
-		s.seller.Step(ctx) // know who sells before the first request
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.seller.Run(ctx) }()
 	}

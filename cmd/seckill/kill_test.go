@@ -257,6 +257,18 @@ func logTail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// pipelineLog is the lines of a process's log that the order pipeline and
+// degraded mode wrote.
+func pipelineLog(s string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, "order pipeline") || strings.Contains(l, "degraded mode") {
+			keep = append(keep, l)
+		}
+	}
+	return logTail(strings.Join(keep, "\n"), 40)
+}
+
 // apiReply is an HTTP answer.
 type apiReply struct {
 	status int
@@ -1111,6 +1123,21 @@ func TestConsumerKilledMidBatch(t *testing.T) {
 	}
 	t.Logf("second kill %v after start, %s: %d orders in the database; %d entries pending in dead consumers, %d of them committed",
 		time.Since(started).Round(time.Millisecond), what, atDeath, allPending, committed)
+	// Every consumer that died holding entries was named by a heartbeat
+	// before it read them: the next process takes them over at once
+	// instead of after the reclaim's idle time (30 s, longer than this
+	// test waits).
+	if sum, err := rdb.XPending(ctx, stream, pipeline.Group).Result(); err == nil {
+		for name, n := range sum.Consumers {
+			var beats int
+			if err := sqldb.QueryRow(`SELECT COUNT(*) FROM instances WHERE consumer = $1`, name).Scan(&beats); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 && beats == 0 {
+				t.Errorf("consumer %s died holding %d entries and no heartbeat ever named it", name, n)
+			}
+		}
+	}
 	if held != nil && (committed < len(held) || atDeath >= total) {
 		t.Errorf("second kill: %d of the %d held entries committed, %d of %d orders stored: not a kill between commit and XACK with work left", committed, len(held), atDeath, total)
 	}
@@ -1128,8 +1155,9 @@ func TestConsumerKilledMidBatch(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("after the last restart: settled (consistent, in_flight 0) in %v; %d orders in the database; reclaims logged: %d",
-		settledIn.Round(time.Millisecond), n, strings.Count(proc.log.String(), "reclaimed entries of a dead consumer"))
+	t.Logf("after the last restart: settled (consistent, in_flight 0) in %v; %d orders in the database; reclaims logged: %d idle, %d of stopped consumers",
+		settledIn.Round(time.Millisecond), n, strings.Count(proc.log.String(), "reclaimed entries of a dead consumer"),
+		strings.Count(proc.log.String(), "took over a stopped consumer's entries"))
 
 	orders := dbOrders(t, sqldb, sale)
 	lost := 0
@@ -1166,7 +1194,8 @@ func TestConsumerKilledMidBatch(t *testing.T) {
 	defer db.Close()
 	journalBoughtOnce(t, db, sale, sku, bought)
 	if p := pendingCount(t, rdb, stream); p != 0 {
-		t.Errorf("%d stream entries still pending", p)
+		sum, err := rdb.XPending(ctx, stream, pipeline.Group).Result()
+		t.Errorf("%d stream entries still pending: %+v, %v; the last process's pipeline log:\n%s", p, sum, err, pipelineLog(proc.log.String()))
 	}
 	if g, err := rdb.XInfoGroups(ctx, stream).Result(); err != nil || len(g) != 1 || g[0].Lag != 0 || g[0].Pending != 0 {
 		t.Errorf("consumer group at the end: %+v, %v; want lag 0, nothing pending", g, err)

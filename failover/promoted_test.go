@@ -38,7 +38,7 @@ type promotedCluster struct {
 	resume          func() // set by cutOffReplica
 }
 
-func startPromotedCluster(t *testing.T) *promotedCluster {
+func startPromotedCluster(t *testing.T, recheck time.Duration) *promotedCluster {
 	t.Helper()
 	cluster, err := redistest.StartCluster(3, 1)
 	if err != nil {
@@ -46,12 +46,13 @@ func startPromotedCluster(t *testing.T) *promotedCluster {
 	}
 	t.Cleanup(func() { _ = cluster.Stop() })
 	p := &promotedCluster{cluster: cluster}
-	p.seller = failover.New(failover.Config{Tick: time.Hour, Cluster: true})
+	p.seller = failover.New(failover.Config{Tick: time.Hour, Recheck: recheck, Cluster: true})
 	p.cc = clusterclient.New(&redis.ClusterOptions{
 		Addrs: cluster.Addrs(), DisableIdentity: true, OnConnect: p.seller.OnConnect,
 		DialTimeout: time.Second, DialerRetries: 1, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
 		MaxRedirects: 16,
 	})
+	p.cc.OnNewNode(func(node *redis.Client) { node.AddHook(p.seller.NodeHook(node)) })
 	t.Cleanup(func() { _ = p.cc.Close() })
 	eng := inventory.New(p.cc, inventory.Options{Prefix: "promoted"})
 	p.seller.Wire(failover.Parts{Engine: eng})
@@ -154,11 +155,13 @@ func (p *promotedCluster) killMasterAndTakeOver(t *testing.T) {
 // random, replicas included, over the node's pooled client). The replica,
 // two sales behind its master, is promoted. The next buy must not be sold
 // from its stale counters over that connection: it is refused and the
-// seller holds Redis back until a recovery repairs it. Without the refusal
-// of replica connections in OnConnect the buy goes over the old
-// connection unchecked, and two more units than the stock are sold.
+// seller holds Redis back until a recovery repairs it. The node hook does
+// not check again within the test (Recheck an hour): the connection to the
+// replica is refused (OnConnect), and the node was never checked as a
+// master. Without the replica check (OnConnect's and the hook's) the buy
+// goes over the old connection unchecked: 4 units sold of 3.
 func TestPromotedReplicaIsCheckedOnItsOldConnections(t *testing.T) {
-	p := startPromotedCluster(t)
+	p := startPromotedCluster(t, time.Hour)
 	ctx := context.Background()
 
 	// What go-redis's loadState does on the node it picks, over the node
@@ -207,43 +210,48 @@ func TestPromotedReplicaIsCheckedOnItsOldConnections(t *testing.T) {
 	}
 }
 
-// waitOwner waits until the node at owner says role master, and every live
-// node but dead lists owner as a master serving the slots dead served.
+// waitOwner waits until owns.
 func waitOwner(t *testing.T, addrs []string, dead, owner string) {
 	t.Helper()
-	ctx := context.Background()
 	waitfor.Until(t, redistest.FailoverTimeout, owner+" owns "+dead+"'s slots on every node", func() error {
-		repl, err := plain(t, owner).Info(ctx, "replication").Result()
+		return owns(context.Background(), t, addrs, dead, owner)
+	})
+}
+
+// owns says whether the node at owner says role master, and every live
+// node but dead lists owner as a master serving slots, the same ones, and
+// dead as serving none.
+func owns(ctx context.Context, t *testing.T, addrs []string, dead, owner string) error {
+	repl, err := plain(t, owner).Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if role := field(repl, "role"); role != "master" {
+		return errors.New(owner + " says role " + role)
+	}
+	var want string // owner's slots, as the first node lists them
+	for _, addr := range addrs {
+		if addr == dead {
+			continue
+		}
+		nodes, err := plain(t, addr).ClusterNodes(ctx).Result()
 		if err != nil {
 			return err
 		}
-		if role := field(repl, "role"); role != "master" {
-			return errors.New(owner + " says role " + role)
+		slots, ok := servedBy(nodes, owner)
+		if !ok || slots == "" {
+			return errors.New(addr + " does not see " + owner + " as a master serving slots")
 		}
-		var want string // owner's slots, as owner lists them
-		for _, addr := range addrs {
-			if addr == dead {
-				continue
-			}
-			nodes, err := plain(t, addr).ClusterNodes(ctx).Result()
-			if err != nil {
-				return err
-			}
-			slots, ok := servedBy(nodes, owner)
-			if !ok || slots == "" {
-				return errors.New(addr + " does not see " + owner + " as a master serving slots")
-			}
-			if slots, _ := servedBy(nodes, dead); slots != "" {
-				return errors.New(addr + " still sees " + dead + " serve " + slots)
-			}
-			if want == "" {
-				want = slots
-			} else if slots != want {
-				return errors.New(addr + " sees " + owner + " serve " + slots + ", another node " + want)
-			}
+		if slots, _ := servedBy(nodes, dead); slots != "" {
+			return errors.New(addr + " still sees " + dead + " serve " + slots)
 		}
-		return nil
-	})
+		if want == "" {
+			want = slots
+		} else if slots != want {
+			return errors.New(addr + " sees " + owner + " serve " + slots + ", another node " + want)
+		}
+	}
+	return nil
 }
 
 // servedBy returns the slots CLUSTER NODES lists for the master at addr,
@@ -279,4 +287,49 @@ func field(info, name string) string {
 		}
 	}
 	return ""
+}
+
+// failOverTo makes the replica at to take its master's (from's) slots by a
+// manual failover (CLUSTER FAILOVER: the master stops writes until the
+// replica has all of them; nothing is lost) and waits until every node
+// names to as their owner; from, still running, becomes to's replica.
+func (p *promotedCluster) failOverTo(t *testing.T, from, to string) {
+	t.Helper()
+	// A manual failover the master does not join within 5 s is abandoned
+	// (CLUSTER_MF_TIMEOUT): ask again then.
+	ctx := context.Background()
+	asked := time.Time{}
+	waitfor.Until(t, redistest.FailoverTimeout, to+" takes "+from+"'s slots", func() error {
+		if time.Since(asked) > 6*time.Second {
+			if err := plain(t, to).ClusterFailover(ctx).Err(); err != nil {
+				return err
+			}
+			asked = time.Now()
+		}
+		return owns(ctx, t, p.cluster.Addrs(), from, to)
+	})
+}
+
+// TestRepromotedMasterIsCheckedOnItsOldConnections: the client holds a
+// connection to a sale's master, opened and checked while it was the
+// master. The master is demoted (its replica takes over) and later
+// promoted again: a master with a new replication id, promoted from a
+// replica, that a buy must not be sold from before it is repaired
+// (OnConnect). The next buy reaches it over the connection of its first
+// time as master.
+func TestRepromotedMasterIsCheckedOnItsOldConnections(t *testing.T) {
+	p := startPromotedCluster(t, time.Nanosecond) // every command checks its node again
+	if err := p.buy(t, "u1"); err != nil {
+		t.Fatalf("buy from the master: %v", err)
+	}
+	p.failOverTo(t, p.master, p.replica)
+	p.failOverTo(t, p.replica, p.master)
+	if err := p.buy(t, "u2"); err == nil {
+		t.Errorf("a buy from %s, a master promoted from a replica again, was sold before it was repaired", p.master)
+	} else if !errors.Is(err, failover.ErrRedisRestarted) && !errors.Is(err, failover.ErrNobodySells) {
+		t.Errorf("buy from the master promoted again: %v", err)
+	}
+	if !p.seller.HeldBack() {
+		t.Errorf("the seller does not hold Redis back after %s was promoted again", p.master)
+	}
 }

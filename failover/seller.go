@@ -71,6 +71,9 @@ type Config struct {
 	AckRing int
 	// Cluster: Redis is a Cluster (restarts are told apart per node).
 	Cluster bool
+	// Recheck is how long a node's check (NodeHook) holds before the next
+	// command on it checks it again (default Tick).
+	Recheck time.Duration
 	Logger  *slog.Logger
 
 	// OnMode, if set, is told every mode the seller reads or sets.
@@ -107,12 +110,13 @@ type Parts struct {
 // Seller sells each buy where it may be sold now, and keeps who sells up to
 // date (Run). Create it with New, give it its parts with Wire.
 type Seller struct {
-	cfg   Config
-	log   *slog.Logger
-	name  string
-	off   bool // Config.Tick < 0
-	tick  time.Duration
-	grace time.Duration
+	cfg     Config
+	log     *slog.Logger
+	name    string
+	off     bool // Config.Tick < 0
+	tick    time.Duration
+	grace   time.Duration
+	recheck time.Duration // Config.Recheck
 
 	eng      Engine
 	db       Store
@@ -168,6 +172,9 @@ func New(cfg Config) *Seller {
 	}
 	if f.grace <= 0 {
 		f.grace = 3 * f.tick
+	}
+	if f.recheck = cfg.Recheck; f.recheck <= 0 {
+		f.recheck = f.tick
 	}
 	f.fromRedis.Store(true)
 	f.acks.size = cfg.AckRing
@@ -307,23 +314,38 @@ func (f *Seller) OnConnect(ctx context.Context, cn *redis.Conn) error {
 	if !f.Ticks() {
 		return nil // nothing would recover
 	}
-	info, err := cn.Info(ctx, "server", "replication").Result()
+	_, err := f.check(ctx, cn)
+	return err
+}
+
+// nodeAsker is a connection (*redis.Conn) or a node's client (*redis.Client).
+type nodeAsker interface {
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
+	ClusterMyID(ctx context.Context) *redis.StringCmd
+}
+
+// check reads the INFO of the node behind c and refuses (ErrReplicaConnection,
+// ErrRedisRestarted) as OnConnect says. suspect tells whether the node itself
+// is the reason to hold Redis back: a replica, or restarted or promoted and
+// not repaired since (not merely another node).
+func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err error) {
+	info, err := c.Info(ctx, "server", "replication").Result()
 	if err != nil {
-		return nil // a server without INFO (miniredis's is partial): nothing to compare
+		return false, nil // a server without INFO (miniredis's is partial): nothing to compare
 	}
 	if infoField(info, "role") == "slave" {
 		// A Cluster client loads the slot map from any node, replicas
 		// included, and keeps that connection in the node's pool. Were the
 		// replica promoted, buys would go over it without this check
 		// (TestPromotedReplicaIsCheckedOnItsOldConnections).
-		return ErrReplicaConnection
+		return true, ErrReplicaConnection
 	}
 	runID, replID := infoField(info, "run_id"), infoField(info, "master_replid")
 	promoted := infoField(info, "role") == "master" && infoField(info, "second_repl_offset") != "-1" && replID != ""
 	node := ""
 	if f.cfg.Cluster {
-		if node, err = cn.ClusterMyID(ctx).Result(); err != nil {
-			return nil
+		if node, err = c.ClusterMyID(ctx).Result(); err != nil {
+			return false, nil
 		}
 	}
 	f.mu.Lock()
@@ -343,8 +365,94 @@ func (f *Seller) OnConnect(ctx context.Context, cn *redis.Conn) error {
 		f.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
 	}
 	if f.restarted && ctx.Value(mayDial{}) == nil {
-		return ErrRedisRestarted
+		return why != "", ErrRedisRestarted
 	}
+	return false, nil
+}
+
+// NodeHook returns a hook for the client of one Redis node (a Cluster
+// client's node clients, through OnNewNode; a single node's client) that
+// checks the node again, as OnConnect checks a new connection, before a
+// command once the last check is older than Config.Recheck, and refuses the
+// command as OnConnect refuses a connection if the node is itself the
+// reason to hold Redis back.
+//
+// OnConnect checks each connection once, when it is opened. A node's role
+// can change under connections already open: a master demoted to a replica
+// (a failover while it was paused or cut off, or a manual one) keeps its
+// clients' connections, and once promoted again it is a master with a new
+// replication id, maybe behind the one it took over from, reached over
+// connections checked in its first time as master
+// (TestRepromotedMasterIsCheckedOnItsOldConnections). A node cannot be
+// demoted and promoted again by the cluster in less than its
+// cluster-node-timeout (a promotion waits that long for the master to be
+// failing), so a Recheck shorter than it closes that; an operator's
+// CLUSTER FAILOVER TAKEOVER or REPLICAOF NO ONE within it is not caught
+// before the next check.
+func (f *Seller) NodeHook(node *redis.Client) redis.Hook {
+	return &nodeCheck{f: f, node: node}
+}
+
+// nodeCheck is NodeHook's hook of one node.
+type nodeCheck struct {
+	f    *Seller
+	node *redis.Client
+	mu   sync.Mutex   // one check at a time
+	at   atomic.Int64 // unix nanoseconds of the last check that passed
+}
+
+// checking marks the context of a node check's own commands.
+type checking struct{}
+
+func (h *nodeCheck) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *nodeCheck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.fresh(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *nodeCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.fresh(ctx); err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// fresh checks the node if its last check is older than Config.Recheck.
+func (h *nodeCheck) fresh(ctx context.Context) error {
+	if !h.f.Ticks() || ctx.Value(checking{}) != nil {
+		return nil
+	}
+	if time.Now().UnixNano()-h.at.Load() < int64(h.f.recheck) {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now().UnixNano()
+	if now-h.at.Load() < int64(h.f.recheck) {
+		return nil // checked while this one waited
+	}
+	suspect, err := h.f.check(context.WithValue(ctx, checking{}, true), h.node)
+	switch {
+	case errors.Is(err, ErrReplicaConnection):
+		// A master demoted under a stale slot map: let the command through
+		// for the node to answer MOVED (buys are scripts on keys), and
+		// check again next time.
+		return nil
+	case suspect:
+		return err
+	}
+	h.at.Store(now)
 	return nil
 }
 

@@ -351,7 +351,11 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 		o := &redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs,
 			DisableIdentity: true, OnConnect: s.seller.OnConnect, ClientName: name}
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
-		return clusterclient.New(o), nil
+		c := clusterclient.New(o)
+		// Each node is checked again under connections already open: a
+		// node's role can change under them (failover.Seller.NodeHook).
+		c.OnNewNode(func(node *redis.Client) { node.AddHook(s.seller.NodeHook(node)) })
+		return c, nil
 	case s.cfg.RedisURL != "":
 		o, err := redis.ParseURL(s.cfg.RedisURL)
 		if err != nil {
@@ -365,7 +369,9 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 		o.OnConnect = s.seller.OnConnect
 		o.ClientName = name
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
-		return redis.NewClient(o), nil
+		c := redis.NewClient(o)
+		c.AddHook(s.seller.NodeHook(c))
+		return c, nil
 	default:
 		o := &redis.Options{Addr: s.mini.Addr(), ClientName: name}
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)

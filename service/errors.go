@@ -83,7 +83,7 @@ func toAPI(err error) *apiError {
 	case errors.Is(err, failover.ErrTokensNeedRedis):
 		return errTokensNeedRedis
 	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, failover.ErrRedisRestarted),
-		failover.RedisDown(err), isPoolBusy(err):
+		errors.Is(err, failover.ErrReplicaConnection), failover.RedisDown(err), isPoolBusy(err):
 		return errUnavailable
 	}
 	return errInternal

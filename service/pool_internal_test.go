@@ -58,3 +58,13 @@ func TestBusyPoolDoesNotStartDegradedMode(t *testing.T) {
 		t.Error("redis does not sell after the pool was busy")
 	}
 }
+
+// TestReplicaConnectionIsUnavailable: a command refused a connection to a
+// replica (a master demoted under a slot map not reloaded yet) never ran:
+// answered 503, retry, as a pool timeout is, not 500.
+func TestReplicaConnectionIsUnavailable(t *testing.T) {
+	err := fmt.Errorf("seckill: buy: %w", failover.ErrReplicaConnection)
+	if api := toAPI(err); api.Status != http.StatusServiceUnavailable || api.RetryAfter == 0 {
+		t.Errorf("a refused replica connection is answered %+v, want 503 with Retry-After", api)
+	}
+}

@@ -95,30 +95,33 @@ type Config struct {
 
 // Service is a running seckill service.
 type Service struct {
-	cfg       Config
-	log       *slog.Logger
-	rdb       redis.UniversalClient // the API's: buys and every request
-	consumer  redis.UniversalClient // the order consumer's own (roleClient)
-	probe     redis.UniversalClient // degraded mode's ping, alone on its connection
-	orders    *pipeline.Consumer
-	mini      *miniredis.Miniredis
-	miniStop  func()
-	db        *store.Store
-	eng       *inventory.Engine
-	router    *segment.Router // the engine's sales by id, segmented ones through segment/ (segments.go)
-	auth      *auth
-	limits    limits
-	limiter   *ratelimit.Limiter
-	local     *ratelimit.Local // the limiter's in-process fallback
-	metrics   *metrics
-	live      *live
-	streams   *streamSlots
-	seller    *failover.Seller // who sells: Redis, the database, or nobody
-	http      *http.Server
-	listener  net.Listener
-	saleCache *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
-	archived  *ttlcache.Cache[struct{}]     // sales known archived (close.go): they stay so
-	endpoints []string                      // "METHOD /path" of every route, as registered
+	cfg      Config
+	log      *slog.Logger
+	rdb      redis.UniversalClient // the API's: buys and every request
+	consumer redis.UniversalClient // the order consumer's own (roleClient)
+	probe    redis.UniversalClient // degraded mode's ping, alone on its connection
+	// clusterSeeds: the configured cluster addresses, the masters first
+	// (clusterclient.WithMasters).
+	clusterSeeds []string
+	orders       *pipeline.Consumer
+	mini         *miniredis.Miniredis
+	miniStop     func()
+	db           *store.Store
+	eng          *inventory.Engine
+	router       *segment.Router // the engine's sales by id, segmented ones through segment/ (segments.go)
+	auth         *auth
+	limits       limits
+	limiter      *ratelimit.Limiter
+	local        *ratelimit.Local // the limiter's in-process fallback
+	metrics      *metrics
+	live         *live
+	streams      *streamSlots
+	seller       *failover.Seller // who sells: Redis, the database, or nobody
+	http         *http.Server
+	listener     net.Listener
+	saleCache    *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
+	archived     *ttlcache.Cache[struct{}]     // sales known archived (close.go): they stay so
+	endpoints    []string                      // "METHOD /path" of every route, as registered
 
 	stop    context.CancelFunc
 	bg      sync.WaitGroup // consumer and reconciliation loop
@@ -305,6 +308,13 @@ func (s *Service) connectRedis(ctx context.Context) error {
 		s.mini, s.miniStop = mini, stop
 		s.log.Warn("using an embedded in-process Redis-compatible server (miniredis): not for production; its data lives as long as this process")
 	}
+	if len(s.cfg.RedisClusterAddrs) > 0 {
+		// The clients connect to masters only (failover.Seller.OnConnect):
+		// seed them with the masters too.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s.clusterSeeds = clusterclient.WithMasters(wctx, s.cfg.RedisClusterAddrs)
+		cancel()
+	}
 	var err error
 	if s.rdb, err = s.newClient(clientAPI, 0); err != nil {
 		return err
@@ -348,7 +358,7 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 	case len(s.cfg.RedisClusterAddrs) > 0:
 		// clusterclient: after a failover, finds the promoted replica (go-redis
 		// alone keeps dialling the dead master until its next slot map reload).
-		o := &redis.ClusterOptions{Addrs: s.cfg.RedisClusterAddrs,
+		o := &redis.ClusterOptions{Addrs: s.clusterSeeds,
 			DisableIdentity: true, OnConnect: s.seller.OnConnect, ClientName: name}
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		c := clusterclient.New(o)

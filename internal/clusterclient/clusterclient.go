@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -97,4 +98,54 @@ func (h reloadHook) check(ctx context.Context, err error) {
 func unreachable(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// WithMasters returns seeds with the masters of the cluster put first, as
+// the first seed that answers CLUSTER SLOTS names them (seeds alone if none
+// answers). It asks over a connection of its own, closed at once: a client
+// that refuses connections to replicas (failover.Seller.OnConnect) could
+// not read the slot map from a seed list of replicas alone (one node named,
+// which a failover has made a replica since), and go-redis reads it from
+// the seeds until it has read it once. A master on a loopback address
+// reached through a seed that is not is named by the seed's host, as
+// go-redis does.
+func WithMasters(ctx context.Context, seeds []string) []string {
+	for _, seed := range seeds {
+		c := redis.NewClient(&redis.Options{Addr: seed, DisableIdentity: true, DialerRetries: 1,
+			DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1})
+		slots, err := c.ClusterSlots(ctx).Result()
+		_ = c.Close()
+		if err != nil {
+			continue
+		}
+		seedHost, _, _ := net.SplitHostPort(seed)
+		var out []string
+		for _, r := range slots {
+			if len(r.Nodes) == 0 {
+				continue
+			}
+			addr := r.Nodes[0].Addr
+			if host, port, err := net.SplitHostPort(addr); err == nil && isLoopback(host) && !isLoopback(seedHost) {
+				addr = net.JoinHostPort(seedHost, port)
+			}
+			if !slices.Contains(out, addr) {
+				out = append(out, addr)
+			}
+		}
+		for _, s := range seeds {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return seeds
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -38,9 +38,14 @@ func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:      s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(h)),
 		ErrorHandler: s.fastError,
-		// ReadTimeout bounds a request's header and body (net/http's
-		// ReadHeaderTimeout has no match: the whole request gets 10 s).
-		ReadTimeout:           readTimeout,
+		// ReadTimeout bounds the request's line and headers (net/http's
+		// ReadHeaderTimeout: slowloris); once they are in, the body has
+		// readTimeout of its own (net/http's counts from the request's
+		// start: the whole request may take 15 s here, 10 s there).
+		ReadTimeout: readHeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
+		},
 		WriteTimeout:          writeTimeout,
 		IdleTimeout:           idleTimeout,
 		ReadBufferSize:        maxHeaderBytes + 4096, // a request's line and headers must fit (net/http allows 4 KiB over)

@@ -141,10 +141,11 @@ const (
 
 // The servers' limits, the same for both.
 const (
-	readTimeout    = 10 * time.Second
-	writeTimeout   = 15 * time.Second
-	idleTimeout    = 60 * time.Second
-	maxHeaderBytes = 16 << 10
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 15 * time.Second
+	idleTimeout       = 60 * time.Second
+	maxHeaderBytes    = 16 << 10
 )
 
 // closeStreams ends the live streams (once).
@@ -232,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	case "", HTTPServerNet:
 		s.http = &http.Server{
 			Handler:           handler,
-			ReadHeaderTimeout: 5 * time.Second,
+			ReadHeaderTimeout: readHeaderTimeout,
 			ReadTimeout:       readTimeout,
 			WriteTimeout:      writeTimeout,
 			IdleTimeout:       idleTimeout,

@@ -196,7 +196,7 @@ func printableASCII(b []byte) bool {
 // writeOrder answers with an order as writeJSON(w, status,
 // orderBody(o, remaining)) does, byte for byte (TestWriteOrder).
 func writeOrder(w http.ResponseWriter, status int, o inventory.Order, remaining []int64) {
-	writeOrderTo(&httpExchange{w: w}, status, o, remaining)
+	writeOrderTo(exchangeOf(w, nil), status, o, remaining) // harden's exchange: no allocation
 }
 
 // writeOrderTo is writeOrder on any server's exchange.

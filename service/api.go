@@ -68,8 +68,9 @@ func (s *Service) routes() http.Handler {
 		// The buy, most of the traffic, skips the mux's search when its
 		// path is one the mux would route to it unchanged (buyPath).
 		if sale, ok := buyPath(r); ok {
-			if err := s.buyIn(w, r, sale); err != nil {
-				s.fail(w, r, err)
+			x := exchangeOf(w, r)
+			if err := s.buyIn(x, sale); err != nil {
+				writeErrorTo(x, s.logFor(r), err)
 			}
 			return
 		}
@@ -91,8 +92,15 @@ const (
 // and the suffix. Anything else goes through the mux
 // (FuzzBuyPathAgreesWithTheMux checks the two agree).
 func buyPath(r *http.Request) (string, bool) {
-	p := r.URL.Path
-	if r.Method != http.MethodPost || r.URL.RawPath != "" ||
+	if r.URL.RawPath != "" {
+		return "", false
+	}
+	return buyPathOf(r.Method, r.URL.Path)
+}
+
+// buyPathOf is buyPath of a method and a path with nothing escaped.
+func buyPathOf(method, p string) (string, bool) {
+	if method != http.MethodPost ||
 		len(p) <= len(buyPathPrefix)+len(buyPathSuffix) ||
 		p[:len(buyPathPrefix)] != buyPathPrefix || p[len(p)-len(buyPathSuffix):] != buyPathSuffix {
 		return "", false

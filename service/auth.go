@@ -31,8 +31,10 @@ func newAuth(jwtSecret, adminToken string) *auth {
 	}
 }
 
-func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
+func bearer(r *http.Request) string { return bearerOf(r.Header.Get("Authorization")) }
+
+// bearerOf is the token of an Authorization header's value.
+func bearerOf(h string) string {
 	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		return strings.TrimSpace(h[7:])
 	}
@@ -66,7 +68,12 @@ type caller struct {
 
 // buyer requires a buyer's token.
 func (a *auth) buyer(r *http.Request) (string, error) {
-	if user, ok := a.userOf(bearer(r)); ok {
+	return a.buyerOf(r.Header.Get("Authorization"))
+}
+
+// buyerOf is buyer of an Authorization header's value.
+func (a *auth) buyerOf(authorization string) (string, error) {
+	if user, ok := a.userOf(bearerOf(authorization)); ok {
 		return user, nil
 	}
 	return "", errUnauthenticated

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -36,10 +37,10 @@ func putBuf(b *[]byte) {
 }
 
 // decodeBuy reads a buy's body into its lines.
-func decodeBuy(w http.ResponseWriter, r *http.Request) ([]inventory.Line, error) {
+func decodeBuy(x exchange) ([]inventory.Line, error) {
 	buf := getBuf()
 	defer putBuf(buf)
-	body, err := readBody(w, r, (*buf)[:0])
+	body, err := x.body((*buf)[:0])
 	*buf = body[:0]
 	if err != nil {
 		return nil, errInvalid(jsonProblem(err))
@@ -195,17 +196,22 @@ func printableASCII(b []byte) bool {
 // writeOrder answers with an order as writeJSON(w, status,
 // orderBody(o, remaining)) does, byte for byte (TestWriteOrder).
 func writeOrder(w http.ResponseWriter, status int, o inventory.Order, remaining []int64) {
+	writeOrderTo(exchangeOf(w, nil), status, o, remaining) // harden's exchange: no allocation
+}
+
+// writeOrderTo is writeOrder on any server's exchange.
+func writeOrderTo(x exchange, status int, o inventory.Order, remaining []int64) {
 	buf := getBuf()
 	defer putBuf(buf)
 	b, ok := appendOrder((*buf)[:0], o, remaining)
-	*buf = b[:0]
 	if !ok {
-		writeJSON(w, status, orderBody(o, remaining))
-		return
+		var err error
+		if b, err = json.Marshal(orderBody(o, remaining)); err == nil {
+			b = append(b, '\n') // as json.Encoder writes it
+		} // else (a year beyond 9999) the status alone, as json.Encoder left it
 	}
-	jsonHeaders(w.Header())
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	*buf = b[:0]
+	x.replyJSON(status, b)
 }
 
 // Shared header values: net/http only reads them (see securityHeaders).

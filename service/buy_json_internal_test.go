@@ -142,7 +142,7 @@ func TestReadBody(t *testing.T) {
 				r.ContentLength = -1
 				r.Body = io.NopCloser(struct{ io.Reader }{strings.NewReader(c.body)})
 			}
-			lines, err := decodeBuy(httptest.NewRecorder(), r)
+			lines, err := decodeBuy(&httpExchange{w: httptest.NewRecorder(), r: r})
 			var api *apiError
 			switch {
 			case c.msg == "" && (err != nil || len(lines) != c.lines):

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -106,15 +107,21 @@ type errorBody struct {
 
 // writeError answers with err; internal errors are logged with the request.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	writeErrorTo(exchangeOf(w, r), log, err)
+}
+
+// writeErrorTo is writeError on any server's exchange.
+func writeErrorTo(x exchange, log *slog.Logger, err error) {
 	api := toAPI(err)
 	if api.Status >= 500 {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", api.Status, "err", err)
+		log.Error("request failed", "method", x.method(), "path", x.path(), "status", api.Status, "err", err)
 	}
 	var body errorBody
 	body.Error.Code, body.Error.Message, body.Error.SKUs = api.Code, api.Message, api.SKUs
 	body.SKUs = api.SKUs
 	if api.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(api.RetryAfter))
+		x.setHeader("Retry-After", strconv.Itoa(api.RetryAfter))
 	}
-	writeJSON(w, api.Status, body)
+	b, _ := json.Marshal(body)               // strings and slices of strings: cannot fail
+	x.replyJSON(api.Status, append(b, '\n')) // as json.Encoder writes it
 }

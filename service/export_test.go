@@ -2,14 +2,15 @@ package service
 
 import (
 	"context"
-	"net/http"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/seckill/seckill/inventory"
 )
 
-// Handler is the service's HTTP handler, for benchmarks that call it
-// without a connection.
-func (s *Service) Handler() http.Handler { return s.http.Handler }
+// FastHandler is the handler `serve`'s fasthttp server runs (fast.go),
+// for benchmarks that call it without a connection.
+func (s *Service) FastHandler() fasthttp.RequestHandler { return s.fast.Handler }
 
 // WithPayment is withPayment, for tests of an order read from Redis before
 // the database has it (the consumer is quick: over HTTP that is a race).

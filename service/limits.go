@@ -151,22 +151,23 @@ func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
 // scope prefix of the user's key ("u" for buys, "pt" for purchase tokens).
 //
 // A buy's user limit is left to the buy itself when sale.userInBuy is set.
-func (s *Service) throttle(r *http.Request, sale saleSettings, user, what string) error {
+func (s *Service) throttle(x exchange, sale saleSettings, user, what string) error {
+	ctx := x.ctx()
 	if sale.user != nil && (what != "u" || sale.userInBuy == nil) {
-		if err := s.allow(r.Context(), "user", what+":"+user, sale.user); err != nil {
+		if err := s.allow(ctx, "user", what+":"+user, sale.user); err != nil {
 			return err
 		}
 	}
 	if sale.ip != nil {
 		// No address when not over TCP (a test's fake request): nothing to limit.
-		if ip := s.clientIP(r); ip.IsValid() {
-			if err := s.allow(r.Context(), "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
+		if ip := s.clientIPOf(x); ip.IsValid() {
+			if err := s.allow(ctx, "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
 				return err
 			}
 		}
 	}
 	if sale.sale != nil {
-		return s.allow(r.Context(), "sale", "s:"+sale.ID, sale.sale)
+		return s.allow(ctx, "sale", "s:"+sale.ID, sale.sale)
 	}
 	return nil
 }
@@ -205,15 +206,20 @@ func (s *Service) limited(scope string, limit *ratelimit.Limit, retryAfter time.
 // peer is a trusted proxy; then X-Forwarded-For is read from the right,
 // skipping trusted proxies, and the first other address is the client.
 func (s *Service) clientIP(r *http.Request) netip.Addr {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
+	return s.clientIPOf(&httpExchange{r: r})
+}
+
+// clientIPOf is clientIP of any server's exchange.
+func (s *Service) clientIPOf(x exchange) netip.Addr {
+	ap := x.peer()
+	if !ap.IsValid() {
 		return netip.Addr{}
 	}
 	addr := ap.Addr().Unmap()
 	if !s.trustedProxy(addr) {
 		return addr
 	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	hops := strings.Split(strings.Join(x.headerValues("X-Forwarded-For"), ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
 		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
 		if err != nil {

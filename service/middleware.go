@@ -22,42 +22,34 @@ import (
 func (s *Service) harden(next http.Handler) http.Handler {
 	debugLog := s.log.Enabled(context.Background(), slog.LevelDebug)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if !validRequestID(id) {
-			id = newRequestID()
-		}
-		// One allocation holds the request's writer, its id's header value
-		// and the context that carries them.
+		id := requestIDFor(r.Header.Get("X-Request-Id"))
+		// One allocation holds the request's writer, its exchange, its id's
+		// header value and the context that carries them.
 		rs := &requestState{Context: r.Context(), sw: statusWriter{ResponseWriter: w, requestID: id}, idHeader: [1]string{id}}
 		sw := &rs.sw
 		h := w.Header()
-		h["X-Request-Id"] = rs.idHeader[:]
-		for _, sh := range securityHeaders {
-			h[sh.name] = sh.value
-		}
+		replyHeaders(rs.idHeader[:], func(name string, value []string) { h[name] = value })
 		r = r.WithContext(rs)
+		sw.x = httpExchange{w: sw, r: r}
 		var began time.Time // read for the debug log alone
 		if debugLog {
 			began = time.Now()
 		}
 		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				log := s.logFor(r)
-				log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-				if !sw.wrote {
-					writeError(sw, r, log, errInternal)
-				}
-			}
-			if debugLog {
-				s.logFor(r).Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.statusCode(),
-					"took", time.Since(began), "remote", r.RemoteAddr)
-			}
+			s.endRequest(&sw.x, id, recover(), sw.wrote, sw.statusCode, began, debugLog, r.RemoteAddr)
 		}()
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// replyHeaders gives set the headers of every reply, whatever server
+// carries it: the request's id (idValue, one value) and the security
+// headers. set may keep the slices, never modify them.
+func replyHeaders(idValue []string, set func(name string, value []string)) {
+	set("X-Request-Id", idValue)
+	for _, sh := range securityHeaders {
+		set(sh.name, sh.value)
+	}
 }
 
 // securityHeaders are set on every response. The names are canonical and
@@ -103,8 +95,11 @@ func (s *requestState) Value(key any) any {
 
 // logFor is the logger of a request: the service's, with its request id.
 // Made when needed: most requests log nothing.
-func (s *Service) logFor(r *http.Request) *slog.Logger {
-	if id := requestID(r); id != "" {
+func (s *Service) logFor(r *http.Request) *slog.Logger { return s.logWithID(requestID(r)) }
+
+// logWithID is the service's logger with a request's id ("": none).
+func (s *Service) logWithID(id string) *slog.Logger {
+	if id != "" {
 		return s.log.With("request_id", id)
 	}
 	return s.log
@@ -140,6 +135,7 @@ type statusWriter struct {
 	status    int
 	wrote     bool
 	requestID string
+	x         httpExchange // the request's exchange (exchangeOf), over this writer
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -182,3 +178,6 @@ func (s *Service) audit(r *http.Request, action, saleID, target string, detail m
 		log.Error("admin: audit journal write failed", "action", action, "err", err)
 	}
 }
+
+// stack is the panicking goroutine's stack, for the log.
+func stack() string { return string(debug.Stack()) }

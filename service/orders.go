@@ -52,23 +52,25 @@ func orderBody(o inventory.Order, remaining []int64) orderJSON {
 // (inventory.CheckBuy); the seller, the engine and the database take the
 // checked buy as it is.
 func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
-	return s.buyIn(w, r, r.PathValue("sale"))
+	return s.buyIn(exchangeOf(w, r), r.PathValue("sale"))
 }
 
-// buyIn is buy of the sale saleID (the path's, found by the mux or by
-// routes' shortcut).
-func (s *Service) buyIn(w http.ResponseWriter, r *http.Request, saleID string) error {
-	user, err := s.auth.buyer(r)
+// buyIn is buy of the sale saleID (the path's, found by the mux, by
+// routes' shortcut, or by fasthttp's route in fast.go): the one buy of
+// every server.
+func (s *Service) buyIn(x exchange, saleID string) error {
+	authorization, _ := x.header("Authorization")
+	user, err := s.auth.buyerOf(authorization)
 	if err != nil {
 		return err
 	}
-	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
+	key, hasKey := x.header("Idempotency-Key")
 	// The header's own reply for a key given empty or too long (kept as the
 	// contract's message); every other rule of the key is CheckBuy's.
 	if hasKey && (key == "" || len(key) > inventory.MaxIdempotencyKey) {
 		return errInvalid("Idempotency-Key must be 1 to 64 characters")
 	}
-	lines, err := decodeBuy(w, r)
+	lines, err := decodeBuy(x)
 	if err != nil {
 		return err
 	}
@@ -76,16 +78,18 @@ func (s *Service) buyIn(w http.ResponseWriter, r *http.Request, saleID string) e
 	if err != nil {
 		return err
 	}
-	settings, err := s.settings(r.Context(), saleID)
+	ctx := x.ctx()
+	settings, err := s.settings(ctx, saleID)
 	if err != nil {
 		return err
 	}
-	if err := s.throttle(r, settings, user, "u"); err != nil {
+	if err := s.throttle(x, settings, user, "u"); err != nil {
 		return err
 	}
 	var token purchaseToken // spent by the buy itself, only if it is accepted
 	if settings.RequirePurchaseToken {
-		if token, err = s.checkPurchaseToken(settings.ID, user, r.Header.Get("X-Purchase-Token")); err != nil {
+		given, _ := x.header("X-Purchase-Token")
+		if token, err = s.checkPurchaseToken(settings.ID, user, given); err != nil {
 			return err
 		}
 	}
@@ -95,9 +99,9 @@ func (s *Service) buyIn(w http.ResponseWriter, r *http.Request, saleID string) e
 	if buy, err = buy.WithToken(token.nonce, token.ttl); err != nil {
 		return err
 	}
-	rc, err := s.seller.Buy(r.Context(), buy)
+	rc, err := s.seller.Buy(ctx, buy)
 	if err != nil {
-		rc, err = s.replayArchived(r.Context(), settings.ID, user, lines, key, err)
+		rc, err = s.replayArchived(ctx, settings.ID, user, lines, key, err)
 	}
 	if err != nil {
 		if retry, ok := throttledFor(err); ok {
@@ -110,12 +114,12 @@ func (s *Service) buyIn(w http.ResponseWriter, r *http.Request, saleID string) e
 	boughtPayment(&rc.Order, settings.PaymentTimeout)
 	if rc.Replayed {
 		status = http.StatusOK
-		if o, err := s.order(r.Context(), rc.Order.ID); err == nil {
+		if o, err := s.order(ctx, rc.Order.ID); err == nil {
 			rc.Order.Status = o.Status // it may be confirmed or cancelled by now
 			rc.Order.Payment, rc.Order.PayBy, rc.Order.PaymentRef = o.Payment, o.PayBy, o.PaymentRef
 		}
 	}
-	writeOrder(w, status, rc.Order, rc.Remaining)
+	writeOrderTo(x, status, rc.Order, rc.Remaining)
 	return nil
 }
 

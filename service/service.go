@@ -20,6 +20,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 
 	"github.com/seckill/seckill/failover"
 	"github.com/seckill/seckill/internal/clusterclient"
@@ -66,6 +67,10 @@ type Config struct {
 	// Instances is how many service instances share the rate limits: when
 	// Redis cannot be asked, each enforces 1/Instances of them. Default 1.
 	Instances int
+	// HTTPServer is the server the API runs on: HTTPServerNet (net/http,
+	// the default) or HTTPServerFast (fasthttp; the buy natively, the
+	// rest through fasthttpadaptor: fast.go). `seckill serve` runs fasthttp.
+	HTTPServer string
 	// Challenge, if set, is asked before issuing a purchase token.
 	Challenge Challenge
 
@@ -117,16 +122,42 @@ type Service struct {
 	live         *live
 	streams      *streamSlots
 	seller       *failover.Seller // who sells: Redis, the database, or nobody
-	http         *http.Server
+	http         *http.Server     // nil when fast serves
+	fast         *fasthttp.Server // Config.HTTPServer "fasthttp" (fast.go)
 	listener     net.Listener
 	saleCache    *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
 	archived     *ttlcache.Cache[struct{}]     // sales known archived (close.go): they stay so
 	endpoints    []string                      // "METHOD /path" of every route, as registered
 
-	stop    context.CancelFunc
-	bg      sync.WaitGroup // consumer and reconciliation loop
-	closing chan struct{}  // closed when Shutdown begins: ends the live streams
+	stop      context.CancelFunc
+	bg        sync.WaitGroup // consumer and reconciliation loop
+	closing   chan struct{}  // closed when Shutdown begins: ends the live streams
+	closeOnce sync.Once
+	handler   http.Handler // routes(): what either server serves
 }
+
+// The HTTP servers Config.HTTPServer names.
+const (
+	HTTPServerNet  = "net/http"
+	HTTPServerFast = "fasthttp"
+)
+
+// The servers' limits, the same for both.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 15 * time.Second
+	idleTimeout       = 60 * time.Second
+	maxHeaderBytes    = 16 << 10
+)
+
+// closeStreams ends the live streams (once).
+func (s *Service) closeStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// Handler is the service's HTTP API as an http.Handler: what Start serves
+// over either server (the buy over fasthttp is served natively, by the
+// same code: fast.go).
+func (s *Service) Handler() http.Handler { return s.handler }
 
 // Start connects to Redis and the database (or starts the embedded ones),
 // migrates, starts the order consumer, the reconciliation loop and the
@@ -199,30 +230,43 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.listener = ln
-	s.http = &http.Server{
-		Handler:           s.routes(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	handler := s.routes()
+	s.handler = handler
+	switch s.cfg.HTTPServer {
+	case "", HTTPServerNet:
+		s.http = &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}
+		// A dashboard's event stream never ends by itself: end it when the
+		// server shuts down, or Shutdown would wait for it until its deadline.
+		s.http.RegisterOnShutdown(s.closeStreams)
+	case HTTPServerFast:
+		s.fast = s.newFastServer(handler)
+	default:
+		_ = ln.Close()
+		return nil, fmt.Errorf("unknown http server %q (want %s or %s)", s.cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
 	}
-	// A dashboard's event stream never ends by itself: end it when the
-	// server shuts down, or Shutdown would wait for it until its deadline.
-	var once sync.Once
-	s.http.RegisterOnShutdown(func() { once.Do(func() { close(s.closing) }) })
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	// The background work (the consumer, degraded mode's recovery) may use
 	// a Redis held back after a restart; buys may not (failover.OnConnect).
 	bgCtx = failover.AllowedToDial(bgCtx)
 	s.stop = stop
 	s.startBackground(bgCtx)
-	go func() {
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("http server", "err", err)
-		}
-	}()
+	if s.fast != nil {
+		go s.serveFast(ln)
+	} else {
+		go func() {
+			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("http server", "err", err)
+			}
+		}()
+	}
 	ok = true
 	s.log.Info("seckill ready", "addr", "http://"+ln.Addr().String(), "database", db.Dialect(), "redis", s.redisName())
 	return s, nil
@@ -271,7 +315,12 @@ func (s *Service) Store() *store.Store { return s.db }
 // Shutdown drains HTTP requests, stops the consumer after its current
 // batch, and closes the connections.
 func (s *Service) Shutdown(ctx context.Context) error {
-	err := s.http.Shutdown(ctx)
+	var err error
+	if s.fast != nil {
+		err = s.shutdownFast(ctx)
+	} else {
+		err = s.http.Shutdown(ctx)
+	}
 	s.stop()
 	done := make(chan struct{})
 	go func() { s.bg.Wait(); close(done) }()

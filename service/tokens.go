@@ -50,7 +50,7 @@ func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if err := s.throttle(r, settings, user, "pt"); err != nil {
+	if err := s.throttle(exchangeOf(w, r), settings, user, "pt"); err != nil {
 		return err
 	}
 	st, err := s.router.Stock(r.Context(), saleID) // a segmented sale: its segments summed

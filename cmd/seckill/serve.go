@@ -26,10 +26,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	reconcileEvery := reconcileFlag(fs, getenv)
 	degradedGrace := degradedFlag(fs, getenv)
 	archiveEvery := archiveFlag(fs, getenv)
+	httpServer := fs.String("http-server", orEnv(getenv, "SECKILL_HTTP_SERVER", service.HTTPServerFast),
+		"the HTTP server: fasthttp (the buy natively, the rest through net/http's handler) or net/http (env SECKILL_HTTP_SERVER)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cfg, err := config()
+	cfg.HTTPServer = *httpServer
 	if err == nil {
 		cfg.Logger, err = logger(stderr)
 	}

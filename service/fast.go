@@ -1,0 +1,208 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// The service over fasthttp (Config.HTTPServer "fasthttp"; `seckill serve`'s
+// default). The buy, most of the traffic, is served on fasthttp itself,
+// through the same buyIn as over net/http (a fastExchange instead of an
+// httpExchange); every other request goes through fasthttpadaptor to the
+// service's http.Handler (routes), unchanged. Why: net/http costs ~10 µs
+// more CPU per request than fasthttp at a buy's rate on this kind of
+// machine (docs/performance.md, 2026-11-26, branch fast).
+
+// fastMaxBody is the largest body fasthttp reads before a handler sees it:
+// what net/http reads of a request at most (the handler's maxBody, then
+// up to 256 KiB more it discards so that the client can read the reply).
+// A body up to it is read whole and answered by the handler, as over
+// net/http (a body over maxBody is the handler's 400, after the token's
+// check); a larger one is fastError's 400 with the handler's message, and
+// the connection is closed without reading the rest (the client may see
+// it reset before the reply, as net/http's do beyond its bound).
+const fastMaxBody = maxBody + 256<<10
+
+// newFastServer is the fasthttp server of the service's handler h,
+// with net/http's limits (Start's).
+func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(h)),
+		ErrorHandler: s.fastError,
+		// ReadTimeout bounds the request's line and headers (net/http's
+		// ReadHeaderTimeout: slowloris); once they are in, the body has
+		// readTimeout of its own (net/http's counts from the request's
+		// start: the whole request may take 15 s here, 10 s there).
+		ReadTimeout: readHeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
+		},
+		WriteTimeout:          writeTimeout,
+		IdleTimeout:           idleTimeout,
+		ReadBufferSize:        maxHeaderBytes + 4096, // a request's line and headers must fit (net/http allows 4 KiB over)
+		MaxRequestBodySize:    fastMaxBody,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		Logger:                slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// fastHandler serves a buy natively (fastBuyPath) and hands anything
+// else to adapted, the service's handler through fasthttpadaptor.
+func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestHandler {
+	debugLog := s.log.Enabled(context.Background(), slog.LevelDebug)
+	return func(c *fasthttp.RequestCtx) {
+		sale, ok := fastBuyPath(c)
+		if !ok {
+			adapted(c)
+			return
+		}
+		x := &fastExchange{c: c}
+		given, _ := x.header("X-Request-Id")
+		id := requestIDFor(given)
+		h := &c.Response.Header
+		idValue := [1]string{id}
+		replyHeaders(idValue[:], func(name string, value []string) { h.Set(name, value[0]) })
+		var began time.Time
+		if debugLog {
+			began = time.Now()
+		}
+		defer func() {
+			s.endRequest(x, id, recover(), x.wrote, x.statusCode, began, debugLog, c.RemoteAddr().String())
+		}()
+		if err := s.buyIn(x, sale); err != nil {
+			writeErrorTo(x, s.logWithID(id), err)
+		}
+	}
+}
+
+// fastBuyPath is buyPath of a fasthttp request: a POST whose
+// request-target is a path (not a URL), nothing in it escaped.
+func fastBuyPath(c *fasthttp.RequestCtx) (string, bool) {
+	if !c.IsPost() {
+		return "", false
+	}
+	uri := c.Request.Header.RequestURI()
+	if len(uri) == 0 || uri[0] != '/' {
+		return "", false
+	}
+	p := c.Request.URI().PathOriginal()
+	if bytes.IndexByte(p, '%') >= 0 {
+		return "", false // net/http decodes it: the mux's, through the adaptor
+	}
+	return buyPathOf(http.MethodPost, string(p))
+}
+
+// fastError answers a request fasthttp could not read. A body over
+// fastMaxBody is the contract's 400, with the message of a body over
+// maxBody; the rest is fasthttp's own answer, as net/http's are its own.
+func (s *Service) fastError(c *fasthttp.RequestCtx, err error) {
+	if !errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		var small *fasthttp.ErrSmallBuffer
+		var netErr *net.OpError
+		switch {
+		case errors.As(err, &small):
+			c.Error("431 Request Header Fields Too Large", fasthttp.StatusRequestHeaderFieldsTooLarge)
+		case errors.As(err, &netErr) && netErr.Timeout():
+			c.Error("408 Request Timeout", fasthttp.StatusRequestTimeout)
+		default:
+			c.Error("400 Bad Request", fasthttp.StatusBadRequest)
+		}
+		return
+	}
+	x := &fastExchange{c: c}
+	given, _ := x.header("X-Request-Id")
+	id := requestIDFor(given)
+	h := &c.Response.Header
+	replyHeaders([]string{id}, func(name string, value []string) { h.Set(name, value[0]) })
+	writeErrorTo(x, s.logWithID(id), errInvalid(jsonProblem(&http.MaxBytesError{Limit: maxBody})))
+}
+
+// fastExchange is an exchange over fasthttp.
+type fastExchange struct {
+	c      *fasthttp.RequestCtx
+	wrote  bool
+	status int
+}
+
+// ctx is not the RequestCtx (whose Done closes when the server begins
+// shutting down, which would cancel the in-flight buys Shutdown drains):
+// a buy is bounded by its coalescer's and Redis's timeouts, as over
+// net/http when its client goes away.
+func (x *fastExchange) ctx() context.Context { return context.Background() }
+func (x *fastExchange) method() string       { return string(x.c.Method()) }
+func (x *fastExchange) path() string         { return string(x.c.Path()) }
+
+func (x *fastExchange) header(name string) (string, bool) {
+	v := x.c.Request.Header.PeekAll(name)
+	if len(v) == 0 {
+		return "", false
+	}
+	return string(v[0]), true
+}
+
+func (x *fastExchange) headerValues(name string) []string {
+	var out []string
+	for _, v := range x.c.Request.Header.PeekAll(name) {
+		out = append(out, string(v))
+	}
+	return out
+}
+
+func (x *fastExchange) peer() netip.AddrPort {
+	if a, ok := x.c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+func (x *fastExchange) body(dst []byte) ([]byte, error) {
+	b := x.c.PostBody()
+	if len(b) > maxBody {
+		return append(dst, b[:maxBody]...), &http.MaxBytesError{Limit: maxBody}
+	}
+	return append(dst, b...), nil
+}
+
+func (x *fastExchange) setHeader(name, value string) { x.c.Response.Header.Set(name, value) }
+
+func (x *fastExchange) replyJSON(status int, body []byte) {
+	h := &x.c.Response.Header
+	h.SetContentType(contentTypeJSON[0])
+	h.Set("Cache-Control", cacheControlNoStore[0])
+	x.c.SetStatusCode(status)
+	x.c.SetBody(body)
+	x.wrote, x.status = true, status
+}
+
+func (x *fastExchange) statusCode() int {
+	if x.status == 0 {
+		return http.StatusOK
+	}
+	return x.status
+}
+
+// serveFast serves the service's handler on fasthttp until Shutdown.
+func (s *Service) serveFast(ln net.Listener) {
+	if err := s.fast.Serve(ln); err != nil {
+		s.log.Error("http server", "err", err)
+	}
+}
+
+// shutdownFast ends the live streams (net/http's RegisterOnShutdown) and
+// drains the server: no new connection, idle ones closed, in-flight
+// requests answered (with Connection: close) until ctx ends.
+func (s *Service) shutdownFast(ctx context.Context) error {
+	s.closeStreams()
+	return s.fast.ShutdownWithContext(ctx)
+}

@@ -6,13 +6,15 @@ import (
 )
 
 // Coalesce tunes how Buy gathers concurrent buys of one sale into one
-// buy.lua call. The gathering needs no timer and adds no wait: a buy that
-// finds fewer than InFlight calls of its sale in flight is sent at once
-// (alone, at low load); buys that arrive meanwhile queue, and each call that
-// completes sends everything queued, up to MaxBatch buys, as the next call.
-// The batch size so follows the load: one at a trickle, up to MaxBatch
-// under a crowd. A queued buy waits at most for one call of its sale to
-// complete before its own is sent.
+// buy.lua call. The gathering needs no timer: a buy that finds no call of
+// its sale in flight is sent at once (alone, at low load); buys that arrive
+// meanwhile queue, and each call that completes sends everything queued, up
+// to MaxBatch buys, as the next call. While fewer than InFlight calls are
+// in flight, the queue is also sent as soon as it holds Overlap buys, so
+// that Redis works on one call while the next is on its way. The batch size
+// so follows the load: one at a trickle, up to MaxBatch under a crowd. A
+// queued buy waits at most for one call of its sale to complete before its
+// own is sent.
 //
 // Calls of different sales on the same Redis node that are ready at the
 // same time go to it together, as one pipeline (one round trip), by the
@@ -30,6 +32,19 @@ type Coalesce struct {
 	// InFlight bounds the calls of one sale in flight at once, so that
 	// Redis works on one while the next is on its way. Default 2.
 	InFlight int
+	// Overlap is how many buys must be queued behind a call of their sale
+	// in flight before they are sent as another call alongside it (while
+	// fewer than InFlight are in flight); fewer wait for a call to
+	// complete. Default 48, at most MaxBatch; 1 sends a buy that finds a
+	// free slot at once, alone (the rule before it). A call costs Redis a
+	// fixed share, about a dozen buys' worth (the script's set-up and the
+	// sale's reads, the round trip's reads and writes), whatever it
+	// carries; a crowd arrives in waves, right after the replies of the
+	// call before, so with any free slot taken at once the first buy of
+	// each wave went alone, and over HTTP more than half the calls carried
+	// one buy (docs/performance.md, 2026-11-26, branch rcost). A crowd
+	// that keeps Redis busy queues 48 buys in well under a millisecond.
+	Overlap int
 	// Pipelines bounds the pipelines in flight at once to each Redis node,
 	// each carrying the ready calls of any number of its sales. Default 2.
 	Pipelines int
@@ -45,6 +60,10 @@ func (c Coalesce) withDefaults() Coalesce {
 	if c.Pipelines <= 0 {
 		c.Pipelines = 2
 	}
+	if c.Overlap <= 0 {
+		c.Overlap = 48
+	}
+	c.Overlap = min(c.Overlap, c.MaxBatch)
 	return c
 }
 
@@ -87,7 +106,10 @@ func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
 	c.mu.Lock()
 	c.queue = append(c.queue, w)
 	var ready []*waiter
-	if c.inFlight < c.e.coalesce.InFlight {
+	// Nothing in flight: at once. Else another call only for a crowd; the
+	// rest go when a call completes (next). So whenever buys are queued a
+	// call of the sale is in flight.
+	if c.inFlight == 0 || c.inFlight < c.e.coalesce.InFlight && len(c.queue) >= c.e.coalesce.Overlap {
 		ready = c.takeLocked()
 	}
 	c.mu.Unlock()

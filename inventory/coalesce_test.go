@@ -153,6 +153,73 @@ func TestLoneBuysAreSentAlone(t *testing.T) {
 	}
 }
 
+// TestABuyBehindACallWaitsForACrowd: with a call of its sale in flight, a
+// buy does not take the free slot alone: it waits for that call to
+// complete, unless Overlap buys are queued, which then go at once as a
+// second call alongside it. (Before, the first buy of each wave took the
+// free slot alone: over HTTP more than half the calls carried one buy.)
+func TestABuyBehindACallWaitsForACrowd(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Overlap: 3}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	calls.gate, calls.enter = make(chan struct{}), make(chan struct{}, 8)
+	buy := func(u string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.eng.Buy(r.ctx, "s1", u, lines("A", 1), "")
+			done <- err
+		}()
+		return done
+	}
+	queue := func(what string, queued, inFlight int) {
+		t.Helper()
+		waitfor.Until(t, waitfor.Patience, what, func() error {
+			if q, f := r.eng.SaleQueue("s1"); q != queued || f != inFlight {
+				return fmt.Errorf("%d buys queued, %d calls in flight; want %d, %d", q, f, queued, inFlight)
+			}
+			return nil
+		})
+	}
+	done := []chan error{buy("u0")}
+	<-calls.enter // u0's call is in flight, held
+	done = append(done, buy("u1"), buy("u2"))
+	queue("u1 and u2 queued behind u0's call, not sent", 2, 1)
+	done = append(done, buy("u3")) // the third queued: Overlap
+	<-calls.enter
+	queue("u1, u2 and u3 sent as a second call", 0, 2)
+	if n := calls.n.Load(); n != 2 {
+		t.Fatalf("%d calls, want 2 (u0's; u1, u2 and u3's)", n)
+	}
+	close(calls.gate)
+	for _, d := range done {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A lone buy behind a call goes when that call completes.
+	calls.gate = make(chan struct{})
+	done = []chan error{buy("u4")}
+	<-calls.enter
+	done = append(done, buy("u5"))
+	queue("u5 queued behind u4's call", 1, 1)
+	close(calls.gate)
+	for _, d := range done {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.n.Load(); n != 4 {
+		t.Errorf("%d calls, want 4", n)
+	}
+	held := r.held("s1")
+	for i := range 6 {
+		if u := fmt.Sprintf("u%d|A", i); held[u] != 1 {
+			t.Errorf("%s holds %d, want 1", u, held[u])
+		}
+	}
+}
+
 // TestBatchSemantics: one BuyMany call of one sale is one script run; each
 // buy in it sees the ones before it, exactly as single buys in that order.
 func TestBatchSemantics(t *testing.T) {

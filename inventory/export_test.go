@@ -40,3 +40,17 @@ func (e *Engine) ThrottleKeys(saleID string, t Throttle, now time.Time) []string
 	k := e.keys(saleID).throttle + strconv.FormatInt(w, 10) + ":"
 	return []string{k + strconv.FormatInt(n, 10), k + strconv.FormatInt(n+1, 10), k + strconv.FormatInt(n+2, 10)}
 }
+
+// SaleQueue returns how many buys of the sale are queued behind its calls
+// and how many of its calls are in flight (0, 0 when it has no buy under
+// way).
+func (e *Engine) SaleQueue(saleID string) (queued, inFlight int) {
+	v, ok := e.coalescers.Load(saleID)
+	if !ok {
+		return 0, 0
+	}
+	c := v.(*coalescer)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue), c.inFlight
+}

@@ -199,10 +199,12 @@ func (r *rig) onOneNodeEach(t *testing.T, sent [][]string) map[string]int {
 // buy gets its own outcome: a sale whose key holds the wrong type fails
 // with ErrCorrupt, a sale missing from Redis (no Loader) with ErrNotFound,
 // the second buyer of a sale's last unit with ErrSoldOut, while the other
-// sales' buys succeed.
+// sales' buys succeed. (Overlap 1: the second buy of "last" takes its
+// sale's free call slot at once, so that both of its calls queue for the
+// pipeline.)
 func TestSalesReadyTogetherShareAPipeline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r := newRig(t, b, inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1}, SoldOut: inventory.SoldOut{Off: true}})
+		r := newRig(t, b, inventory.Options{Coalesce: inventory.Coalesce{Pipelines: 1, Overlap: 1}, SoldOut: inventory.SoldOut{Off: true}})
 		oks := []string{"ok1", "ok2", "ok3", "ok4"}
 		for _, id := range append(oks, "last", "bad") {
 			stock := int64(10)

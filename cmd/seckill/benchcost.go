@@ -32,8 +32,9 @@ const costUsage = `usage: seckill bench --cost [flags]
 
 Measures what one buy through the HTTP API costs: CPU µs per accepted buy of
 the service process (/proc/PID/stat), of Redis (INFO cpu) and of PostgreSQL
-(its processes in /proc), with buys/s, p50/p99 latency, Redis's EVALSHA calls
-(INFO commandstats deltas) and the order consumer's catch-up. Each round
+(its processes in /proc), with buys/s, p50/p99 latency, Redis's EVALSHA calls,
+every Redis command's calls and usec per buy (INFO commandstats deltas) and
+the bytes Redis read and wrote per buy, and the order consumer's catch-up. Each round
 starts "<bin> serve" on real Redis and PostgreSQL with a database and key
 prefix of its own (removed at its end, Ctrl-C included), creates a sale of
 per-user limit 1 and stock far above what sells, and loads it from this
@@ -61,7 +62,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	duration := fs.Duration("duration", 10*time.Second, "how long each round's load runs")
 	openRate := fs.Float64("open-rate", 0, "measure an open loop at this many requests/s instead of the closed loop; latencies from each request's scheduled send time")
 	openFraction := fs.Float64("open-fraction", 0, "like --open-rate at this fraction (0..1] of the round's own closed-loop buys/s, measured first in the same round")
-	maxRate := fs.Float64("max-rate", 25000, "buys/s the pre-signed tokens (one per buyer) must last for in the closed loop")
+	maxRate := fs.Float64("max-rate", 50000, "buys/s the pre-signed tokens (one per buyer) must last for in the closed loop (a round that runs out says so)")
 	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (a real Redis: its CPU is measured)")
 	ownRedis := fs.Bool("own-redis", false, "start a redis-server of this run's own on a free loopback port (needs redis-server on PATH) instead of --redis: its CPU and commandstats then count only this run")
 	pgURL := fs.String("pg", "postgres://postgres@127.0.0.1:5432/postgres", "PostgreSQL server URL; each round creates and drops a database there")

@@ -11,9 +11,10 @@
 // holds every accepted order, and reads:
 //
 //   - the service: utime+stime of /proc/PID/stat;
-//   - Redis: used_cpu_sys+used_cpu_user of INFO cpu, and EVALSHA's calls
-//     and usec of INFO commandstats, as before/after deltas (never CONFIG
-//     RESETSTAT: the Redis may be shared);
+//   - Redis: used_cpu_sys+used_cpu_user of INFO cpu, every command's calls
+//     and usec of INFO commandstats (EVALSHA's among them) and the bytes
+//     its clients sent and were sent (INFO stats), as before/after deltas
+//     (never CONFIG RESETSTAT: the Redis may be shared);
 //   - PostgreSQL: /proc/PID/stat of the postmaster's children, sampled
 //     through the window; "ours" is the round database's backends and the
 //     server's background processes, "all" every process of the server.

@@ -1,8 +1,10 @@
 package cost
 
 import (
+	"bytes"
 	"math"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -119,5 +121,72 @@ func TestSummarize(t *testing.T) {
 	}
 	if rep.RatioBA == nil || math.Abs(rep.RatioBA.BuysPerS-200.0/150) > 1e-9 || rep.RatioBA.TotalUS != 4.5/20 || rep.RatioBA.ServiceUS != 0 {
 		t.Errorf("ratio %+v, want buys/s 1.33, total 0.225, service 0 (no A figure)", rep.RatioBA)
+	}
+}
+
+// TestRedisCommandBreakdown: every command of INFO commandstats is read,
+// counted per buy over the window (a command that did not run in it is
+// left out), the medians are taken per command over a build's rounds (a
+// round without it counting 0), and the table names each with its calls
+// and usec per buy; the bytes Redis read and wrote are per buy too.
+func TestRedisCommandBreakdown(t *testing.T) {
+	info := func(evalsha, xack, info, in, out string) string {
+		return "# CPU\r\nused_cpu_sys:1.0\r\nused_cpu_user:1.0\r\n# Stats\r\ntotal_net_input_bytes:" + in +
+			"\r\ntotal_net_output_bytes:" + out + "\r\n# Commandstats\r\ncmdstat_evalsha:" + evalsha +
+			"\r\ncmdstat_xack:" + xack + "\r\ncmdstat_info:" + info +
+			"\r\ncmdstat_client|setname:calls=1,usec=2,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n"
+	}
+	before, err := parseRedisInfo(info("calls=10,usec=500,usec_per_call=50", "calls=4,usec=8,usec_per_call=2", "calls=1,usec=30", "1000", "2000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseRedisInfo(info("calls=110,usec=10500,usec_per_call=95", "calls=24,usec=48,usec_per_call=2", "calls=3,usec=90", "129000", "102000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.EvalshaCalls != 110 || after.EvalshaMicros != 10500 || after.Commands["client|setname"] != (cmdCounts{1, 2}) {
+		t.Fatalf("parsed %+v", after)
+	}
+	r := Result{Buys: 1000}
+	r.account(snapshot{redis: before}, snapshot{redis: after}, func() (float64, float64) { return 0, 0 })
+	want := []CommandCost{{"evalsha", 0.1, 10}, {"info", 0.002, 0.06}, {"xack", 0.02, 0.04}}
+	if len(r.Commands) != len(want) {
+		t.Fatalf("commands %+v, want %+v (client|setname did not run in the window)", r.Commands, want)
+	}
+	for i, w := range want {
+		g := r.Commands[i]
+		if g.Name != w.Name || math.Abs(g.CallsPerBuy-w.CallsPerBuy) > 1e-12 || math.Abs(g.USPerBuy-w.USPerBuy) > 1e-12 {
+			t.Errorf("command %d = %+v, want %+v", i, g, w)
+		}
+	}
+	if r.RedisInBytes != 128 || r.RedisOutBytes != 100 || r.EvalshaUSPerBuy != 10 {
+		t.Errorf("in %v out %v B, EVALSHA %v µs per buy; want 128, 100, 10", r.RedisInBytes, r.RedisOutBytes, r.EvalshaUSPerBuy)
+	}
+	if _, err := parseRedisInfo("used_cpu_sys:1\r\nused_cpu_user:1\r\ncmdstat_xack:calls=1,usec=x\r\n"); err == nil {
+		t.Error("a bad cmdstat_xack parsed")
+	}
+
+	other := Result{Build: "A", Commands: []CommandCost{{"evalsha", 0.2, 30}}}
+	third := Result{Build: "A", Commands: []CommandCost{{"evalsha", 0.3, 20}, {"xack", 0.04, 0.08}}}
+	r.Build = "A"
+	rep := Report{Builds: []string{"a"}, Results: []Result{r, other, third}}.summarize()
+	m := rep.Medians[0].Commands
+	// evalsha: 0.1, 0.2, 0.3 calls and 10, 30, 20 µs; xack: 0.02, none,
+	// 0.04 calls and 0.04, 0, 0.08 µs; info: 0.002, none, none.
+	wantM := []CommandCost{{"evalsha", 0.2, 20}, {"xack", 0.02, 0.04}, {"info", 0, 0}}
+	if len(m) != len(wantM) {
+		t.Fatalf("median commands %+v, want %+v", m, wantM)
+	}
+	for i, w := range wantM {
+		if m[i].Name != w.Name || math.Abs(m[i].CallsPerBuy-w.CallsPerBuy) > 1e-12 || math.Abs(m[i].USPerBuy-w.USPerBuy) > 1e-12 {
+			t.Errorf("median command %d = %+v, want %+v", i, m[i], w)
+		}
+	}
+	var buf bytes.Buffer
+	PrintText(&buf, rep)
+	for _, line := range []string{"Redis commands per buy", "evalsha   0.2000  20.00", "xack   0.0200   0.04", "Redis in B"} {
+		if !strings.Contains(buf.String(), line) {
+			t.Errorf("the report has no %q:\n%s", line, buf.String())
+		}
 	}
 }

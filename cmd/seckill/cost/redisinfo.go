@@ -9,18 +9,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisStats is what a cost measurement reads of Redis's INFO: its CPU and
-// its EVALSHA calls, each a counter since the server started (or its last
-// CONFIG RESETSTAT, which this tool never sends: the Redis may be shared).
+// redisStats is what a cost measurement reads of Redis's INFO: its CPU,
+// the bytes its clients sent and were sent, and every command's calls and
+// usec, each a counter since the server started (or its last CONFIG
+// RESETSTAT, which this tool never sends: the Redis may be shared).
 type redisStats struct {
 	CPUMicros     float64 // used_cpu_sys + used_cpu_user
 	EvalshaCalls  int64
 	EvalshaMicros int64
+	NetIn, NetOut int64                // total_net_input_bytes, total_net_output_bytes
+	Commands      map[string]cmdCounts // by INFO's name without "cmdstat_" (evalsha, xack, client|setinfo...)
 }
 
-// readRedisStats reads INFO cpu and INFO commandstats.
+// cmdCounts is one command's line of INFO commandstats.
+type cmdCounts struct {
+	Calls, Micros int64
+}
+
+// readRedisStats reads INFO cpu, stats and commandstats.
 func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
-	text, err := c.Info(ctx, "cpu", "commandstats").Result()
+	text, err := c.Info(ctx, "cpu", "stats", "commandstats").Result()
 	if err != nil {
 		return redisStats{}, fmt.Errorf("redis INFO: %w", err)
 	}
@@ -45,33 +53,65 @@ func parseRedisInfo(text string) (redisStats, error) {
 			}
 			s.CPUMicros += f * 1e6
 			sys, user = sys || k == "used_cpu_sys", user || k == "used_cpu_user"
-		case "cmdstat_evalsha":
+		case "total_net_input_bytes", "total_net_output_bytes":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return redisStats{}, fmt.Errorf("redis INFO: bad %s %q", k, v)
+			}
+			if k == "total_net_input_bytes" {
+				s.NetIn = n
+			} else {
+				s.NetOut = n
+			}
+		default:
+			name, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok {
+				continue
+			}
 			// calls=6579,usec=2822391,usec_per_call=429.00,...
+			var cc cmdCounts
 			for _, kv := range strings.Split(v, ",") {
-				name, num, _ := strings.Cut(kv, "=")
+				field, num, _ := strings.Cut(kv, "=")
 				var err error
-				switch name {
+				switch field {
 				case "calls":
-					s.EvalshaCalls, err = strconv.ParseInt(num, 10, 64)
+					cc.Calls, err = strconv.ParseInt(num, 10, 64)
 				case "usec":
-					s.EvalshaMicros, err = strconv.ParseInt(num, 10, 64)
+					cc.Micros, err = strconv.ParseInt(num, 10, 64)
 				}
 				if err != nil {
-					return redisStats{}, fmt.Errorf("redis INFO: bad cmdstat_evalsha %q", v)
+					return redisStats{}, fmt.Errorf("redis INFO: bad %s %q", k, v)
 				}
 			}
+			if s.Commands == nil {
+				s.Commands = make(map[string]cmdCounts)
+			}
+			s.Commands[name] = cc
 		}
 	}
+	s.EvalshaCalls, s.EvalshaMicros = s.Commands["evalsha"].Calls, s.Commands["evalsha"].Micros
 	if !sys || !user {
 		return redisStats{}, fmt.Errorf("redis INFO: no used_cpu_sys and used_cpu_user")
 	}
 	return s, nil
 }
 
-// sub returns the counters' growth from before to s.
+// sub returns the counters' growth from before to s; a command that did
+// not run in between is left out.
 func (s redisStats) sub(before redisStats) redisStats {
-	return redisStats{CPUMicros: s.CPUMicros - before.CPUMicros,
-		EvalshaCalls: s.EvalshaCalls - before.EvalshaCalls, EvalshaMicros: s.EvalshaMicros - before.EvalshaMicros}
+	d := redisStats{CPUMicros: s.CPUMicros - before.CPUMicros,
+		EvalshaCalls: s.EvalshaCalls - before.EvalshaCalls, EvalshaMicros: s.EvalshaMicros - before.EvalshaMicros,
+		NetIn: s.NetIn - before.NetIn, NetOut: s.NetOut - before.NetOut}
+	for name, c := range s.Commands {
+		b := before.Commands[name]
+		if c.Calls > b.Calls {
+			if d.Commands == nil {
+				d.Commands = make(map[string]cmdCounts)
+			}
+			d.Commands[name] = cmdCounts{Calls: c.Calls - b.Calls, Micros: c.Micros - b.Micros}
+		}
+	}
+	return d
 }
 
 // unlinkPrefixed removes every key of a service run with key prefix p:

@@ -40,6 +40,13 @@ type Result struct {
 	EvalshaCalls    int64   `json:"evalsha_calls"`
 	BuysPerEvalsha  float64 `json:"buys_per_evalsha"`
 	EvalshaUSPerBuy float64 `json:"evalsha_us_per_buy"` // commandstats usec of EVALSHA per buy
+	// RedisInBytes and RedisOutBytes are what Redis's clients sent it and
+	// were sent per buy (total_net_input_bytes, total_net_output_bytes).
+	RedisInBytes  float64 `json:"redis_in_bytes_per_buy"`
+	RedisOutBytes float64 `json:"redis_out_bytes_per_buy"`
+	// Commands is every command Redis ran in the window (INFO
+	// commandstats), most usec per buy first.
+	Commands []CommandCost `json:"redis_commands,omitempty"`
 
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
@@ -64,6 +71,63 @@ func (r *Result) account(before, after snapshot, pg func() (ours, all float64)) 
 		r.BuysPerEvalsha = float64(r.Buys) / float64(d.EvalshaCalls)
 	}
 	r.EvalshaUSPerBuy = perBuy(float64(d.EvalshaMicros), r.Buys)
+	r.RedisInBytes, r.RedisOutBytes = perBuy(float64(d.NetIn), r.Buys), perBuy(float64(d.NetOut), r.Buys)
+	r.Commands = nil
+	if r.Buys > 0 {
+		for name, c := range d.Commands {
+			r.Commands = append(r.Commands, CommandCost{Name: name, CallsPerBuy: perBuy(float64(c.Calls), r.Buys),
+				USPerBuy: perBuy(float64(c.Micros), r.Buys)})
+		}
+	}
+	sortCommands(r.Commands)
+}
+
+// CommandCost is one Redis command's share of a buy: its calls and its
+// commandstats usec (time inside Redis, not counting what the network and
+// the event loop take around it) per accepted buy. A script's commands
+// count under their own names as well as inside its EVALSHA.
+type CommandCost struct {
+	Name        string  `json:"name"`
+	CallsPerBuy float64 `json:"calls_per_buy"`
+	USPerBuy    float64 `json:"us_per_buy"`
+}
+
+// sortCommands orders cs by usec per buy, most first, then by name.
+func sortCommands(cs []CommandCost) {
+	slices.SortFunc(cs, func(a, b CommandCost) int {
+		switch {
+		case a.USPerBuy > b.USPerBuy:
+			return -1
+		case a.USPerBuy < b.USPerBuy:
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// medianCommands is, per command any of rs ran, the median over rs of its
+// calls and usec per buy (a round that did not run it counts 0).
+func medianCommands(rs []*Result) []CommandCost {
+	names := map[string]bool{}
+	for _, r := range rs {
+		for _, c := range r.Commands {
+			names[c.Name] = true
+		}
+	}
+	var out []CommandCost
+	for name := range names {
+		calls, us := make([]float64, len(rs)), make([]float64, len(rs))
+		for i, r := range rs {
+			for _, c := range r.Commands {
+				if c.Name == name {
+					calls[i], us[i] = c.CallsPerBuy, c.USPerBuy
+				}
+			}
+		}
+		out = append(out, CommandCost{Name: name, CallsPerBuy: median(calls), USPerBuy: median(us)})
+	}
+	sortCommands(out)
+	return out
 }
 
 // Report is a whole measurement: every round, and per build the median of
@@ -98,6 +162,8 @@ var columns = []column{
 	{"EVALSHA", "%.0f", func(r *Result) float64 { return float64(r.EvalshaCalls) }, func(r *Result, v float64) { r.EvalshaCalls = int64(math.Round(v)) }},
 	{"buys/call", "%.1f", func(r *Result) float64 { return r.BuysPerEvalsha }, func(r *Result, v float64) { r.BuysPerEvalsha = v }},
 	{"EVALSHA µs", "%.1f", func(r *Result) float64 { return r.EvalshaUSPerBuy }, func(r *Result, v float64) { r.EvalshaUSPerBuy = v }},
+	{"Redis in B", "%.0f", func(r *Result) float64 { return r.RedisInBytes }, func(r *Result, v float64) { r.RedisInBytes = v }},
+	{"Redis out B", "%.0f", func(r *Result) float64 { return r.RedisOutBytes }, func(r *Result, v float64) { r.RedisOutBytes = v }},
 	{"p50 ms", "%.2f", func(r *Result) float64 { return r.P50MS }, func(r *Result, v float64) { r.P50MS = v }},
 	{"p99 ms", "%.2f", func(r *Result) float64 { return r.P99MS }, func(r *Result, v float64) { r.P99MS = v }},
 	{"non-2xx", "%.0f", func(r *Result) float64 { return float64(r.Non2xx + r.Errors) }, func(r *Result, v float64) { r.Non2xx = int(math.Round(v)) }},
@@ -126,6 +192,7 @@ func (rep Report) summarize() Report {
 			}
 			c.set(&m, median(vs))
 		}
+		m.Commands = medianCommands(rs)
 		rep.Medians = append(rep.Medians, m)
 	}
 	if len(rep.Medians) == 2 {
@@ -219,6 +286,8 @@ func PrintText(w io.Writer, rep Report) {
 	tw.Flush()
 	fmt.Fprintln(w, "\nµs: CPU per buy. PG: the round database's backends and PostgreSQL's background processes; PG all: every postgres process (other clients' too).")
 	fmt.Fprintln(w, "Redis and PG are server-wide counters: other work on a shared server shows in them. EVALSHA µs: commandstats usec per buy.")
+	fmt.Fprintln(w, "Redis in/out B: bytes its clients sent it / it sent them, per buy.")
+	printCommands(w, rep)
 	for _, r := range rep.Results {
 		if r.Load == "open" && rep.OpenFraction > 0 {
 			fmt.Fprintf(w, "round %d build %s: open loop at %.0f/s\n", r.Round, r.Build, r.RateAsked)
@@ -227,4 +296,59 @@ func PrintText(w io.Writer, rep Report) {
 			fmt.Fprintf(w, "round %d build %s: %s\n", r.Round, r.Build, p)
 		}
 	}
+}
+
+// printCommands writes, per build, the medians of each Redis command's
+// calls and usec per buy (INFO commandstats), the commands of A's buy
+// script included (they run inside its EVALSHA and count in both).
+func printCommands(w io.Writer, rep Report) {
+	if len(rep.Medians) == 0 {
+		return
+	}
+	names := []string{}
+	seen := map[string]bool{}
+	for _, m := range rep.Medians {
+		for _, c := range m.Commands {
+			if !seen[c.Name] {
+				seen[c.Name] = true
+				names = append(names, c.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nRedis commands per buy, medians (commandstats; a script's commands count inside its EVALSHA too):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	heads := []string{"command"}
+	for _, m := range rep.Medians {
+		heads = append(heads, m.Build+" calls", m.Build+" µs")
+	}
+	if len(rep.Medians) == 2 {
+		heads = append(heads, "B/A µs")
+	}
+	fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
+	for _, name := range names {
+		cells := []string{name}
+		var us []float64
+		for _, m := range rep.Medians {
+			var c CommandCost
+			for _, x := range m.Commands {
+				if x.Name == name {
+					c = x
+				}
+			}
+			cells = append(cells, fmt.Sprintf("%.4f", c.CallsPerBuy), fmt.Sprintf("%.2f", c.USPerBuy))
+			us = append(us, c.USPerBuy)
+		}
+		if len(us) == 2 {
+			if us[0] == 0 {
+				cells = append(cells, "-")
+			} else {
+				cells = append(cells, fmt.Sprintf("%.2f", us[1]/us[0]))
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	tw.Flush()
 }

@@ -135,13 +135,15 @@ func ownedRequest(h http.Handler) http.Handler {
 }
 
 // fastBuyPath is buyPath of a fasthttp request: a POST whose
-// request-target is a path (not a URL), nothing in it escaped.
+// request-target is a path (not a URL), nothing in it escaped, no '#' in
+// it (fasthttp's path ends there; net/http's path keeps it, so the mux
+// answers 404, or redirects a "#/../" elsewhere: the adaptor's way).
 func fastBuyPath(c *fasthttp.RequestCtx) (string, bool) {
 	if !c.IsPost() {
 		return "", false
 	}
 	uri := c.Request.Header.RequestURI()
-	if len(uri) == 0 || uri[0] != '/' {
+	if len(uri) == 0 || uri[0] != '/' || bytes.IndexByte(uri, '#') >= 0 {
 		return "", false
 	}
 	p := c.Request.URI().PathOriginal()

@@ -98,9 +98,14 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 // sale id as a cache's key, a header in a log written later) would turn
 // into another request's bytes. Only the routes other than the buy pay
 // for the copy (the buy's exchange copies what it reads).
+//
+// Its context is the RequestCtx's without its end: that ends when the
+// server begins shutting down, which would fail the requests Shutdown
+// drains (as the buy's exchange does, fastExchange.ctx; net/http ends a
+// request's context when its client goes away, never at Shutdown).
 func ownedRequest(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o := *r
+		o := *r.WithContext(context.WithoutCancel(r.Context()))
 		o.Method = strings.Clone(r.Method)
 		o.Proto = strings.Clone(r.Proto)
 		o.Host = strings.Clone(r.Host)

@@ -2,12 +2,20 @@ package service_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/faultnet"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/service"
 )
 
 // rawReply sends req, as it is, on a new connection to base's host and
@@ -72,5 +80,55 @@ func TestFastHTTPRawRequestTargetsMatchNetHTTP(t *testing.T) {
 		if got[0] != got[1] {
 			t.Errorf("POST %s:\n net/http: %s\n fasthttp: %s", target, got[0], got[1])
 		}
+	}
+}
+
+// TestFastHTTPShutdownDrainsOtherRoutes: a request of a route other than
+// the buy (through fasthttpadaptor), in flight when Shutdown begins, is
+// answered as over net/http: drained, not failed. fasthttpadaptor gives
+// the handler the fasthttp RequestCtx as its context, which ends when the
+// server begins shutting down: a purchase token's request held in its
+// rate limit's Redis call then failed its next Redis call (the stock).
+func TestFastHTTPShutdownDrainsOtherRoutes(t *testing.T) {
+	for _, server := range []string{service.HTTPServerNet, service.HTTPServerFast} {
+		t.Run(server, func(t *testing.T) {
+			rdb := redistest.Standalone(t)
+			proxy := faultnet.Start(t, rdb.Options().Addr)
+			prefix := redistest.Prefix(t, rdb)
+			cfg := service.Config{RedisURL: "redis://" + proxy.Addr() + "/0", KeyPrefix: prefix,
+				DatabaseURL: dbtest.PostgresURL(t), HTTPServer: server}
+			a := startApp(t, cfg)
+			a.createSale("drain-pt", 1, "A", 100)
+			a.call("POST", "/v1/sales/drain-pt/purchase-tokens", a.token("warm"), nil) // the sale's settings cached
+			const users = 8
+			results := make(chan reply, users)
+			proxy.HoldReplies(true)
+			for i := range users {
+				tok := a.token(fmt.Sprint("drain-pt-", i))
+				go func() { results <- a.call("POST", "/v1/sales/drain-pt/purchase-tokens", tok, nil) }()
+			}
+			// A request's rate limit has reached Redis: its reply is held (the
+			// others wait for theirs, or for a new connection's check).
+			waitfor.Until(t, waitfor.Patience, "a rate limit in Redis", func() error {
+				if keys, _ := rdb.Keys(context.Background(), "*"+prefix+":rl:pt:drain-pt-*").Result(); len(keys) == 0 {
+					return fmt.Errorf("none yet")
+				}
+				return nil
+			})
+			go func() {
+				time.Sleep(200 * time.Millisecond) // let Shutdown begin (if it has not, the test is only weaker)
+				proxy.HoldReplies(false)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := a.svc.Shutdown(ctx); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+			for range users {
+				if r := <-results; r.status != http.StatusCreated {
+					t.Errorf("a purchase token in flight at shutdown: %d %s", r.status, r.body)
+				}
+			}
+		})
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -36,7 +39,7 @@ const fastMaxBody = maxBody + 256<<10
 // with net/http's limits (Start's).
 func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:      s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(h)),
+		Handler:      s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(ownedRequest(h))),
 		ErrorHandler: s.fastError,
 		// ReadTimeout bounds the request's line and headers (net/http's
 		// ReadHeaderTimeout: slowloris); once they are in, the body has
@@ -86,14 +89,66 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 	}
 }
 
+// ownedRequest serves h the adapted request with strings of its own.
+// fasthttpadaptor's method, host, request-target (so the URL and every
+// path value), header names and values point into the connection's
+// buffers, which fasthttp overwrites with its next request once the
+// handler returns — or while h still runs, when h streams its reply (a
+// flushed reply returns the fasthttp handler early). Anything h keeps (a
+// sale id as a cache's key, a header in a log written later) would turn
+// into another request's bytes. Only the routes other than the buy pay
+// for the copy (the buy's exchange copies what it reads).
+//
+// Its context is the RequestCtx's without its end: that ends when the
+// server begins shutting down, which would fail the requests Shutdown
+// drains (as the buy's exchange does, fastExchange.ctx; net/http ends a
+// request's context when its client goes away, never at Shutdown).
+func ownedRequest(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o := *r.WithContext(context.WithoutCancel(r.Context()))
+		o.Method = strings.Clone(r.Method)
+		o.Proto = strings.Clone(r.Proto)
+		o.Host = strings.Clone(r.Host)
+		o.RequestURI = strings.Clone(r.RequestURI)
+		if u, err := url.ParseRequestURI(o.RequestURI); err == nil {
+			o.URL = u // as the adaptor parsed it, from the copy
+		} else {
+			u := *r.URL // unreachable: the adaptor parsed the same string
+			u.Path, u.RawPath, u.RawQuery = strings.Clone(u.Path), strings.Clone(u.RawPath), strings.Clone(u.RawQuery)
+			o.URL = &u
+		}
+		o.Header = make(http.Header, len(r.Header))
+		for k, vs := range r.Header {
+			c := make([]string, len(vs))
+			for i, v := range vs {
+				c[i] = strings.Clone(v)
+			}
+			o.Header[strings.Clone(k)] = c
+		}
+		if len(r.TransferEncoding) > 0 {
+			o.TransferEncoding = make([]string, len(r.TransferEncoding))
+			for i, v := range r.TransferEncoding {
+				o.TransferEncoding[i] = strings.Clone(v)
+			}
+		}
+		if r.Body != nil && r.ContentLength != 0 {
+			b, _ := io.ReadAll(r.Body) // a bytes.Reader over fasthttp's body: cannot fail
+			o.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		h.ServeHTTP(w, &o)
+	})
+}
+
 // fastBuyPath is buyPath of a fasthttp request: a POST whose
-// request-target is a path (not a URL), nothing in it escaped.
+// request-target is a path (not a URL), nothing in it escaped, no '#' in
+// it (fasthttp's path ends there; net/http's path keeps it, so the mux
+// answers 404, or redirects a "#/../" elsewhere: the adaptor's way).
 func fastBuyPath(c *fasthttp.RequestCtx) (string, bool) {
 	if !c.IsPost() {
 		return "", false
 	}
 	uri := c.Request.Header.RequestURI()
-	if len(uri) == 0 || uri[0] != '/' {
+	if len(uri) == 0 || uri[0] != '/' || bytes.IndexByte(uri, '#') >= 0 {
 		return "", false
 	}
 	p := c.Request.URI().PathOriginal()

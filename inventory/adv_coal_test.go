@@ -47,7 +47,23 @@ func TestCoalescerUnderCrowdsAndGiveUps(t *testing.T) {
 
 func coalescerCrowd(t *testing.T, b backend, co inventory.Coalesce) {
 	r := newRig(t, b, inventory.Options{Coalesce: co, SoldOut: inventory.SoldOut{Off: true}})
-	crowd(t, r, r.eng, func() {})
+	// Every node's script cache is emptied now and then: calls and
+	// pipelines meet NOSCRIPT, several sales of a node at once.
+	stop, flushed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flushed)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(10+rand.IntN(40)) * time.Millisecond):
+				if err := b.flushScripts(r.ctx, r.rdb); err != nil {
+					t.Errorf("flush scripts: %v", err)
+				}
+			}
+		}
+	}()
+	crowd(t, r, r.eng, func() { close(stop); <-flushed })
 }
 
 // crowd creates sales through r and runs 1,200 buyers of them through eng

@@ -140,6 +140,16 @@ func (f *Seller) Step(ctx context.Context) {
 	}
 }
 
+// Beat records this instance's heartbeat now, naming its order consumer,
+// without a tick: for a process about to start its consumer, so that a
+// consumer that dies holding entries was named by a heartbeat first (the
+// others then take its entries over at once, not after the reclaim's idle
+// time), while its first Step, which may wait for that consumer (a
+// recovery waits for the streams to drain), runs once it reads.
+func (f *Seller) Beat(ctx context.Context) {
+	f.heartbeat(ctx, store.Instance{Name: f.name, FlushedEpoch: f.flushedEpoch(), Consumer: f.consumer})
+}
+
 // pingRedis reports whether Redis answers a PING within timeout. The tick
 // does not wait longer, whatever the client does (go-redis enforces its own
 // read timeout, not the context's deadline, unless told to): a tick held up

@@ -546,15 +546,21 @@ func (s *Service) startBackground(ctx context.Context) {
 	po.Readers = s.consumerReaders()
 	s.orders = pipeline.New(s.consumer, s.eng, s.db, po)
 	if s.seller.Ticks() {
-		// Know who sells before the first request, and heartbeat under the
-		// consumer's name before it holds an entry: a consumer that dies
-		// holding entries before any heartbeat named it is unknown to the
-		// others, who then wait the reclaim's idle time (30 s) for them
-		// instead of taking them over at once.
-		s.seller.Step(ctx)
+		// Heartbeat under the consumer's name before it holds an entry: a
+		// consumer that dies holding entries before any heartbeat named it
+		// is unknown to the others, who then wait the reclaim's idle time
+		// (30 s) for them instead of taking them over at once.
+		s.seller.Beat(ctx)
 	}
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); _ = s.orders.Run(ctx) }()
+	if s.seller.Ticks() {
+		// Know who sells before the first request. After the consumer has
+		// started: the first tick may repair Redis (a promoted master), and
+		// the repair waits for the streams to drain, which only this
+		// instance's consumer may do (TestStartRecoversAPromotedRedisWithItsOwnConsumer).
+		s.seller.Step(ctx)
+	}
 	if s.cfg.ReconcileEvery > 0 {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.reconcileLoop(ctx) }()

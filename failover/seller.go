@@ -44,6 +44,8 @@ type Store interface {
 	SaleIDs(ctx context.Context) ([]string, error)
 	Snapshot(ctx context.Context, saleID string) (inventory.Snapshot, error)
 	JournalRepair(ctx context.Context, r inventory.Repaired, reason string, at time.Time) error
+	TrustedRedis(ctx context.Context) (map[string]store.RedisNode, error)
+	TrustRedis(ctx context.Context, nodes []store.RedisNode, by string, now time.Time) error
 	Buy(ctx context.Context, b store.DegradedBuy) (inventory.Receipt, error)
 	Cancel(ctx context.Context, epoch int64, orderID, user string, now time.Time) (inventory.Receipt, error)
 	SetPaused(ctx context.Context, epoch int64, saleID string, paused bool, now time.Time) error
@@ -142,11 +144,20 @@ type Seller struct {
 
 	// A Redis that restarted or failed over may have lost writes
 	// (OnConnect): restarted blocks this instance's Redis buys until a
-	// recovery that began after restartEpoch has ended.
-	runIDs       map[string]string // node id ("" standalone) -> run_id
-	suspects     map[string]bool   // replication ids of promoted masters not yet repaired
-	verified     map[string]bool   // ... and of the ones a recovery has repaired
+	// recovery that began after restartEpoch has ended (epochPending: the
+	// suspicion arose before the mode was read; the first mode read sets
+	// restartEpoch). firm: a reason other than a promoted master checked
+	// before the fleet's trusted nodes were loaded (trust.go), which their
+	// first load may lift.
+	seen         map[string]seenNode        // node id ("" standalone) -> its last check as a master
+	trusted      map[string]store.RedisNode // the fleet's trusted nodes (trust.go), once loaded
+	stored       map[string]store.RedisNode // ... as the database has them
+	trustLoaded  bool
+	suspects     map[string]bool // replication ids of promoted masters not yet repaired
+	verified     map[string]bool // ... and of the ones a recovery (or the fleet's trust) vouches for
 	restarted    bool
+	firm         bool
+	epochPending bool
 	restartEpoch int64
 	fromRedis    atomic.Bool // RedisSells, kept by changed
 
@@ -159,7 +170,7 @@ type Seller struct {
 func New(cfg Config) *Seller {
 	host, _ := os.Hostname()
 	f := &Seller{cfg: cfg, log: cfg.Logger, off: cfg.Tick < 0, tick: cfg.Tick, grace: cfg.Grace,
-		runIDs: map[string]string{}, suspects: map[string]bool{}, verified: map[string]bool{},
+		seen: map[string]seenNode{}, suspects: map[string]bool{}, verified: map[string]bool{},
 		name: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(3))}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
@@ -272,6 +283,11 @@ func (f *Seller) dbSells() (store.SellMode, bool) {
 func (f *Seller) set(m store.SellMode) {
 	f.mu.Lock()
 	f.mode, f.known = m, true
+	if f.epochPending {
+		// Held back before the mode was read: only a recovery that begins
+		// after this read has repaired what was seen.
+		f.restartEpoch, f.epochPending = m.Epoch, false
+	}
 	f.changed()
 	f.mu.Unlock()
 	if f.cfg.OnMode != nil {
@@ -350,20 +366,19 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	why := ""
-	if prev, ok := f.runIDs[node]; ok && prev != runID && runID != "" {
+	why, firm := "", true
+	if prev, ok := f.seen[node]; ok && prev.RunID != runID && runID != "" {
 		why = "redis restarted (new run id)"
 	}
-	f.runIDs[node] = runID
-	if promoted && !f.verified[replID] {
-		why = "a redis replica was promoted to master"
-		f.suspects[replID] = true
+	obs := seenNode{RedisNode: store.RedisNode{Node: node, RunID: runID, ReplID: replID}, promoted: promoted, dirty: true}
+	if prev, ok := f.seen[node]; ok && prev.RedisNode == obs.RedisNode {
+		obs.dirty = prev.dirty
 	}
-	if why != "" && !f.restarted {
-		f.restarted, f.restartEpoch = true, f.mode.Epoch
-		f.changed()
-		f.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
+	f.seen[node] = obs
+	if w, wfirm := f.distrust(obs); w != "" {
+		why, firm = w, wfirm || why != ""
 	}
+	f.suspect(why, node, firm)
 	if f.restarted && ctx.Value(mayDial{}) == nil {
 		return why != "", ErrRedisRestarted
 	}

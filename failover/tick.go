@@ -49,6 +49,11 @@ func (f *Seller) Step(ctx context.Context) {
 	downFor, upFor := since(now, f.redisDown), since(now, f.redisUp)
 	f.mu.Unlock()
 
+	// The fleet's trusted Redis nodes first: a master checked before they
+	// were known is held back (or let go) before the mode's first read.
+	if !f.loadTrust(ctx) {
+		return
+	}
 	m, err := f.db.SellMode(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -96,8 +101,10 @@ func (f *Seller) Step(ctx context.Context) {
 			f.verified[id] = true
 		}
 		clear(f.suspects)
+		f.vouch() // the recovery made every master agree with the database
 	}
 	f.mu.Unlock()
+	f.trustSeen(ctx)
 
 	switch m.Mode {
 	case store.ModeRedis:

@@ -178,4 +178,26 @@ func TestPromotedBeforeTheModeIsReadIsRepaired(t *testing.T) {
 	if st := b.state("s1"); len(st.stock) != 1 || st.stock[0].Remaining != 7 {
 		t.Fatalf("after the promotion: %+v, want 7 left (3 sold in the database)", st.stock)
 	}
+
+	// The recovery made the promoted master trusted: the next deploy on it
+	// (still promoted: it keeps its previous replication id) repairs
+	// nothing.
+	replID := infoOf(t, srv, "master_replid")
+	waitfor.Until(t, waitfor.Patience, "the fleet trusts the promoted master", func() error {
+		got, err := b.svc.Store().TrustedRedis(ctx)
+		if err != nil || got[""].ReplID != replID {
+			return fmt.Errorf("trusted %v (%v), want replid %s", got, err, replID)
+		}
+		return nil
+	})
+	epoch := epochOf(b.sellMode())
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := b.svc.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	c := startApp(t, cfg)
+	if m := c.sellMode(); m["mode"] != "redis" || epochOf(m) != epoch {
+		t.Errorf("a deploy on the trusted promoted master: mode %v, want redis at epoch %v (no recovery)", m, epoch)
+	}
 }

@@ -317,9 +317,10 @@ func AllowedToDial(ctx context.Context) context.Context {
 
 // OnConnect runs on every new connection to Redis (the client's
 // OnConnect), before the connection is used. A Redis that restarted (a new
-// run_id for a node seen before) or a master that was promoted from a
-// replica (it has a previous replication id, and this one was never
-// checked) may hold counters behind the orders the database already has:
+// run_id for a node seen before, by this process or by the fleet: see
+// trust.go) or a master that was promoted from a replica (it has a
+// previous replication id, and this one was neither repaired nor trusted
+// by the fleet) may hold counters behind the orders the database already has:
 // the rest of an AOF everysec window, a restore, a replica that was behind.
 // Selling from them would sell those units again. So this instance stops
 // buying from Redis at once — the connection is refused to everyone but

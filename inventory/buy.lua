@@ -633,7 +633,7 @@ end
 -- window still finds them), then the first call that writes states UNLINKs
 -- it, so that Redis frees its fields (one per buyer of the window, 10^5
 -- and more under load) in a background thread. Left to expire, it would
--- be freed in Redis's one thread, which stood still for 20-36 ms every
+-- be freed in Redis's one thread, which stood still for 19-44 ms every
 -- window under a load of 25,000-30,000 fresh buyers a second
 -- (docs/performance.md, "The open loop's bursts"). Its expiry, two windows
 -- after its end, removes it when no call comes to do so (an UNLINK of an

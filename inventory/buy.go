@@ -84,8 +84,9 @@ type BuyRequest struct {
 	// outcome, counts against it. Its time is the Redis server's clock.
 	// The state is kept per buyer and sale, under the sale's hash tag (as
 	// a field of "{<prefix>:<sale>}:tat:<window>:<n>", a hash of the states
-	// that pass in one window of time, which expires once they all have:
-	// see buy.lua), so it works on Redis Cluster alike. A buyer's state is
+	// that pass in one window of time, removed a window after they all
+	// have, by a later buy's UNLINK or else its expiry: see buy.lua), so it
+	// works on Redis Cluster alike. A buyer's state is
 	// found only by buckets whose window (throttleWindow) is the same,
 	// whoever else shares the buy's batch: changing a sale's limit so that
 	// its longest wait crosses a power of two ms starts its buyers afresh.

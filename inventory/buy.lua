@@ -8,9 +8,12 @@
 -- KEYS[6] the start of the buyers' throttle hashes: KEYS[6] .. w .. ':' .. n
 --         maps a user to their rate-limit state (a GCRA TAT, see gcra_take,
 --         prepended with script_now) for the states whose TAT passes
---         (expiry, in unix ms, see below) in [n*w, (n+1)*w), and expires
---         at (n+1)*w, when every state it holds has passed (by the server's
---         clock, which both TIME and key expiry read). w is the buy's
+--         (expiry, in unix ms, see below) in [n*w, (n+1)*w); every state it
+--         holds has passed at (n+1)*w (by the server's clock, which both
+--         TIME and key expiry read); it is kept a window more (for a clock
+--         that steps back), then the first call that writes a state in
+--         window n+2 or later UNLINKs it (it expires at (n+3)*w if none
+--         comes). w is the buy's
 --         throttle window: a power of two ms no shorter than the longest a
 --         state of its bucket can be needed (throttleWindow, in
 --         throttle.go), so on a clock that only moves forward a buyer's
@@ -624,15 +627,25 @@ if deadlines then
   end
 end
 -- A throttle's state is kept until its TAT has passed, in the hash of the
--- window its expiry falls in (see KEYS[6]), which expires at that
--- window's end; a spent token as long as it could still be presented.
+-- window its expiry falls in (see KEYS[6]); a spent token as long as it
+-- could still be presented. A window's hash is kept one window past its
+-- end (its states have all passed, but a clock that steps back by up to a
+-- window still finds them), then the first call that writes states UNLINKs
+-- it, so that Redis frees its fields (one per buyer of the window, 10^5
+-- and more under load) in a background thread. Left to expire, it would
+-- be freed in Redis's one thread, which stood still for 19-44 ms every
+-- window under a load of 25,000-30,000 fresh buyers a second
+-- (docs/performance.md, "The open loop's bursts"). Its expiry, two windows
+-- after its end, removes it when no call comes to do so (an UNLINK of an
+-- expired key would free it in this thread too).
 if tw then
   for i = 1, #windows do
+    redis.call('UNLINK', KEYS[6] .. windows[i] .. ':' .. string.format('%d', wn[i] - 2))
     for d = 0, 2 do
       local list = tw[3 * i - 2 + d]
       if list then
         hset(wkey[3 * i - 2 + d], list)
-        redis.call('PEXPIRE', wkey[3 * i - 2 + d], (wn[i] + d + 1) * windows[i] - now_ms + 1)
+        redis.call('PEXPIRE', wkey[3 * i - 2 + d], (wn[i] + d + 3) * windows[i] - now_ms + 1)
       end
     end
   end

@@ -24,7 +24,7 @@ import (
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
 //	{p:s}:tat:<w>:<n>  hash  "<user>" -> a buyer's throttle state
 //	                       (BuyRequest.Throttle) that passes in the n-th
-//	                       window of w ms; expires after it (see buy.lua)
+//	                       window of w ms; removed a window after it (see buy.lua)
 //	{p:s}:ptoken:<token>   string  a purchase token an accepted buy spent
 //	                       (BuyRequest.Token), kept while it can be presented
 //	{p:s}:events    stream every stock movement, in order (see events.go)

@@ -114,7 +114,8 @@ func TestThrottleStateAcrossWindows(t *testing.T) {
 				t.Errorf("%s: half a second after the burst: %v", c.name, err)
 			}
 		}
-		// Every hash holding states expires, within two windows.
+		// Every hash holding states expires, within four windows (two
+		// after the state's, unless a buy unlinks it first).
 		found := 0
 		for _, k := range hashes {
 			ttl, err := r.rdb.PTTL(r.ctx, k).Result()
@@ -122,8 +123,8 @@ func TestThrottleStateAcrossWindows(t *testing.T) {
 				continue
 			}
 			found++
-			if ttl <= 0 || ttl > 2*window*time.Millisecond+time.Millisecond {
-				t.Errorf("%s: PTTL %v; want (0, two windows]", k, ttl)
+			if ttl <= 0 || ttl > 4*window*time.Millisecond+time.Millisecond {
+				t.Errorf("%s: PTTL %v; want (0, four windows]", k, ttl)
 			}
 		}
 		if found == 0 {
@@ -133,6 +134,56 @@ func TestThrottleStateAcrossWindows(t *testing.T) {
 			if n, err := r.rdb.Exists(r.ctx, r.key("s1", "throttle:"+u)).Result(); err != nil || n != 0 {
 				t.Errorf("a per-buyer throttle key of %s: %d, %v; want none", u, n, err)
 			}
+		}
+	})
+}
+
+// TestThrottlePassedWindowIsUnlinked: a window's hash is kept one window
+// past its end (for a clock that steps back), and the first buy that files
+// a state after that removes it (buy.lua UNLINKs it, so that Redis frees
+// its fields in a background thread; left to its expiry, a busy sale's hash
+// is freed in Redis's one thread). Its expiry, two windows after its end,
+// is what removes it when no buy comes.
+func TestThrottlePassedWindowIsUnlinked(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		bucket, err := throttleOf(ratelimit.PerSecond(2, 2)) // a TAT 0.5 s ahead after one buy
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := inventory.ThrottleWindow(bucket)
+		start := (r.clock.Now().UnixMilli()/w + 10) * w
+		buy := func(user string, at int64) {
+			t.Helper()
+			r.clock.Set(time.UnixMilli(at))
+			req := inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: lines("A", 1), Throttle: &bucket}
+			if _, err := r.eng.BuyWith(r.ctx, req); err != nil {
+				t.Fatalf("%s's buy: %v", user, err)
+			}
+		}
+		buy("u1", start+100) // its state passes in the window of start
+		passed := r.eng.ThrottleKeys("s1", bucket, time.UnixMilli(start))[0]
+		if n, err := r.rdb.HLen(r.ctx, passed).Result(); err != nil || n != 1 {
+			t.Fatalf("%s after the first buy: %d fields, %v; want 1", passed, n, err)
+		}
+		ttl, err := r.rdb.PTTL(r.ctx, passed).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= time.Duration(2*w)*time.Millisecond || ttl > time.Duration(3*w-100+1)*time.Millisecond {
+			t.Errorf("%s: PTTL %v, want its expiry two windows after the window's end", passed, ttl)
+		}
+		buy("u2", start+w+100) // the next window: kept
+		if n, err := r.rdb.HLen(r.ctx, passed).Result(); err != nil || n != 1 {
+			t.Errorf("%s after a buy in the next window: %d fields, %v; want it kept", passed, n, err)
+		}
+		buy("u3", start+2*w+100) // the one after: unlinked
+		if n, err := r.rdb.Exists(r.ctx, passed).Result(); err != nil || n != 0 {
+			t.Errorf("%s after a buy two windows on: exists %d, %v; want it unlinked", passed, n, err)
+		}
+		if n, err := r.rdb.HLen(r.ctx, r.eng.ThrottleKeys("s1", bucket, time.UnixMilli(start+2*w))[0]).Result(); err != nil || n != 1 {
+			t.Errorf("the last window's hash: %d fields, %v; want u3's state", n, err)
 		}
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
@@ -28,19 +30,7 @@ func TestStartRecoversAPromotedRedisWithItsOwnConsumer(t *testing.T) {
 	ctx := context.Background()
 	old, srv := redistest.StartServer(t), redistest.StartServer(t)
 	rdb := srv.Client(t)
-	host, port, _ := net.SplitHostPort(old.Addr())
-	if err := rdb.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitfor.Until(t, waitfor.Patience, "the replica in sync", func() error {
-		if info := rdb.Info(ctx, "replication").Val(); !strings.Contains(info, "master_link_status:up") {
-			return fmt.Errorf("%s", info)
-		}
-		return nil
-	})
-	if err := rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	promoteAfterSync(t, old, rdb)
 
 	cfg := degradedConfig(srv.Addr())
 	cfg.DatabaseURL = dbtest.PostgresURL(t)
@@ -74,5 +64,26 @@ func TestStartRecoversAPromotedRedisWithItsOwnConsumer(t *testing.T) {
 	b.settle("s1")
 	if st := b.state("s1"); st.stock[0].Remaining != 7 {
 		t.Errorf("after the repair: %+v, want 7 left", st.stock)
+	}
+}
+
+// promoteAfterSync makes replica (a client of another server) a replica of
+// master, waits until it is in sync, and promotes it: a master with a
+// previous replication id, as a failover leaves it.
+func promoteAfterSync(t *testing.T, master *redistest.Server, replica *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	host, port, _ := net.SplitHostPort(master.Addr())
+	if err := replica.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, waitfor.Patience, "the replica in sync", func() error {
+		if info := replica.Info(ctx, "replication").Val(); !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("%s", info)
+		}
+		return nil
+	})
+	if err := replica.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
 	}
 }

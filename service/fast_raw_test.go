@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/faultnet"
@@ -115,15 +114,7 @@ func TestFastHTTPShutdownDrainsOtherRoutes(t *testing.T) {
 				}
 				return nil
 			})
-			go func() {
-				time.Sleep(200 * time.Millisecond) // let Shutdown begin (if it has not, the test is only weaker)
-				proxy.HoldReplies(false)
-			}()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := a.svc.Shutdown(ctx); err != nil {
-				t.Fatalf("shutdown: %v", err)
-			}
+			shutdownReleasing(t, a, proxy)
 			for range users {
 				if r := <-results; r.status != http.StatusCreated {
 					t.Errorf("a purchase token in flight at shutdown: %d %s", r.status, r.body)

@@ -300,15 +300,7 @@ func testShutdownDrainsBuys(t *testing.T, server string) {
 		}
 		return nil
 	})
-	go func() {
-		time.Sleep(200 * time.Millisecond) // let Shutdown begin (if it has not, the test is only weaker)
-		proxy.HoldReplies(false)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := a.svc.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
+	shutdownReleasing(t, a, proxy)
 	created := 0
 	for range buyers {
 		err := <-results
@@ -324,5 +316,20 @@ func testShutdownDrainsBuys(t *testing.T, server string) {
 	t.Logf("%d buys in Redis when Shutdown began, %d answered 201", inFlight, created)
 	if int64(created) < inFlight {
 		t.Fatalf("%d buys answered 201, %d were in flight when Shutdown began", created, inFlight)
+	}
+}
+
+// shutdownReleasing shuts a's service down while proxy holds Redis's
+// replies, and lets them go once Shutdown has begun.
+func shutdownReleasing(t *testing.T, a *app, proxy *faultnet.Proxy) {
+	t.Helper()
+	go func() {
+		time.Sleep(200 * time.Millisecond) // let Shutdown begin (if it has not, the test is only weaker)
+		proxy.HoldReplies(false)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.svc.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -152,19 +151,7 @@ func TestPromotedBeforeTheModeIsReadIsRepaired(t *testing.T) {
 	// The replica, synced, then behind: the last sells did not reach it.
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	host, port, _ := net.SplitHostPort(old.Addr())
-	if err := rdb.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitfor.Until(t, waitfor.Patience, "the replica in sync", func() error {
-		if info := rdb.Info(ctx, "replication").Val(); !strings.Contains(info, "master_link_status:up") {
-			return fmt.Errorf("%s", info)
-		}
-		return nil
-	})
-	if err := rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	promoteAfterSync(t, old, rdb)
 	_ = old.Kill()
 	loseSells(t, srv)
 

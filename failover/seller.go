@@ -286,7 +286,7 @@ func (f *Seller) set(m store.SellMode) {
 	if f.epochPending {
 		// Held back before the mode was read: only a recovery that begins
 		// after this read has repaired what was seen.
-		f.restartEpoch, f.epochPending = m.Epoch, false
+		f.restartEpoch, f.epochPending = repairedAfter(m), false
 	}
 	f.changed()
 	f.mu.Unlock()
@@ -368,18 +368,23 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	why, firm := "", true
-	if prev, ok := f.seen[node]; ok && prev.RunID != runID && runID != "" {
+	prev, ok := f.seen[node]
+	if ok && prev.RunID != runID && runID != "" {
 		why = "redis restarted (new run id)"
 	}
 	obs := seenNode{RedisNode: store.RedisNode{Node: node, RunID: runID, ReplID: replID}, promoted: promoted, dirty: true}
-	if prev, ok := f.seen[node]; ok && prev.RedisNode == obs.RedisNode {
+	// renewed: changed since this instance last checked it as a master, or
+	// a promoted master it never checked and does not suspect yet (a
+	// replica that took over in a Cluster has a node id of its own).
+	renewed := ok && prev.RedisNode != obs.RedisNode || !ok && promoted && !f.suspects[replID] && !f.verified[replID]
+	if ok && prev.RedisNode == obs.RedisNode {
 		obs.dirty = prev.dirty
 	}
 	f.seen[node] = obs
 	if w, wfirm := f.distrust(obs); w != "" {
 		why, firm = w, wfirm || why != ""
 	}
-	f.suspect(why, node, firm)
+	f.suspect(why, node, firm, renewed)
 	if f.restarted && ctx.Value(mayDial{}) == nil {
 		return why != "", ErrRedisRestarted
 	}

@@ -58,21 +58,39 @@ func (f *Seller) distrust(n seenNode) (why string, firm bool) {
 	return "a redis replica was promoted to master", f.trustLoaded
 }
 
-// suspect holds Redis back for why (if not ""), seen on node. f.mu is held.
-func (f *Seller) suspect(why, node string, firm bool) {
+// suspect holds Redis back for why (if not ""), seen on node. renewed: the
+// node has changed since this instance last checked it (a new run id, a
+// promoted master not suspected before). f.mu is held.
+func (f *Seller) suspect(why, node string, firm, renewed bool) {
 	if why == "" {
 		return
 	}
 	f.firm = f.firm || firm
 	if f.restarted {
+		if renewed && f.known && !f.epochPending {
+			// Changed again while held: only a recovery that begins after
+			// this repairs it (TestRestartSeenAsARecoveryEndsIsNotVouchedFor).
+			f.restartEpoch = max(f.restartEpoch, repairedAfter(f.mode))
+		}
 		return
 	}
 	f.restarted = true
-	if f.restartEpoch, f.epochPending = f.mode.Epoch, !f.known; f.epochPending {
+	if f.restartEpoch, f.epochPending = repairedAfter(f.mode), !f.known; f.epochPending {
 		f.restartEpoch = 0 // set by the first mode read (set)
 	}
 	f.changed()
 	f.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
+}
+
+// repairedAfter is the epoch after which a recovery that ends has begun
+// after m was read: m's, or past the end of the recovery m is (it may have
+// repaired a node before the node changed, and its end would lift the hold
+// and vouch for the node unrepaired).
+func repairedAfter(m store.SellMode) int64 {
+	if m.Mode == store.ModeRecovering {
+		return m.Epoch + 1
+	}
+	return m.Epoch
 }
 
 // loadTrust reads the fleet's trusted nodes (each tick). The first time,
@@ -100,7 +118,7 @@ func (f *Seller) loadTrust(ctx context.Context) bool {
 	clear(f.suspects) // promoted masters suspected for want of the trusted ids
 	for _, n := range f.seen {
 		if why, _ := f.distrust(n); why != "" {
-			f.suspect(why, n.Node, true)
+			f.suspect(why, n.Node, true, false)
 			firm = true
 		}
 	}

@@ -1,0 +1,118 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/store"
+)
+
+// infoNode is a Redis master as its INFO describes it.
+type infoNode struct {
+	runID    string
+	promoted bool // a second replication id: a replica promoted
+}
+
+func (n infoNode) Info(ctx context.Context, _ ...string) *redis.StringCmd {
+	second := "-1"
+	if n.promoted {
+		second = "12345"
+	}
+	return redis.NewStringResult("role:master\r\nrun_id:"+n.runID+"\r\nmaster_replid:r1\r\nsecond_repl_offset:"+second+"\r\n", nil)
+}
+
+func (n infoNode) ClusterMyID(ctx context.Context) *redis.StringCmd {
+	return redis.NewStringResult("", errors.New("not a cluster"))
+}
+
+// endedStore is a database whose recovery (epoch 5) has just ended (redis,
+// epoch 6); read runs as the mode is read. It records the nodes trusted.
+type endedStore struct {
+	Store
+	read    func()
+	trusted []store.RedisNode
+}
+
+func (s *endedStore) TrustedRedis(context.Context) (map[string]store.RedisNode, error) {
+	return map[string]store.RedisNode{"": {RunID: "run-1", ReplID: "r1"}}, nil
+}
+
+func (s *endedStore) SellMode(context.Context) (store.SellMode, error) {
+	s.read()
+	return store.SellMode{Mode: store.ModeRedis, Epoch: 6}, nil
+}
+
+func (s *endedStore) Heartbeat(context.Context, store.Instance) error { return nil }
+
+func (s *endedStore) TrustRedis(_ context.Context, nodes []store.RedisNode, _ string, _ time.Time) error {
+	s.trusted = append(s.trusted, nodes...)
+	return nil
+}
+
+func (s *endedStore) SwitchMode(context.Context, int64, string, time.Time, time.Time, string) (store.SellMode, error) {
+	return store.SellMode{}, store.ErrModeChanged
+}
+
+// TestRestartSeenAsARecoveryEndsIsNotVouchedFor: Redis restarts again
+// (run-3) as a recovery (epoch 5) ends: an instance sees it just as it
+// reads that the recovery is over (redis, epoch 6), its last read being
+// the recovery's. That recovery may have repaired the node before the
+// restart, so it vouches for nothing seen since: the instance holds Redis
+// back (until a recovery that begins after run-3 was seen) and the fleet's
+// trust does not get run-3. Whether the instance held Redis back already
+// (after the restart to run-2 that the recovery repairs) or not (it saw
+// run-2 only through the fleet's trust, or not at all).
+func TestRestartSeenAsARecoveryEndsIsNotVouchedFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		held bool   // since the restart to run-2, seen at epoch 4
+		seen string // the run id this instance saw last
+		now  string // ... and the one it sees as the recovery ends
+		want bool   // held after the tick
+	}{
+		{"held", true, "run-2", "run-3", true},
+		{"not held", false, "run-1", "run-3", true},
+		// The node the recovery repaired, checked again on a new connection
+		// as the recovery ends (a promoted master, its run id not the one
+		// the fleet trusted): nothing changed, the recovery lifts the hold
+		// (were it taken as changed, every recovery's end would begin
+		// another).
+		{"unchanged", true, "run-2", "run-2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := New(Config{Tick: time.Second})
+			db := &endedStore{}
+			db.read = func() {
+				if _, err := f.check(t.Context(), infoNode{runID: tc.now, promoted: true}); !errors.Is(err, ErrRedisRestarted) {
+					t.Errorf("connection to the restarted redis: %v, want ErrRedisRestarted", err)
+				}
+			}
+			f.Wire(Parts{Store: db, Ping: func(context.Context) error { return nil }})
+			f.trusted = map[string]store.RedisNode{"": {RunID: "run-1", ReplID: "r1"}}
+			f.stored, f.trustLoaded = f.trusted, true
+			f.seen[""] = seenNode{RedisNode: store.RedisNode{RunID: tc.seen, ReplID: "r1"}, promoted: true}
+			f.mode, f.known = store.SellMode{Mode: store.ModeRecovering, Epoch: 5}, true
+			if tc.held {
+				f.restarted, f.firm, f.restartEpoch = true, true, 4
+			}
+			f.changed()
+
+			f.Step(t.Context())
+
+			if got := f.HeldBack(); got != tc.want {
+				t.Errorf("held back after the recovery ended as %s was seen: %v, want %v", tc.now, got, tc.want)
+			}
+			trusted := false
+			for _, n := range db.trusted {
+				trusted = trusted || n.RunID == tc.now
+			}
+			if trusted == tc.want {
+				t.Errorf("the fleet trusts %s: %v, want %v (%+v)", tc.now, trusted, !tc.want, db.trusted)
+			}
+		})
+	}
+}

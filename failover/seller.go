@@ -451,10 +451,9 @@ func (h *nodeCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // fresh checks the node if its last check is older than Config.Recheck.
 func (h *nodeCheck) fresh(ctx context.Context) error {
-	if !h.f.Ticks() || ctx.Value(checking{}) != nil {
-		return nil
-	}
-	if time.Now().UnixNano()-h.at.Load() < int64(h.f.recheck) {
+	// The hot path: one clock read and one atomic load per command; the
+	// context is only looked into once a check is due.
+	if time.Now().UnixNano()-h.at.Load() < int64(h.f.recheck) || !h.f.Ticks() || ctx.Value(checking{}) != nil {
 		return nil
 	}
 	h.mu.Lock()

@@ -176,7 +176,9 @@ func (f *Seller) everyoneFlushed(ctx context.Context, epoch int64) bool {
 		}
 		var behind []string
 		for _, in := range ins {
-			if in.FlushedEpoch < epoch {
+			// This instance has handed over (above); its row may say so
+			// only at its next heartbeat.
+			if in.FlushedEpoch < epoch && in.Name != f.name {
 				behind = append(behind, in.Name)
 			}
 		}
@@ -190,7 +192,7 @@ func (f *Seller) everyoneFlushed(ctx context.Context, epoch int64) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(f.tick / 2):
+		case <-time.After(min(f.tick/2, time.Until(deadline)+time.Millisecond)):
 		}
 	}
 }

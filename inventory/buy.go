@@ -186,7 +186,10 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 // are its sale's (saleKeys.buy), the same for every buy of the sale: the
 // caller that sends it has them.
 type buyCall struct {
-	args     []any // this buy's part of the script's arguments, but its throttle
+	// shape is the buy's shape (see buy.lua) but its throttle: key, lines,
+	// token, token ttl, n, then n sku, qty pairs. Its user and order id
+	// are placed's.
+	shape    []any
 	placed   Order
 	epoch    uint64      // the sold-out flags' epoch before it was sent
 	throttle gcra.Bucket // zero for none
@@ -200,43 +203,67 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 	if orderID == "" {
 		orderID = NewOrderID(c.saleID)
 	}
-	args := make([]any, 0, 7+2*len(c.lines))
-	args = append(args, c.userID, orderID, c.key, formatLines(c.lines), c.token, c.tokenTTL, len(c.lines))
+	shape := make([]any, 0, 5+2*len(c.lines))
+	shape = append(shape, c.key, formatLines(c.lines), c.token, c.tokenTTL, len(c.lines))
 	for _, l := range c.lines {
-		args = append(args, l.SKU, l.Qty)
+		shape = append(shape, l.SKU, l.Qty)
 	}
 	return buyCall{
 		throttle: c.throttle,
-		args:     args,
+		shape:    shape,
 		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
 			Items: c.lines, IdempotencyKey: c.key},
 		epoch: e.soldOut.epoch.Load(),
 	}, nil
 }
 
+// maxShapes bounds the shared shapes of one call: a batch of many
+// different buys sends the rest whole.
+const maxShapes = 8
+
 // batchCall is one buy.lua call running bcs, all of one sale whose keys
 // (saleKeys.buy) are keys, in order, at time now (see scriptNow). The
-// batch's throttles go once each, ahead of the buys, which name theirs by its place (usually every buy has the
-// same).
+// batch's throttles go once each, ahead of the buys, which name theirs by
+// its place (usually every buy has the same); so do its shared shapes: the
+// buys with no idempotency key and no token that have the same lines and
+// throttle (usually most of a crowd's) send their shape once.
 func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
-	n := 4
+	shape := make([]int, len(bcs)) // 1-based place of bcs[i]'s shared shape, 0 none
+	var shared []int               // the first buy of each shared shape
+	n := 5
 	for i := range bcs {
-		n += len(bcs[i].args) + 1
 		th := bcs[i].throttle
-		if th.Rate == 0 {
-			continue
-		}
-		for j := range throttles {
-			if throttles[j] == th {
-				which[i] = j + 1
-				break
+		if th.Rate != 0 {
+			for j := range throttles {
+				if throttles[j] == th {
+					which[i] = j + 1
+					break
+				}
+			}
+			if which[i] == 0 {
+				throttles = append(throttles, th)
+				which[i] = len(throttles)
 			}
 		}
-		if which[i] == 0 {
-			throttles = append(throttles, th)
-			which[i] = len(throttles)
+		sh := bcs[i].shape
+		if sh[0] == "" && sh[2] == "" {
+			for k, f := range shared {
+				if which[f] == which[i] && bcs[f].shape[1] == sh[1] {
+					shape[i] = k + 1
+					break
+				}
+			}
+			if shape[i] == 0 && len(shared) < maxShapes {
+				shared = append(shared, i)
+				shape[i] = len(shared)
+				n += len(sh) + 1
+			}
+		}
+		n += 3
+		if shape[i] == 0 {
+			n += len(sh) + 1
 		}
 	}
 	args := make([]any, 0, n+4*len(throttles))
@@ -244,11 +271,21 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	for _, th := range throttles {
 		args = append(args, th.Rate, th.PeriodUS, th.Capacity, throttleWindow(th))
 	}
-	for i := range bcs {
-		a := bcs[i].args
-		args = append(args, a[:4]...)
+	appendShape := func(i int) {
+		sh := bcs[i].shape
+		args = append(args, sh[:2]...)
 		args = append(args, which[i])
-		args = append(args, a[4:]...)
+		args = append(args, sh[2:]...)
+	}
+	args = append(args, len(shared))
+	for _, i := range shared {
+		appendShape(i)
+	}
+	for i := range bcs {
+		args = append(args, bcs[i].placed.UserID, bcs[i].placed.ID, shape[i])
+		if shape[i] == 0 {
+			appendShape(i)
+		}
 	}
 	args = append(args, e.streamMode)
 	return call{s: buyScript, keys: keys, args: args}
@@ -366,7 +403,6 @@ func (e *Engine) finishBuyAfter(ctx context.Context, bc buyCall, failed int) (Re
 		failed = 0
 		if code(replies[0]) == codeIDTaken && attempt < maxIDAttempts {
 			one[0].placed.ID = NewOrderID(bc.placed.SaleID) // 80 random bits collided
-			one[0].args[1] = one[0].placed.ID
 			continue
 		}
 		return e.decodeBuy(replies[0], one[0])

@@ -39,12 +39,16 @@
 -- ARGV[2] number of buys
 -- ARGV[3] number of throttles t, then t throttles, each as rate, period µs,
 --         capacity and window ms
--- then, for each buy:
---   user id, new order id, idempotency key ("" for none),
---   the lines as "A=1,B=2", its throttle (1..t, 0 for none), the purchase
---   token to spend ("" for none) and the ms to keep it spent, the number of
---   lines n, then n pairs: sku, qty (a positive integer in decimal, as
---   int takes it: a first holding is stored as this very argument)
+-- then the number of shared shapes s, then s shapes; a buy's shape is
+--   its idempotency key ("" for none), the lines as "A=1,B=2", its
+--   throttle (1..t, 0 for none), the purchase token to spend ("" for
+--   none) and the ms to keep it spent, the number of lines n, then n
+--   pairs: sku, qty (a positive integer in decimal, as int takes it: a
+--   first holding is stored as this very argument)
+-- then, for each buy: user id, new order id, and its shape's number
+--   (1..s) or 0 with its shape right after it. The buys of a crowd are
+--   mostly one shape (one unit of the hot sku, no key, no token): sent
+--   once per call, a buy is then three arguments, not ten
 -- then, after the buys, the stream mode: "1" one entry for the call's
 --   bought orders (where the server has XSETID), "0" one entry per order
 --
@@ -184,32 +188,44 @@ if nth > 0 then
   end
 end
 
--- Parse the buys: no table per buy. Buy b's arguments start at ARGV[at[b]]
--- (user, order id, key, lines, throttle, token, token ttl, n, then n sku,
--- qty pairs); its bought fields are bfields[bf[b] + 1 ..]. rem has every
--- asked sku (true until the sale is read), skus lists them once each and
--- rfields the sale's fields to read; ifields the idempotency fields and
--- tkeys the token keys, if any.
-local at, bf, ids, bfields = {}, {}, {}, {}
+-- Parse the buys: no table per buy. Buy b's user and order id are ARGV[at[b]]
+-- and the next, its shape starts at ARGV[sh[b]] (key, lines, throttle,
+-- token, token ttl, n, then n sku, qty pairs; see the top); its bought
+-- fields are bfields[bf[b] + 1 ..]. rem has every asked sku (true until
+-- the sale is read), skus lists them once each and rfields the sale's
+-- fields to read; ifields the idempotency fields and tkeys the token
+-- keys, if any. shapes[k] is where shared shape k starts; seen[d] whether
+-- the skus of the shape at d are in rem.
+local at, sh, bf, ids, bfields = {}, {}, {}, {}, {}
 local rem, skus = {}, {}
 local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay'}
 local ifields, tkeys, spent
 local a = 4 + 4 * nth
+local shapes, seen = {}, {}
+local ns = num(ARGV[a])
+a = a + 1
+for k = 1, ns do
+  shapes[k] = a
+  a = a + 6 + 2 * num(ARGV[a + 5])
+end
 for b = 1, count do
-  local u, n = ARGV[a], num(ARGV[a + 7])
-  at[b], bf[b], ids[b] = a, #bfields, ARGV[a + 1]
-  if ARGV[a + 2] ~= '' then
+  local u, s = ARGV[a], ARGV[a + 2]
+  local d = a + 3
+  if s ~= '0' then d = shapes[num(s)] end
+  local n = num(ARGV[d + 5])
+  at[b], sh[b], bf[b], ids[b] = a, d, #bfields, ARGV[a + 1]
+  if ARGV[d] ~= '' then
     ifields = ifields or {}
-    ifields[#ifields + 1] = u .. '|' .. ARGV[a + 2]
+    ifields[#ifields + 1] = u .. '|' .. ARGV[d]
   end
-  if ARGV[a + 4] ~= '0' then
-    local i = wplace[num(ARGV[a + 4])]
+  if ARGV[d + 2] ~= '0' then
+    local i = wplace[num(ARGV[d + 2])]
     if wstate[i][u] == nil then
       wstate[i][u] = false
       wusers[i][#wusers[i] + 1] = u
     end
   end
-  local tok = ARGV[a + 5]
+  local tok = ARGV[d + 3]
   if tok ~= '' then
     if not spent then spent, tkeys = {}, {} end
     if spent[tok] == nil then
@@ -217,16 +233,20 @@ for b = 1, count do
       tkeys[#tkeys + 1] = KEYS[7] .. tok
     end
   end
-  for i = a + 8, a + 6 + 2 * n, 2 do
-    local sku = ARGV[i]
-    if not rem[sku] then
-      rem[sku] = true
-      skus[#skus + 1] = sku
-      rfields[#rfields + 1] = 'r:' .. sku
+  if not seen[d] then
+    seen[d] = true
+    for i = d + 6, d + 4 + 2 * n, 2 do
+      local sku = ARGV[i]
+      if not rem[sku] then
+        rem[sku] = true
+        skus[#skus + 1] = sku
+        rfields[#rfields + 1] = 'r:' .. sku
+      end
     end
-    bfields[#bfields + 1] = u .. '|' .. sku
   end
-  a = a + 8 + 2 * n
+  local w = #bfields
+  for i = 1, n do bfields[w + i] = u .. '|' .. ARGV[d + 4 + 2 * i] end
+  if s == '0' then a = d + 6 + 2 * n else a = a + 3 end
 end
 local one_entry = ARGV[a] == '1' and redis.REDIS_VERSION_NUM ~= nil
 
@@ -390,7 +410,7 @@ local function replay(id, record, b, by_key)
   local user = ARGV[at[b]]
   if not u or (by_key and u ~= user) then return put(8, 'orders:' .. id) end
   if u ~= user then return put(7) end
-  if l ~= ARGV[at[b] + 3] then return put(14, id) end
+  if l ~= ARGV[sh[b] + 1] then return put(14, id) end
   -- the remaining of skus outside the batch too
   for sku in string.gmatch(l, '([^,=]+)=%d+') do
     local r = rem[sku]
@@ -416,8 +436,8 @@ end
 local fresh = {}
 
 local function buy_one(b)
-  local a = at[b]
-  local u, id, key = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local a, d = at[b], sh[b]
+  local u, id, key = ARGV[a], ARGV[a + 1], ARGV[d]
   -- A repeat (same idempotency key, or a retried call with the same order
   -- id) returns the order it made, whatever the sale's state is now.
   if key ~= '' then
@@ -431,8 +451,8 @@ local function buy_one(b)
   local existing = made and made[id] or orders[b]
   if existing then return replay(id, existing, b, false) end
 
-  if ARGV[a + 4] ~= '0' then
-    local t = num(ARGV[a + 4])
+  if ARGV[d + 2] ~= '0' then
+    local t = num(ARGV[d + 2])
     local i = wplace[t]
     -- ok, debt, state: gcra_take's answer; j: the place (in wkey) of the
     -- hash the state is kept in until its TAT passes: the hash of the
@@ -470,7 +490,7 @@ local function buy_one(b)
     list[#list + 1] = u
     list[#list + 1] = state
   end
-  local tok = ARGV[a + 5]
+  local tok = ARGV[d + 3]
   if tok ~= '' and spent[tok] then return put(15) end
   if not_selling then
     if not_selling == 'sale' then return put(8, 'sale') end
@@ -480,17 +500,17 @@ local function buy_one(b)
 
   -- The lines: a corrupt remaining, then unknown skus, a corrupt held
   -- count, the limit, the stock.
-  local n, fb = num(ARGV[a + 7]), bf[b]
+  local n, fb = num(ARGV[d + 5]), bf[b]
   local bad_r, unknown, bad_h, over, short
   for i = 0, n - 1 do
-    local sku = ARGV[a + 8 + 2 * i]
+    local sku = ARGV[d + 6 + 2 * i]
     local r = rem[sku]
     if r == false then
       unknown = true
     elseif r == 'bad' then
       bad_r = bad_r or sku
     else
-      local q, h = num(ARGV[a + 9 + 2 * i]), held[bfields[fb + i + 1]]
+      local q, h = num(ARGV[d + 7 + 2 * i]), held[bfields[fb + i + 1]]
       if not h then
         bad_h = bad_h or bfields[fb + i + 1]
       else
@@ -511,7 +531,7 @@ local function buy_one(b)
       out[o] = limit
     end
     for i = 0, n - 1 do
-      local sku, q = ARGV[a + 8 + 2 * i], num(ARGV[a + 9 + 2 * i])
+      local sku, q = ARGV[d + 6 + 2 * i], num(ARGV[d + 7 + 2 * i])
       local r = rem[sku]
       if unknown then
         if r == false then
@@ -533,13 +553,13 @@ local function buy_one(b)
   end
 
   -- Every check passed: the event, then this buy's part of the writes.
-  local record = 'p|' .. u .. now_bar .. ARGV[a + 3] .. '|' .. key
+  local record = 'p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
   events[#events + 1] = id .. '|' .. record
   out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
   o = o + 3
   local w = #new_held
   for i = 0, n - 1 do
-    local sku, q, f = ARGV[a + 8 + 2 * i], num(ARGV[a + 9 + 2 * i]), bfields[fb + i + 1]
+    local sku, q, f = ARGV[d + 6 + 2 * i], num(ARGV[d + 7 + 2 * i]), bfields[fb + i + 1]
     local r = rem[sku]
     if r ~= -1 then
       r = r - q
@@ -554,7 +574,7 @@ local function buy_one(b)
     -- A first holding is the asked quantity's own argument when it is
     -- written as int takes it (it always is): a number handed to
     -- redis.call costs a printf in Redis, a string does not.
-    local hs = ARGV[a + 9 + 2 * i]
+    local hs = ARGV[d + 7 + 2 * i]
     if h0 ~= 0 or not int(hs) then hs = exact(h) end
     new_held[w + 1], new_held[w + 2] = f, hs
     w = w + 2
@@ -576,7 +596,7 @@ local function buy_one(b)
   if tok ~= '' then
     spent[tok] = true
     new_spent = new_spent or {}
-    new_spent[#new_spent + 1] = a
+    new_spent[#new_spent + 1] = b
   end
 end
 
@@ -651,8 +671,9 @@ if tw then
   end
 end
 if new_spent then
-  for _, a in ipairs(new_spent) do
-    redis.call('SET', KEYS[7] .. ARGV[a + 5], ARGV[a], 'PX', ARGV[a + 6])
+  for _, b in ipairs(new_spent) do
+    local d = sh[b]
+    redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
   end
 end
 return out

@@ -113,6 +113,10 @@
 -- does not roll back a script that fails half way, and refuses a script's
 -- writes for lack of memory only before its first.
 
+-- The globals the script reads per buy, as locals (a global is a table
+-- lookup by name each time).
+local ARGV, KEYS, redis, string, math = ARGV, KEYS, redis, string, math
+
 -- The time (script_now, see internal/gcra/clock.lua, prepended).
 local now_us = script_now(ARGV[1])
 local now_ms = math.floor(now_us / 1000)
@@ -194,14 +198,17 @@ end
 -- fields are bfields[bf[b] + 1 ..]. rem has every asked sku (true until
 -- the sale is read), skus lists them once each and rfields the sale's
 -- fields to read; ifields the idempotency fields and tkeys the token
--- keys, if any. shapes[k] is where shared shape k starts; seen[d] whether
--- the skus of the shape at d are in rem.
+-- keys, if any. shapes[k] is where shared shape k starts; lines[d] is the
+-- number of lines of the shape at d (once its skus are in rem), and qty[p]
+-- the quantity at ARGV[p] as a number, first[p] whether it is written as
+-- int takes it (see the writes below): parsed once per shape.
 local at, sh, bf, ids, bfields = {}, {}, {}, {}, {}
+local lines, qty, first = {}, {}, {}
 local rem, skus = {}, {}
 local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay'}
 local ifields, tkeys, spent
 local a = 4 + 4 * nth
-local shapes, seen = {}, {}
+local shapes = {}
 local ns = num(ARGV[a])
 a = a + 1
 for k = 1, ns do
@@ -212,7 +219,21 @@ for b = 1, count do
   local u, s = ARGV[a], ARGV[a + 2]
   local d = a + 3
   if s ~= '0' then d = shapes[num(s)] end
-  local n = num(ARGV[d + 5])
+  local n = lines[d]
+  if not n then
+    n = num(ARGV[d + 5])
+    lines[d] = n
+    for i = d + 6, d + 4 + 2 * n, 2 do
+      local sku = ARGV[i]
+      if not rem[sku] then
+        rem[sku] = true
+        skus[#skus + 1] = sku
+        rfields[#rfields + 1] = 'r:' .. sku
+      end
+      qty[i + 1] = num(ARGV[i + 1])
+      first[i + 1] = int(ARGV[i + 1]) ~= nil
+    end
+  end
   at[b], sh[b], bf[b], ids[b] = a, d, #bfields, ARGV[a + 1]
   if ARGV[d] ~= '' then
     ifields = ifields or {}
@@ -231,17 +252,6 @@ for b = 1, count do
     if spent[tok] == nil then
       spent[tok] = false
       tkeys[#tkeys + 1] = KEYS[7] .. tok
-    end
-  end
-  if not seen[d] then
-    seen[d] = true
-    for i = d + 6, d + 4 + 2 * n, 2 do
-      local sku = ARGV[i]
-      if not rem[sku] then
-        rem[sku] = true
-        skus[#skus + 1] = sku
-        rfields[#rfields + 1] = 'r:' .. sku
-      end
     end
   end
   local w = #bfields
@@ -500,7 +510,7 @@ local function buy_one(b)
 
   -- The lines: a corrupt remaining, then unknown skus, a corrupt held
   -- count, the limit, the stock.
-  local n, fb = num(ARGV[d + 5]), bf[b]
+  local n, fb = lines[d], bf[b]
   local bad_r, unknown, bad_h, over, short
   for i = 0, n - 1 do
     local sku = ARGV[d + 6 + 2 * i]
@@ -510,7 +520,7 @@ local function buy_one(b)
     elseif r == 'bad' then
       bad_r = bad_r or sku
     else
-      local q, h = num(ARGV[d + 7 + 2 * i]), held[bfields[fb + i + 1]]
+      local q, h = qty[d + 7 + 2 * i], held[bfields[fb + i + 1]]
       if not h then
         bad_h = bad_h or bfields[fb + i + 1]
       else
@@ -531,7 +541,7 @@ local function buy_one(b)
       out[o] = limit
     end
     for i = 0, n - 1 do
-      local sku, q = ARGV[d + 6 + 2 * i], num(ARGV[d + 7 + 2 * i])
+      local sku, q = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i]
       local r = rem[sku]
       if unknown then
         if r == false then
@@ -554,12 +564,13 @@ local function buy_one(b)
 
   -- Every check passed: the event, then this buy's part of the writes.
   local record = 'p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
-  events[#events + 1] = id .. '|' .. record
+  local e = #events -- (the event's pieces: joined once, at the end)
+  events[e + 1], events[e + 2], events[e + 3], events[e + 4] = id, '|', record, '\n'
   out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
   o = o + 3
   local w = #new_held
   for i = 0, n - 1 do
-    local sku, q, f = ARGV[d + 6 + 2 * i], num(ARGV[d + 7 + 2 * i]), bfields[fb + i + 1]
+    local sku, q, f = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i], bfields[fb + i + 1]
     local r = rem[sku]
     if r ~= -1 then
       r = r - q
@@ -575,7 +586,7 @@ local function buy_one(b)
     -- written as int takes it (it always is): a number handed to
     -- redis.call costs a printf in Redis, a string does not.
     local hs = ARGV[d + 7 + 2 * i]
-    if h0 ~= 0 or not int(hs) then hs = exact(h) end
+    if h0 ~= 0 or not first[d + 7 + 2 * i] then hs = exact(h) end
     new_held[w + 1], new_held[w + 2] = f, hs
     w = w + 2
   end
@@ -603,9 +614,10 @@ end
 for b = 1, count do buy_one(b) end
 
 -- The events: the first write (see the top).
-local ne = #events
+-- (events holds each event as four pieces: order id, '|', record, '\n')
+local ne = #events / 4
 if ne > 1 and one_entry then
-  local id = redis.call('XADD', KEYS[5], '*', 'orders', table.concat(events, '\n'))
+  local id = redis.call('XADD', KEYS[5], '*', 'orders', table.concat(events, '', 1, 4 * ne - 1))
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if #seq <= 15 then
     redis.call('XSETID', KEYS[5], ms .. '-' .. string.format('%d', tonumber(seq) + ne - 1))
@@ -614,7 +626,7 @@ if ne > 1 and one_entry then
     redis.call('XDEL', KEYS[5], id)
   end
 end
-for i = 1, ne do redis.call('XADD', KEYS[5], '*', 'bought', events[i]) end
+for i = 1, ne do redis.call('XADD', KEYS[5], '*', 'bought', events[4 * i - 3] .. '|' .. events[4 * i - 1]) end
 
 local sale_writes
 for _, sku in ipairs(skus) do

@@ -287,8 +287,39 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 			appendShape(i)
 		}
 	}
-	args = append(args, e.streamMode)
+	args = append(args, e.streamMode, distinctBuys(bcs))
 	return call{s: buyScript, keys: keys, args: args}
+}
+
+// distinctBuys is buy.lua's distinct flag for a call of bcs: 1 if no two
+// buys have the same user or order id, none has an idempotency key and
+// none names a sku twice, else 0. The script then keeps the buyers'
+// holdings by place, not by name: so it must be exact.
+func distinctBuys(bcs []buyCall) int {
+	seen := make(map[string]struct{}, 2*len(bcs))
+	for i := range bcs {
+		p := &bcs[i].placed
+		if p.IdempotencyKey != "" || bcs[i].shape[0] != "" {
+			return 0
+		}
+		for j, l := range p.Items {
+			for _, prev := range p.Items[:j] {
+				if prev.SKU == l.SKU {
+					return 0
+				}
+			}
+		}
+		// users and order ids in one set: a user id that equals another
+		// buy's order id only makes the flag 0, which is always safe
+		if _, ok := seen[p.UserID]; ok {
+			return 0
+		}
+		if _, ok := seen[p.ID]; ok {
+			return 0
+		}
+		seen[p.UserID], seen[p.ID] = struct{}{}, struct{}{}
+	}
+	return 1
 }
 
 // buyReplies splits a buy.lua reply into its n buys' replies, each a

@@ -51,6 +51,12 @@
 --   once per call, a buy is then three arguments, not ten
 -- then, after the buys, the stream mode: "1" one entry for the call's
 --   bought orders (where the server has XSETID), "0" one entry per order
+-- then "1" if the buys are distinct: no two have the same user or the
+--   same order id, none has an idempotency key, and no buy names a sku
+--   twice (the engine never sends one that does); "0" otherwise. A buy
+--   then never sees another buy of the call's holding or order, so the
+--   script keeps them by place instead of by name (a table keyed by
+--   strings costs Lua an insertion per buy)
 --
 -- A bought order's event is "<order id>|<order record>" (the record as in
 -- the orders hash, see record.go; its time is the event's). A call that
@@ -259,6 +265,7 @@ for b = 1, count do
   if s == '0' then a = d + 6 + 2 * n else a = a + 3 end
 end
 local one_entry = ARGV[a] == '1' and redis.REDIS_VERSION_NUM ~= nil
+local distinct = ARGV[a + 1] == '1'
 
 -- The sale: its definition and every asked sku's remaining, in one read.
 -- rem[sku]: remaining (-1 unlimited); false: no such sku; 'bad': corrupt,
@@ -285,11 +292,13 @@ if unlimited then
 end
 
 -- held[f]: units held, or false when the stored count is corrupt (not an
--- integer, or negative: one would let the buyer past the limit).
+-- integer, or negative: one would let the buyer past the limit); f is the
+-- field, or its place in bfields when the buys are distinct (see the top).
 local held = {}
 local v = read('HMGET', KEYS[2], bfields)
-for i, f in ipairs(bfields) do
-  local h = v[i]
+for i = 1, #bfields do
+  local h, f = v[i], i
+  if not distinct then f = bfields[i] end
   if h then
     h = int(h)
     held[f] = h and h >= 0 and h or false
@@ -399,7 +408,7 @@ end
 -- batch sold of a sku; tw[j]: the throttle states for hash wkey[j].
 local new_orders, new_held, sold, events = {}, {}, {}, {}
 local made, new_idem, new_spent, tw
-if count > 1 then made = {} end
+if count > 1 and not distinct then made = {} end
 
 -- replay answers buy b's repeat with the order id names, after checking
 -- its record: another user's order is code 7 for an order id (the id is
@@ -520,7 +529,8 @@ local function buy_one(b)
     elseif r == 'bad' then
       bad_r = bad_r or sku
     else
-      local q, h = qty[d + 7 + 2 * i], held[bfields[fb + i + 1]]
+      local j = fb + i + 1
+      local q, h = qty[d + 7 + 2 * i], held[distinct and j or bfields[j]]
       if not h then
         bad_h = bad_h or bfields[fb + i + 1]
       else
@@ -549,7 +559,8 @@ local function buy_one(b)
           out[o] = sku
         end
       elseif over then
-        if held[bfields[fb + i + 1]] + q > limit then
+        local j = fb + i + 1
+        if held[distinct and j or bfields[j]] + q > limit then
           o = o + 1
           out[o] = sku
         end
@@ -579,9 +590,11 @@ local function buy_one(b)
     sold[sku] = (sold[sku] or 0) + q
     o = o + 1
     out[o] = r
-    local h0 = held[f]
+    local hk = f
+    if distinct then hk = fb + i + 1 end
+    local h0 = held[hk]
     local h = h0 + q
-    held[f] = h
+    held[hk] = h
     -- A first holding is the asked quantity's own argument when it is
     -- written as int takes it (it always is): a number handed to
     -- redis.call costs a printf in Redis, a string does not.

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -31,8 +32,9 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 		}
 		bcs = append(bcs, bc)
 	}
-	// now, count, 1 throttle of 4, shape count, the shape of 8, the stream mode
-	const fixed = 3 + 4 + 1 + 8 + 1
+	// now, count, 1 throttle of 4, shape count, the shape of 8, the stream
+	// mode, the distinct flag
+	const fixed = 3 + 4 + 1 + 8 + 1 + 1
 	if n := len(e.batchCall(nil, bcs, "").args); n != fixed+3*100 {
 		t.Errorf("100 buys of one shape: %d arguments, want %d", n, fixed+3*100)
 	}
@@ -138,6 +140,90 @@ func TestBuysOfManyShapesInOneCallBuyTheirOwn(t *testing.T) {
 				if got[f] != fmt.Sprint(n) {
 					t.Errorf("bought %s: %q, want %d", f, got[f], n)
 				}
+			}
+		})
+	}
+}
+
+// A call's buys are distinct (buy.lua keeps their holdings by place)
+// only when no user, no order id repeats, no buy has an idempotency key
+// and no buy names a sku twice.
+func TestDistinctBuys(t *testing.T) {
+	bc := func(user, id, key string, skus ...string) buyCall {
+		var items []Line
+		for _, s := range skus {
+			items = append(items, Line{SKU: s, Qty: 1})
+		}
+		return buyCall{shape: []any{key}, placed: Order{ID: id, UserID: user, IdempotencyKey: key, Items: items}}
+	}
+	for _, c := range []struct {
+		name string
+		bcs  []buyCall
+		want int
+	}{
+		{"one", []buyCall{bc("u1", "s.1", "", "A")}, 1},
+		{"distinct", []buyCall{bc("u1", "s.1", "", "A"), bc("u2", "s.2", "", "A", "B")}, 1},
+		{"user twice", []buyCall{bc("u1", "s.1", "", "A"), bc("u2", "s.2", "", "A"), bc("u1", "s.3", "", "B")}, 0},
+		{"order id twice", []buyCall{bc("u1", "s.1", "", "A"), bc("u2", "s.1", "", "A")}, 0},
+		{"a key", []buyCall{bc("u1", "s.1", "", "A"), bc("u2", "s.2", "k", "A")}, 0},
+		{"a sku twice", []buyCall{bc("u1", "s.1", "", "A", "A")}, 0},
+		{"a user named as an order id", []buyCall{bc("s.2", "s.1", "", "A"), bc("u2", "s.2", "", "A")}, 0},
+	} {
+		if got := distinctBuys(c.bcs); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// A buyer twice in one call sees their first buy's holding, and an order
+// id taken by an earlier buy of the call is seen taken: the call is then
+// not distinct, on Redis and on the embedded server. (Seen failing with
+// distinctBuys ignoring users: "u1's second buy: bought past the limit";
+// and ignoring order ids: u4's buy took u3's order id, and the order
+// became u4's.)
+func TestRepeatsInOneCallAreSeen(t *testing.T) {
+	clients := map[string]func() redis.UniversalClient{
+		"redis":     func() redis.UniversalClient { return redistest.Standalone(t) },
+		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
+	}
+	for name, client := range clients {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := client()
+			e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
+			if err := e.CreateSale(ctx, Sale{ID: "s1", PerUserLimit: 1, Items: []Item{{SKU: "A", Stock: 100}}}); err != nil {
+				t.Fatal(err)
+			}
+			a := []Line{{SKU: "A", Qty: 1}}
+			// a user twice (and nothing else repeated)
+			res := e.BuyMany(ctx, []BuyRequest{
+				{SaleID: "s1", UserID: "u1", Lines: a},
+				{SaleID: "s1", UserID: "u2", Lines: a},
+				{SaleID: "s1", UserID: "u1", Lines: a},
+			})
+			if res[0].Err != nil || res[1].Err != nil {
+				t.Fatalf("first buys: %v, %v", res[0].Err, res[1].Err)
+			}
+			if !errors.Is(res[2].Err, ErrLimitExceeded) {
+				t.Errorf("u1's second buy: %v, want the limit (bought past the limit if nil)", res[2].Err)
+			}
+			// an order id twice, of two users (and nothing else repeated)
+			id := NewOrderID("s1")
+			res = e.BuyMany(ctx, []BuyRequest{
+				{SaleID: "s1", UserID: "u3", Lines: a, OrderID: id},
+				{SaleID: "s1", UserID: "u4", Lines: a, OrderID: id},
+			})
+			if res[0].Err != nil || res[1].Err != nil {
+				t.Fatalf("the order id twice: %v, %v", res[0].Err, res[1].Err)
+			}
+			if res[0].Receipt.Order.ID != id || res[1].Receipt.Order.ID == id {
+				t.Errorf("the order id twice: orders %s and %s; want %s, then a new id", res[0].Receipt.Order.ID, res[1].Receipt.Order.ID, id)
+			}
+			if o, err := e.Order(ctx, id); err != nil || o.UserID != "u3" {
+				t.Errorf("order %s: %+v, %v; want u3's", id, o, err)
+			}
+			if r, err := rdb.HGet(ctx, e.keys("s1").sale, "r:A").Result(); err != nil || r != "96" {
+				t.Errorf("remaining %q (%v), want 96", r, err)
 			}
 		})
 	}

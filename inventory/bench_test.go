@@ -2,12 +2,14 @@ package inventory_test
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/ratelimit"
 )
 
 // BenchmarkBuy measures one-item buys through Buy, each by a different
@@ -38,6 +40,46 @@ func BenchmarkBuy(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BuyMany calls of BUY_CALL_BATCH (default 128) one-unit buys, each by a
+// new buyer of a sale with per-user limit 1 (and the service's default
+// per-user throttle with BUY_CALL_THROTTLE=1), from one caller, one call
+// at a time: every call carries the same buys whatever the machine's load,
+// so that a count of Redis's instructions per buy (bench/redis-instructions.sh,
+// under callgrind) is the same from run to run.
+// Run: go test -run '^$' -bench BenchmarkBuyCallSerial -benchtime 100000x ./inventory/
+func BenchmarkBuyCallSerial(b *testing.B) {
+	eng := benchEngine(b, inventory.Options{})
+	batch := 128
+	if n, err := strconv.Atoi(os.Getenv("BUY_CALL_BATCH")); err == nil && n > 0 {
+		batch = n
+	}
+	var th *inventory.Throttle
+	if os.Getenv("BUY_CALL_THROTTLE") == "1" {
+		bk, err := throttleOf(ratelimit.PerSecond(5, 10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		th = &bk
+	}
+	line := []inventory.Line{{SKU: "A", Qty: 1}}
+	next := 0
+	reqs := make([]inventory.BuyRequest, 0, batch)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += len(reqs) {
+		reqs = reqs[:0]
+		for range min(batch, b.N-done) {
+			next++
+			reqs = append(reqs, inventory.BuyRequest{SaleID: "bench", UserID: "u" + strconv.Itoa(next), Lines: line, Throttle: th})
+		}
+		for _, r := range eng.BuyMany(b.Context(), reqs) {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
 }
 
 // BuyMany calls of 1, 16 and 64 buys by GOMAXPROCS x 32 callers (64 on a

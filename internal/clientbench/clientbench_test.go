@@ -52,7 +52,7 @@ var (
 // helpers, int.lua, then buy.lua (see inventory/scripts.go). The inventory's
 // files are read from the repository, as go:embed cannot reach a parent
 // directory.
-func buySource(b *testing.B) string {
+func buySource(b testing.TB) string {
 	srcOnce.Do(func() {
 		var ints, raw []byte
 		if ints, srcErr = os.ReadFile("../../inventory/int.lua"); srcErr != nil {
@@ -80,15 +80,17 @@ func orderID(sale string, n uint64) string {
 
 // appendBuys appends the arguments of a batch of n buys, each of one unit of
 // A by a user of its own with an order id of its own, no idempotency key and
-// no throttle.
+// no throttle, as the engine sends them (see buy.lua's header): the crowd's
+// one shape once, each buy as its user, order id and shape 1, then the
+// stream mode (one entry a call) and the distinct flag.
 func appendBuys(args []string, sale string, n int) []string {
 	args = append(args, "", strconv.Itoa(n), "0") // "": the script reads Redis's clock; no throttles
+	args = append(args, "1", "", "A=1", "0", "", "0", "1", "A", "1")
 	for range n {
 		c := counter.Add(1)
-		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "", "A=1",
-			"0", "", "0", "1", "A", "1")
+		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "1")
 	}
-	return args
+	return append(args, "1", "1")
 }
 
 // client is one way of sending EVALSHA of the buy script.
@@ -349,7 +351,7 @@ func run(b *testing.B, goroutines, batch int) {
 			b.ResetTimer()
 			cpu0 := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
-				args := make([]string, 0, 3+10*batch)
+				args := make([]string, 0, 14+3*batch)
 				for {
 					n := 0
 					for n < batch && pb.Next() {
@@ -413,3 +415,33 @@ func BenchmarkOneBuyPerCall(b *testing.B) { run(b, 256, 1) }
 // BenchmarkBatchedCall: 8 callers, each call a batch of 32 buys, what the
 // engine's coalescing sends under load.
 func BenchmarkBatchedCall(b *testing.B) { run(b, 8, 32) }
+
+// The benchmarks send buy.lua the arguments it takes: a call of three buys
+// made by appendBuys buys all three. (Seen failing with the arguments of
+// before shared shapes: "user_script:305: 'for' limit must be a number".)
+func TestAppendBuysBuys(t *testing.T) {
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: addr()})
+	defer admin.Close()
+	sha, err := admin.ScriptLoad(ctx, buySource(t)).Result()
+	if err != nil {
+		t.Fatalf("no Redis at %s to load the script: %v", addr(), err)
+	}
+	seq := sales.Add(1)
+	tag := fmt.Sprintf("{cbench-test-%x-%d:s%d}", salt, os.Getpid(), seq)
+	sale := "s" + strconv.FormatUint(seq, 10)
+	keys := []string{tag + ":sale", tag + ":bought", tag + ":orders", tag + ":idem",
+		tag + ":events", tag + ":throttle:", tag + ":ptoken:"}
+	defer admin.Unlink(context.Background(), keys[:5]...)
+	if err := admin.HSet(ctx, keys[0], "limit", 1, "start", 0, "end", 0, "paused", 0,
+		"r:A", 10, "t:A", 10, "items", "A=10").Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := &goRedis{c: admin}
+	if err := g.evalBuys(ctx, sha, keys, appendBuys(nil, sale, 3), 3); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := admin.HGet(ctx, keys[0], "r:A").Result(); err != nil || r != "7" {
+		t.Errorf("remaining %q (%v), want 7", r, err)
+	}
+}

@@ -19,7 +19,7 @@ import (
 // hashes. Random calls of a few users and skus, some with users repeated,
 // order ids of earlier calls resent (the user's own: a retry after a lost
 // reply; another user's: code 7), order ids repeated within the call,
-// idempotency keys, over a limit of 3, on Redis and on the embedded
+// idempotency keys, tokens, throttles, over a limit of 3, on Redis and on the embedded
 // server. (Seen failing with the flag forced to 1 for every call: the
 // replies differ at the first call with a user twice.)
 func TestDistinctFlagChangesNothing(t *testing.T) {
@@ -28,93 +28,104 @@ func TestDistinctFlagChangesNothing(t *testing.T) {
 		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
 	}
 	for name, client := range clients {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			rdb := client()
-			// a runs the flag as computed, b the same calls with flag 0
-			a := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
-			b := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
-			sale := Sale{ID: "s1", PerUserLimit: 3, Items: []Item{{SKU: "A", Stock: 40}, {SKU: "B", Stock: 8}, {SKU: "C", Stock: Unlimited}}}
-			for _, e := range []*Engine{a, b} {
-				if err := e.CreateSale(ctx, sale); err != nil {
-					t.Fatal(err)
+		for _, pay := range []time.Duration{0, time.Minute} {
+			t.Run(fmt.Sprint(name, "/pay=", pay), func(t *testing.T) {
+				ctx := context.Background()
+				rdb := client()
+				// a runs the flag as computed, b the same calls with flag 0
+				a := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
+				b := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
+				sale := Sale{ID: "s1", PerUserLimit: 3, Items: []Item{{SKU: "A", Stock: 40}, {SKU: "B", Stock: 8}, {SKU: "C", Stock: Unlimited}}, PaymentTimeout: pay}
+				for _, e := range []*Engine{a, b} {
+					if err := e.CreateSale(ctx, sale); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			ka, kb := a.keys("s1").buy(), b.keys("s1").buy()
-			rng := rand.New(rand.NewPCG(7, 11))
-			skus := []string{"A", "B", "C"}
-			type made struct{ id, user string }
-			var earlier []made
-			now := time.Now().UnixMicro()
-			flagged := 0
-			for round := range 300 {
-				n := 1 + rng.IntN(10)
-				spread := rng.IntN(3) == 0 // many users: distinct calls
-				var bcs []buyCall
-				for range n {
-					user := fmt.Sprint("u", rng.IntN(5))
-					if spread {
-						user = fmt.Sprint("v", rng.IntN(1000))
-					}
-					var lines []Line
-					for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
-						lines = append(lines, Line{SKU: skus[i], Qty: 1 + rng.Int64N(2)})
-					}
-					r := BuyRequest{SaleID: "s1", UserID: user, Lines: lines}
-					switch k := rng.IntN(20); {
-					case k == 0 && len(earlier) > 0: // a resend of an earlier order
-						m := earlier[rng.IntN(len(earlier))]
-						r.OrderID = m.id
-						if rng.IntN(2) == 0 {
-							r.UserID = m.user
+				ka, kb := a.keys("s1").buy(), b.keys("s1").buy()
+				rng := rand.New(rand.NewPCG(7, 11))
+				skus := []string{"A", "B", "C"}
+				type made struct{ id, user string }
+				var earlier []made
+				now := time.Now().UnixMicro()
+				flagged := 0
+				for round := range 300 {
+					n := 1 + rng.IntN(10)
+					spread := rng.IntN(3) == 0 // many users: distinct calls
+					var bcs []buyCall
+					for range n {
+						user := fmt.Sprint("u", rng.IntN(5))
+						if spread {
+							user = fmt.Sprint("v", rng.IntN(1000))
 						}
-					case k == 1 && len(bcs) > 0: // an order id twice in the call
-						r.OrderID = bcs[rng.IntN(len(bcs))].placed.ID
-					case k == 2:
-						r.IdempotencyKey = fmt.Sprint("k", rng.IntN(3))
+						var lines []Line
+						for _, i := range rng.Perm(3)[:1+rng.IntN(3)] {
+							lines = append(lines, Line{SKU: skus[i], Qty: 1 + rng.Int64N(2)})
+						}
+						r := BuyRequest{SaleID: "s1", UserID: user, Lines: lines}
+						switch k := rng.IntN(20); {
+						case k == 0 && len(earlier) > 0: // a resend of an earlier order
+							m := earlier[rng.IntN(len(earlier))]
+							r.OrderID = m.id
+							if rng.IntN(2) == 0 {
+								r.UserID = m.user
+							}
+						case k == 1 && len(bcs) > 0: // an order id twice in the call
+							r.OrderID = bcs[rng.IntN(len(bcs))].placed.ID
+						case k == 2:
+							r.IdempotencyKey = fmt.Sprint("k", rng.IntN(3))
+						case k == 3: // a token, maybe another buy's of the call
+							r.Token, r.TokenTTL = fmt.Sprint("t", rng.IntN(4)), time.Minute
+						case k < 8: // a throttle of 2 a second
+							r.Throttle = &Throttle{Rate: 2, Period: time.Second}
+						}
+						c, err := checkBuy(r)
+						if err != nil {
+							t.Fatal(err)
+						}
+						bc, err := a.newBuyCall(c)
+						if err != nil {
+							t.Fatal(err)
+						}
+						bcs = append(bcs, bc)
 					}
-					c, err := checkBuy(r)
-					if err != nil {
-						t.Fatal(err)
+					ca := a.batchCall(ka, bcs, now+int64(round))
+					cb := b.batchCall(kb, bcs, now+int64(round))
+					if ca.args[len(ca.args)-1] == 1 {
+						flagged++
 					}
-					bc, err := a.newBuyCall(c)
-					if err != nil {
-						t.Fatal(err)
+					cb.args[len(cb.args)-1] = 0
+					ra, erra := a.run.run(ctx, ca.s, ca.keys, ca.args...)
+					rb, errb := b.run.run(ctx, cb.s, cb.keys, cb.args...)
+					if erra != nil || errb != nil {
+						t.Fatalf("round %d: %v, %v", round, erra, errb)
 					}
-					bcs = append(bcs, bc)
-				}
-				ca := a.batchCall(ka, bcs, now+int64(round))
-				cb := b.batchCall(kb, bcs, now+int64(round))
-				if ca.args[len(ca.args)-1] == 1 {
-					flagged++
-				}
-				cb.args[len(cb.args)-1] = 0
-				ra, erra := a.run.run(ctx, ca.s, ca.keys, ca.args...)
-				rb, errb := b.run.run(ctx, cb.s, cb.keys, cb.args...)
-				if erra != nil || errb != nil {
-					t.Fatalf("round %d: %v, %v", round, erra, errb)
-				}
-				if !reflect.DeepEqual(ra, rb) {
-					t.Fatalf("round %d (flag %v, %d buys): replies differ:\n flag: %v\n 0:    %v", round, ca.args[len(ca.args)-1], n, ra, rb)
-				}
-				for i := range 4 {
-					ha, _ := rdb.HGetAll(ctx, ka[i]).Result()
-					hb, _ := rdb.HGetAll(ctx, kb[i]).Result()
-					delete(ha, "created") // the sale's own nonce
-					delete(hb, "created")
-					if !reflect.DeepEqual(ha, hb) {
-						t.Fatalf("round %d (flag %v): %s differs:\n flag: %v\n 0:    %v", round, ca.args[len(ca.args)-1], ka[i], ha, hb)
+					if !reflect.DeepEqual(ra, rb) {
+						t.Fatalf("round %d (flag %v, %d buys): replies differ:\n flag: %v\n 0:    %v", round, ca.args[len(ca.args)-1], n, ra, rb)
+					}
+					for i := range 4 {
+						ha, _ := rdb.HGetAll(ctx, ka[i]).Result()
+						hb, _ := rdb.HGetAll(ctx, kb[i]).Result()
+						delete(ha, "created") // the sale's own nonce
+						delete(hb, "created")
+						if !reflect.DeepEqual(ha, hb) {
+							t.Fatalf("round %d (flag %v): %s differs:\n flag: %v\n 0:    %v", round, ca.args[len(ca.args)-1], ka[i], ha, hb)
+						}
+					}
+					for _, bc := range bcs {
+						earlier = append(earlier, made{bc.placed.ID, bc.placed.UserID})
 					}
 				}
-				for _, bc := range bcs {
-					earlier = append(earlier, made{bc.placed.ID, bc.placed.UserID})
+				if flagged == 0 || flagged == 300 {
+					t.Fatalf("%d of 300 calls flagged distinct: the test compares nothing", flagged)
 				}
-			}
-			if flagged == 0 || flagged == 300 {
-				t.Fatalf("%d of 300 calls flagged distinct: the test compares nothing", flagged)
-			}
-			t.Logf("%d of 300 calls flagged distinct", flagged)
-		})
+				t.Logf("%d of 300 calls flagged distinct", flagged)
+				da, _ := rdb.ZRangeWithScores(ctx, ka[7], 0, -1).Result()
+				db, _ := rdb.ZRangeWithScores(ctx, kb[7], 0, -1).Result()
+				if !reflect.DeepEqual(da, db) {
+					t.Errorf("deadlines differ: %v, %v", da, db)
+				}
+			})
+		}
 	}
 }
 

@@ -186,11 +186,12 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 // are its sale's (saleKeys.buy), the same for every buy of the sale: the
 // caller that sends it has them.
 type buyCall struct {
-	// shape is the buy's shape (see buy.lua) but its throttle: key, lines,
-	// token, token ttl, n, then n sku, qty pairs. Its user and order id
-	// are placed's.
-	shape    []any
+	// placed is the order the buy makes: its user, order id, lines and
+	// idempotency key are the buy's arguments.
 	placed   Order
+	lines    string      // placed.Items as buy.lua takes them ("A=1,B=2")
+	token    string      // "" for none
+	tokenTTL int64       // ms
 	epoch    uint64      // the sold-out flags' epoch before it was sent
 	throttle gcra.Bucket // zero for none
 }
@@ -203,14 +204,11 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 	if orderID == "" {
 		orderID = NewOrderID(c.saleID)
 	}
-	shape := make([]any, 0, 5+2*len(c.lines))
-	shape = append(shape, c.key, formatLines(c.lines), c.token, c.tokenTTL, len(c.lines))
-	for _, l := range c.lines {
-		shape = append(shape, l.SKU, l.Qty)
-	}
 	return buyCall{
 		throttle: c.throttle,
-		shape:    shape,
+		lines:    formatLines(c.lines),
+		token:    c.token,
+		tokenTTL: c.tokenTTL,
 		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
 			Items: c.lines, IdempotencyKey: c.key},
 		epoch: e.soldOut.epoch.Load(),
@@ -247,10 +245,11 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 				which[i] = len(throttles)
 			}
 		}
-		sh := bcs[i].shape
-		if sh[0] == "" && sh[2] == "" {
+		bc := &bcs[i]
+		size := 6 + 2*len(bc.placed.Items) // the buy's shape's arguments
+		if bc.placed.IdempotencyKey == "" && bc.token == "" {
 			for k, f := range shared {
-				if which[f] == which[i] && bcs[f].shape[1] == sh[1] {
+				if which[f] == which[i] && bcs[f].lines == bc.lines {
 					shape[i] = k + 1
 					break
 				}
@@ -258,12 +257,12 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 			if shape[i] == 0 && len(shared) < maxShapes {
 				shared = append(shared, i)
 				shape[i] = len(shared)
-				n += len(sh) + 1
+				n += size
 			}
 		}
 		n += 3
 		if shape[i] == 0 {
-			n += len(sh) + 1
+			n += size
 		}
 	}
 	args := make([]any, 0, n+4*len(throttles))
@@ -272,10 +271,11 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 		args = append(args, th.Rate, th.PeriodUS, th.Capacity, throttleWindow(th))
 	}
 	appendShape := func(i int) {
-		sh := bcs[i].shape
-		args = append(args, sh[:2]...)
-		args = append(args, which[i])
-		args = append(args, sh[2:]...)
+		bc := &bcs[i]
+		args = append(args, bc.placed.IdempotencyKey, bc.lines, which[i], bc.token, bc.tokenTTL, len(bc.placed.Items))
+		for _, l := range bc.placed.Items {
+			args = append(args, l.SKU, l.Qty)
+		}
 	}
 	args = append(args, len(shared))
 	for _, i := range shared {
@@ -299,7 +299,7 @@ func distinctBuys(bcs []buyCall) int {
 	seen := make(map[string]struct{}, 2*len(bcs))
 	for i := range bcs {
 		p := &bcs[i].placed
-		if p.IdempotencyKey != "" || bcs[i].shape[0] != "" {
+		if p.IdempotencyKey != "" {
 			return 0
 		}
 		for j, l := range p.Items {

@@ -154,7 +154,7 @@ func TestDistinctBuys(t *testing.T) {
 		for _, s := range skus {
 			items = append(items, Line{SKU: s, Qty: 1})
 		}
-		return buyCall{shape: []any{key}, placed: Order{ID: id, UserID: user, IdempotencyKey: key, Items: items}}
+		return buyCall{placed: Order{ID: id, UserID: user, IdempotencyKey: key, Items: items}}
 	}
 	for _, c := range []struct {
 		name string

@@ -400,7 +400,8 @@ local function put(code, x, y) -- a reply of a code and up to two values
 end
 -- (Tables indexed by a count or a window's number would be slow: the
 -- embedded server's Lua, gopher-lua, fills every array slot below an
--- integer key under 2^26. None here is.)
+-- integer key under 2^26. None here is: the integer keys are places of
+-- buys, fields or arguments, below the call's argument count.)
 
 -- Writes, gathered for the end: field, value pairs by hash (a field
 -- written twice takes its last value); made[id]: the records this batch

@@ -20,11 +20,8 @@ import (
 // argument written whenever the holding is new: "01", "+1", " 1" are
 // then stored, and HINCRBY fails on them.)
 func TestAdvFirstHoldingOfAnOddQtyArgument(t *testing.T) {
-	clients := map[string]func() redis.UniversalClient{
-		"redis":     func() redis.UniversalClient { return redistest.Standalone(t) },
-		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
-	}
-	for name, client := range clients {
+	for _, srv := range redistest.SingleBackends() {
+		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			rdb := client()

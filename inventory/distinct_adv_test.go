@@ -23,11 +23,8 @@ import (
 // server. (Seen failing with the flag forced to 1 for every call: the
 // replies differ at the first call with a user twice.)
 func TestDistinctFlagChangesNothing(t *testing.T) {
-	clients := map[string]func() redis.UniversalClient{
-		"redis":     func() redis.UniversalClient { return redistest.Standalone(t) },
-		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
-	}
-	for name, client := range clients {
+	for _, srv := range redistest.SingleBackends() {
+		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
 		for _, pay := range []time.Duration{0, time.Minute} {
 			t.Run(fmt.Sprint(name, "/pay=", pay), func(t *testing.T) {
 				ctx := context.Background()
@@ -199,11 +196,8 @@ func TestDistinctBuysIsExactAboutFields(t *testing.T) {
 // make the order id one order. On Redis and on the embedded server.
 // (Seen failing with distinctBuys always 1: users held more than the limit.)
 func TestDistinctCoalescedCrowdKeepsLimitsAndIDs(t *testing.T) {
-	clients := map[string]func() redis.UniversalClient{
-		"redis":     func() redis.UniversalClient { return redistest.Standalone(t) },
-		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
-	}
-	for name, client := range clients {
+	for _, srv := range redistest.SingleBackends() {
+		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			rdb := client()

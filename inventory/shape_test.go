@@ -60,11 +60,8 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 // want 1"; and with every shared buy reading the call's first shape: the
 // two-line buy's reply was one line short, "corrupt state in redis".)
 func TestBuysOfManyShapesInOneCallBuyTheirOwn(t *testing.T) {
-	clients := map[string]func() redis.UniversalClient{
-		"redis":     func() redis.UniversalClient { return redistest.Standalone(t) },
-		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
-	}
-	for name, client := range clients {
+	for _, srv := range redistest.SingleBackends() {
+		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			rdb := client()
@@ -182,11 +179,8 @@ func TestDistinctBuys(t *testing.T) {
 // and ignoring order ids: u4's buy took u3's order id, and the order
 // became u4's.)
 func TestRepeatsInOneCallAreSeen(t *testing.T) {
-	clients := map[string]func() redis.UniversalClient{
-		"redis":     func() redis.UniversalClient { return redistest.Standalone(t) },
-		"miniredis": func() redis.UniversalClient { c, _ := redistest.Mini(t); return c },
-	}
-	for name, client := range clients {
+	for _, srv := range redistest.SingleBackends() {
+		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			rdb := client()

@@ -28,6 +28,10 @@ func Backends() []Backend {
 	}
 }
 
+// SingleBackends are Backends but the cluster: the machine's Redis and
+// miniredis, whose Lua is gopher-lua, for a script's behaviour on one node.
+func SingleBackends() []Backend { return Backends()[:2] }
+
 // shared is the test binary's cluster of SharedCluster.
 var shared struct {
 	once sync.Once

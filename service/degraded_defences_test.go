@@ -266,7 +266,11 @@ func TestHandOverWaitsForBuysOnTheirWay(t *testing.T) {
 	prefix, dbURL := redistest.Prefix(t, rdb), dbtest.PostgresURL(t)
 	config := func(readTimeout string) service.Config {
 		return service.Config{RedisURL: "redis://" + proxy.Addr() + "/0?max_retries=0&read_timeout=" + readTimeout, KeyPrefix: prefix,
-			DatabaseURL: dbURL, RateLimitUser: "off", DegradedTick: 50 * time.Millisecond, DegradedGrace: 200 * time.Millisecond}
+			DatabaseURL: dbURL, RateLimitUser: "off", DegradedTick: 50 * time.Millisecond, DegradedGrace: 200 * time.Millisecond,
+			// A node's role check before a command is a round trip whose
+			// reply the proxy would hold too: the buy must be on its way,
+			// so the check made at start-up holds through the test.
+			NodeRecheck: time.Hour}
 	}
 	// Both through the proxy: no consumer brings the held buy's order to
 	// the database through the stream meanwhile (a partition would not).

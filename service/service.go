@@ -90,6 +90,10 @@ type Config struct {
 	// use the setting).
 	DegradedTick, DegradedGrace time.Duration
 	AckRing                     int
+	// NodeRecheck is how long a Redis node's role check holds before the
+	// next command sent to it checks it again (failover.Config.Recheck;
+	// default the tick).
+	NodeRecheck time.Duration
 
 	// LiveStreamsPerClient and LiveStreams cap the live view's event
 	// streams (GET /v1/live) per client address and in all; defaults
@@ -169,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.seller = failover.New(failover.Config{Tick: cfg.DegradedTick, Grace: cfg.DegradedGrace, AckRing: cfg.AckRing,
+	s.seller = failover.New(failover.Config{Tick: cfg.DegradedTick, Grace: cfg.DegradedGrace, AckRing: cfg.AckRing, Recheck: cfg.NodeRecheck,
 		Cluster: len(cfg.RedisClusterAddrs) > 0, Logger: s.log,
 		OnMode:            s.observeMode,
 		Observe:           s.observeBuy,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/faultnet"
@@ -94,8 +95,10 @@ func TestFastHTTPShutdownDrainsOtherRoutes(t *testing.T) {
 			rdb := redistest.Standalone(t)
 			proxy := faultnet.Start(t, rdb.Options().Addr)
 			prefix := redistest.Prefix(t, rdb)
+			// NodeRecheck: the start-up node check holds through the test (a
+			// check is a round trip the proxy would hold too).
 			cfg := service.Config{RedisURL: "redis://" + proxy.Addr() + "/0", KeyPrefix: prefix,
-				DatabaseURL: dbtest.PostgresURL(t), HTTPServer: server}
+				DatabaseURL: dbtest.PostgresURL(t), HTTPServer: server, NodeRecheck: time.Hour}
 			a := startApp(t, cfg)
 			a.createSale("drain-pt", 1, "A", 100)
 			a.call("POST", "/v1/sales/drain-pt/purchase-tokens", a.token("warm"), nil) // the sale's settings cached

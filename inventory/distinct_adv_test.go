@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckill/seckill/internal/redistest"
 )
 
@@ -24,11 +22,10 @@ import (
 // replies differ at the first call with a user twice.)
 func TestDistinctFlagChangesNothing(t *testing.T) {
 	for _, srv := range redistest.SingleBackends() {
-		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
 		for _, pay := range []time.Duration{0, time.Minute} {
-			t.Run(fmt.Sprint(name, "/pay=", pay), func(t *testing.T) {
+			t.Run(fmt.Sprint(srv.Name, "/pay=", pay), func(t *testing.T) {
 				ctx := context.Background()
-				rdb := client()
+				rdb := srv.Client(t)
 				// a runs the flag as computed, b the same calls with flag 0
 				a := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
 				b := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
@@ -197,10 +194,9 @@ func TestDistinctBuysIsExactAboutFields(t *testing.T) {
 // (Seen failing with distinctBuys always 1: users held more than the limit.)
 func TestDistinctCoalescedCrowdKeepsLimitsAndIDs(t *testing.T) {
 	for _, srv := range redistest.SingleBackends() {
-		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
-		t.Run(name, func(t *testing.T) {
+		t.Run(srv.Name, func(t *testing.T) {
 			ctx := context.Background()
-			rdb := client()
+			rdb := srv.Client(t)
 			e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb), Coalesce: Coalesce{Overlap: 4, MaxBatch: 16}})
 			if err := e.CreateSale(ctx, Sale{ID: "s1", PerUserLimit: 2, Items: []Item{{SKU: "A", Stock: 10000}, {SKU: "B", Stock: 10000}}}); err != nil {
 				t.Fatal(err)

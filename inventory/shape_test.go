@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckill/seckill/internal/redistest"
 )
 
@@ -61,10 +59,9 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 // two-line buy's reply was one line short, "corrupt state in redis".)
 func TestBuysOfManyShapesInOneCallBuyTheirOwn(t *testing.T) {
 	for _, srv := range redistest.SingleBackends() {
-		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
-		t.Run(name, func(t *testing.T) {
+		t.Run(srv.Name, func(t *testing.T) {
 			ctx := context.Background()
-			rdb := client()
+			rdb := srv.Client(t)
 			e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
 			var items []Item
 			for i := range 12 {
@@ -180,10 +177,9 @@ func TestDistinctBuys(t *testing.T) {
 // became u4's.)
 func TestRepeatsInOneCallAreSeen(t *testing.T) {
 	for _, srv := range redistest.SingleBackends() {
-		name, client := srv.Name, func() redis.UniversalClient { return srv.Client(t) }
-		t.Run(name, func(t *testing.T) {
+		t.Run(srv.Name, func(t *testing.T) {
 			ctx := context.Background()
-			rdb := client()
+			rdb := srv.Client(t)
 			e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb)})
 			if err := e.CreateSale(ctx, Sale{ID: "s1", PerUserLimit: 1, Items: []Item{{SKU: "A", Stock: 100}}}); err != nil {
 				t.Fatal(err)

@@ -303,17 +303,7 @@ func run(b *testing.B, goroutines, batch int) {
 			}
 			defer c.close()
 
-			// A sale of its own under a hash tag of its own.
-			seq := sales.Add(1)
-			tag := fmt.Sprintf("{cbench-%x-%d:s%d}", salt, os.Getpid(), seq)
-			sale := "s" + strconv.FormatUint(seq, 10)
-			keys := []string{tag + ":sale", tag + ":bought", tag + ":orders", tag + ":idem",
-				tag + ":events", tag + ":throttle:", tag + ":ptoken:"}
-			defer admin.Unlink(context.Background(), keys[:5]...)
-			if err := admin.HSet(ctx, keys[0], "limit", 1000000, "start", 0, "end", 0, "paused", 0,
-				"r:A", stock, "t:A", stock, "items", fmt.Sprintf("A=%d", stock)).Err(); err != nil {
-				b.Fatal(err)
-			}
+			sale, keys := newSale(b, admin, 1000000, stock)
 
 			var (
 				calls, made, failed atomic.Int64
@@ -422,21 +412,12 @@ func BenchmarkBatchedCall(b *testing.B) { run(b, 8, 32) }
 func TestAppendBuysBuys(t *testing.T) {
 	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: addr()})
-	defer admin.Close()
+	t.Cleanup(func() { _ = admin.Close() }) // after newSale's clean-up
 	sha, err := admin.ScriptLoad(ctx, buySource(t)).Result()
 	if err != nil {
 		t.Fatalf("no Redis at %s to load the script: %v", addr(), err)
 	}
-	seq := sales.Add(1)
-	tag := fmt.Sprintf("{cbench-test-%x-%d:s%d}", salt, os.Getpid(), seq)
-	sale := "s" + strconv.FormatUint(seq, 10)
-	keys := []string{tag + ":sale", tag + ":bought", tag + ":orders", tag + ":idem",
-		tag + ":events", tag + ":throttle:", tag + ":ptoken:"}
-	defer admin.Unlink(context.Background(), keys[:5]...)
-	if err := admin.HSet(ctx, keys[0], "limit", 1, "start", 0, "end", 0, "paused", 0,
-		"r:A", 10, "t:A", 10, "items", "A=10").Err(); err != nil {
-		t.Fatal(err)
-	}
+	sale, keys := newSale(t, admin, 1, 10)
 	g := &goRedis{c: admin}
 	if err := g.evalBuys(ctx, sha, keys, appendBuys(nil, sale, 3), 3); err != nil {
 		t.Fatal(err)
@@ -444,4 +425,22 @@ func TestAppendBuysBuys(t *testing.T) {
 	if r, err := admin.HGet(ctx, keys[0], "r:A").Result(); err != nil || r != "7" {
 		t.Errorf("remaining %q (%v), want 7", r, err)
 	}
+}
+
+// newSale writes a sale of its own, under a hash tag of its own, selling
+// stock units of sku A with the per-user limit limit, as buy.lua reads it;
+// it returns the sale's id and buy.lua's keys, and unlinks them when tb
+// ends.
+func newSale(tb testing.TB, admin *redis.Client, limit, stock int64) (string, []string) {
+	tb.Helper()
+	seq := sales.Add(1)
+	tag := fmt.Sprintf("{cbench-%x-%d:s%d}", salt, os.Getpid(), seq)
+	keys := []string{tag + ":sale", tag + ":bought", tag + ":orders", tag + ":idem",
+		tag + ":events", tag + ":throttle:", tag + ":ptoken:"}
+	tb.Cleanup(func() { admin.Unlink(context.Background(), keys[:5]...) })
+	if err := admin.HSet(context.Background(), keys[0], "limit", limit, "start", 0, "end", 0, "paused", 0,
+		"r:A", stock, "t:A", stock, "items", fmt.Sprintf("A=%d", stock)).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return "s" + strconv.FormatUint(seq, 10), keys
 }

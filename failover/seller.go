@@ -385,10 +385,15 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 		why, firm = w, wfirm || why != ""
 	}
 	f.suspect(why, node, firm, renewed)
-	if f.restarted && ctx.Value(mayDial{}) == nil {
+	switch {
+	case !f.restarted:
+		return false, nil
+	case ctx.Value(mayDial{}) == nil:
 		return why != "", ErrRedisRestarted
 	}
-	return false, nil
+	// The recovery and the consumer may use a node held back; the node is
+	// still the suspect (NodeHook checks it again on the next command).
+	return why != "", nil
 }
 
 // NodeHook returns a hook for the client of one Redis node (a Cluster
@@ -470,6 +475,9 @@ func (h *nodeCheck) fresh(ctx context.Context) error {
 		// check again next time.
 		return nil
 	case suspect:
+		// Not a check that passed: err is nil only for the work allowed
+		// to use a Redis held back (AllowedToDial), and the next command
+		// checks again.
 		return err
 	}
 	h.at.Store(now)

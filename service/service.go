@@ -218,7 +218,11 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.auth = newAuth(s.cfg.JWTSecret, s.cfg.AdminToken)
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale)})
 	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.directory}), s.db.SaleKind)
-	if err := s.eng.Preload(ctx); err != nil {
+	// Loading the scripts sells nothing, and the recovery of a Redis held
+	// back after a restart or a promotion needs them: allowed before the
+	// first tick repairs it (or the load is refused whenever the node
+	// check's Recheck runs out between the first ping and here).
+	if err := s.eng.Preload(failover.AllowedToDial(ctx)); err != nil {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}
 	s.local = ratelimit.NewLocal(ratelimit.LocalOptions{Instances: s.cfg.Instances})

@@ -331,8 +331,10 @@ func (f *Seller) OnConnect(ctx context.Context, cn *redis.Conn) error {
 	if !f.Ticks() {
 		return nil // nothing would recover
 	}
-	_, err := f.check(ctx, cn)
-	return err
+	if _, err := f.check(ctx, cn); !errors.Is(err, errUnchecked) {
+		return err
+	}
+	return nil // the connection's own commands fail as its INFO did
 }
 
 // nodeAsker is a connection (*redis.Conn) or a node's client (*redis.Client).
@@ -341,14 +343,31 @@ type nodeAsker interface {
 	ClusterMyID(ctx context.Context) *redis.StringCmd
 }
 
+// errUnchecked: the node's INFO (or CLUSTER MYID) went unanswered (the
+// caller's context ended, the connection failed): nothing was checked.
+var errUnchecked = errors.New("failover: the redis node was not checked")
+
+// unanswered tells an error of a command the node did not answer (errUnchecked)
+// from its error reply (a server without the command: nothing to compare).
+func unanswered(err error) error {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return nil
+	}
+	return errUnchecked
+}
+
 // check reads the INFO of the node behind c and refuses (ErrReplicaConnection,
 // ErrRedisRestarted) as OnConnect says. suspect tells whether the node itself
 // is the reason to hold Redis back: a replica, or restarted or promoted and
-// not repaired since (not merely another node).
+// not repaired since (not merely another node). errUnchecked: the node did not
+// answer, so nothing was checked.
 func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err error) {
 	info, err := c.Info(ctx, "server", "replication").Result()
 	if err != nil {
-		return false, nil // a server without INFO (miniredis's is partial): nothing to compare
+		// An error reply: a server without INFO (miniredis's is partial),
+		// nothing to compare.
+		return false, unanswered(err)
 	}
 	if infoField(info, "role") == "slave" {
 		// A Cluster client loads the slot map from any node, replicas
@@ -362,7 +381,7 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 	node := ""
 	if f.cfg.Cluster {
 		if node, err = c.ClusterMyID(ctx).Result(); err != nil {
-			return false, nil
+			return false, unanswered(err)
 		}
 	}
 	f.mu.Lock()
@@ -469,6 +488,12 @@ func (h *nodeCheck) fresh(ctx context.Context) error {
 	}
 	suspect, err := h.f.check(context.WithValue(ctx, checking{}, true), h.node)
 	switch {
+	case errors.Is(err, errUnchecked):
+		// Not a check that passed: the next command checks again. This
+		// one goes on: it fails as the INFO did (an ended context), or
+		// goes over a new connection, which OnConnect checks (go-redis
+		// drops a connection that failed).
+		return nil
 	case errors.Is(err, ErrReplicaConnection):
 		// A master demoted under a stale slot map: let the command through
 		// for the node to answer MOVED (buys are scripts on keys), and

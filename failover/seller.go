@@ -435,15 +435,24 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 // CLUSTER FAILOVER TAKEOVER or REPLICAOF NO ONE within it is not caught
 // before the next check.
 func (f *Seller) NodeHook(node *redis.Client) redis.Hook {
-	return &nodeCheck{f: f, node: node}
+	return &nodeCheck{f: f, node: node, born: time.Now()}
 }
 
 // nodeCheck is NodeHook's hook of one node.
 type nodeCheck struct {
 	f    *Seller
 	node *redis.Client
-	mu   sync.Mutex   // one check at a time
-	at   atomic.Int64 // unix nanoseconds of the last check that passed
+	mu   sync.Mutex // one check at a time
+	// born and at read the monotonic clock: a step of the wall clock
+	// (NTP) must not leave the node unchecked for the length of the step.
+	born time.Time
+	at   atomic.Int64 // 1 + nanoseconds from born to the last check that passed; 0 none
+}
+
+// due tells whether the last check that passed is older than Recheck.
+func (h *nodeCheck) due(now int64) bool {
+	at := h.at.Load()
+	return at == 0 || now-(at-1) >= int64(h.f.recheck)
 }
 
 // checking marks the context of a node check's own commands.
@@ -477,13 +486,13 @@ func (h *nodeCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *nodeCheck) fresh(ctx context.Context) error {
 	// The hot path: one clock read and one atomic load per command; the
 	// context is only looked into once a check is due.
-	if time.Now().UnixNano()-h.at.Load() < int64(h.f.recheck) || !h.f.Ticks() || ctx.Value(checking{}) != nil {
+	if !h.due(int64(time.Since(h.born))) || !h.f.Ticks() || ctx.Value(checking{}) != nil {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now().UnixNano()
-	if now-h.at.Load() < int64(h.f.recheck) {
+	now := int64(time.Since(h.born))
+	if !h.due(now) {
 		return nil // checked while this one waited
 	}
 	suspect, err := h.f.check(context.WithValue(ctx, checking{}, true), h.node)
@@ -505,7 +514,7 @@ func (h *nodeCheck) fresh(ctx context.Context) error {
 		// checks again.
 		return err
 	}
-	h.at.Store(now)
+	h.at.Store(now + 1)
 	return nil
 }
 

@@ -60,6 +60,14 @@ type Options struct {
 	// OnPass, if set, is told after each pass how many sales it archived
 	// and how many wait (ended, not archivable yet).
 	OnPass func(archived, waiting int)
+	// Paused, if set, says whether archiving must wait: while Redis does
+	// not sell (degraded mode, or a Redis that restarted or was promoted
+	// and may be behind until the recovery repairs it). Redis's view then
+	// is not all there is: orders it acknowledged and lost are handed to
+	// the system of record by the recovery, and a sale archived before
+	// would take them in with no keys left to expire or pay them. Asked
+	// before each sale and again before its keys are removed.
+	Paused func() bool
 }
 
 // Archiver archives the sales of one engine and database.
@@ -116,6 +124,10 @@ func (a *Archiver) Pass(ctx context.Context) (archived, waiting int, err error) 
 		if ctx.Err() != nil {
 			return archived, waiting, ctx.Err()
 		}
+		if a.paused() {
+			a.o.Logger.Debug("archiver: paused: redis does not sell", "left", len(todo)+len(swept)-i)
+			return archived, waiting + len(todo) + len(swept) - i, err
+		}
 		done, why, serr := a.sale(ctx, id, i < len(todo))
 		switch {
 		case serr != nil:
@@ -132,6 +144,9 @@ func (a *Archiver) Pass(ctx context.Context) (archived, waiting int, err error) 
 	}
 	return archived, waiting, err
 }
+
+// paused reports whether archiving must wait (Options.Paused).
+func (a *Archiver) paused() bool { return a.o.Paused != nil && a.o.Paused() }
 
 // Sale archives one sale if it can be now: done reports it archived (why
 // "" when this call removed its keys, "archived" when they were gone
@@ -186,9 +201,16 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 			// but it may have begun since): nothing can bring it back.
 		}
 	}
+	// CheckArchive may have found Redis restarted (its connection's check).
+	if a.paused() {
+		return false, "paused", nil
+	}
 	// The mark first: from here on no instance rebuilds the sale.
 	if err := a.db.BeginArchive(ctx, saleID, time.Now()); err != nil {
 		return false, "", err
+	}
+	if a.paused() {
+		return false, "paused", nil
 	}
 	res, err := a.eng.Archive(ctx, saleID, last)
 	if err != nil {

@@ -208,7 +208,9 @@ func (s *Service) runArchiver(ctx context.Context) {
 	a := archive.New(archiveEngine{s.eng, s}, s.db, archive.Options{Every: s.cfg.ArchiveEvery, Logger: s.log,
 		// Not while Redis does not sell: held back after a restart or a
 		// promotion, it may have lost acknowledged orders the recovery has
-		// yet to hand to the database (the loop runs AllowedToDial).
+		// yet to hand to the database; and in degraded mode, the database
+		// sells. (A new connection to such a Redis refuses the loop's
+		// commands too: only the consumer and the recovery may use it.)
 		Paused: func() bool { return !s.seller.RedisSells() },
 		OnPass: func(archived, waiting int) {
 			s.metrics.archived.Add(float64(archived))

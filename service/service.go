@@ -260,9 +260,6 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("unknown http server %q (want %s or %s)", s.cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
 	}
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	// The background work (the consumer, degraded mode's recovery) may use
-	// a Redis held back after a restart; buys may not (failover.OnConnect).
-	bgCtx = failover.AllowedToDial(bgCtx)
 	s.stop = stop
 	s.startBackground(bgCtx)
 	if s.fast != nil {
@@ -402,6 +399,14 @@ func (b streamBacklog) InFlight(ctx context.Context, saleID string) ([]inventory
 
 // startBackground runs the order consumer and the reconciliation loop.
 func (s *Service) startBackground(ctx context.Context) {
+	// Only the consumer and degraded mode's recovery may use a Redis held
+	// back after a restart or a promotion (failover.AllowedToDial): the
+	// recovery repairs it, and waits for the consumer to drain its streams
+	// first. Buys may not, nor may the other loops: the expiry, the
+	// archiver, the reconcile and the sampler would act on counters and
+	// records that may be behind the database (the archiver also waits
+	// while Redis does not sell, the expiry and the reconcile too).
+	recovery := failover.AllowedToDial(ctx)
 	po := s.cfg.Pipeline
 	po.Logger = s.log
 	if po.Name == "" {
@@ -430,16 +435,16 @@ func (s *Service) startBackground(ctx context.Context) {
 		// consumer that dies holding entries before any heartbeat named it
 		// is unknown to the others, who then wait the reclaim's idle time
 		// (30 s) for them instead of taking them over at once.
-		s.seller.Beat(ctx)
+		s.seller.Beat(recovery)
 	}
 	s.bg.Add(1)
-	go func() { defer s.bg.Done(); _ = s.orders.Run(ctx) }()
+	go func() { defer s.bg.Done(); _ = s.orders.Run(recovery) }()
 	if s.seller.Ticks() {
 		// Know who sells before the first request. After the consumer has
 		// started: the first tick may repair Redis (a promoted master), and
 		// the repair waits for the streams to drain, which only this
 		// instance's consumer may do (TestStartRecoversAPromotedRedisWithItsOwnConsumer).
-		s.seller.Step(ctx)
+		s.seller.Step(recovery)
 	}
 	if s.cfg.ReconcileEvery > 0 {
 		s.bg.Add(1)
@@ -459,7 +464,7 @@ func (s *Service) startBackground(ctx context.Context) {
 	}
 	if s.seller.Ticks() {
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.seller.Run(ctx) }()
+		go func() { defer s.bg.Done(); s.seller.Run(recovery) }()
 	}
 	// Stock that comes back on any instance clears this one's sold-out flags.
 	if sub, ok := s.rdb.(inventory.Subscriber); ok {

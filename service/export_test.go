@@ -17,3 +17,9 @@ func (s *Service) FastHandler() fasthttp.RequestHandler { return s.fast.Handler 
 func (s *Service) WithPayment(ctx context.Context, o inventory.Order) inventory.Order {
 	return s.withPayment(ctx, o)
 }
+
+// RedisSells says whether this instance sells from Redis now: the mode it
+// last heard is redis and it holds no restarted or promoted Redis back.
+// The mode row may say redis a tick earlier (a recovery that ended before
+// this instance's next tick cleared its hold).
+func (s *Service) RedisSells() bool { return s.seller.RedisSells() }

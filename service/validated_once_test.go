@@ -3,6 +3,7 @@ package service_test
 import (
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 )
 
 func init() { buycheck.Count() }
+
+var validatedOnceRuns atomic.Int64
 
 // TestBuyIsValidatedOnceOverHTTP: a buy over HTTP is validated once on its
 // way, by the service at its edge (inventory.CheckBuy), whoever sells it:
@@ -22,6 +25,7 @@ func init() { buycheck.Count() }
 // for that. (Fails if the seller, the router, the engine or the store
 // validates a buy again: before inventory.CheckedBuy, the engine did.)
 func TestBuyIsValidatedOnceOverHTTP(t *testing.T) {
+	run := validatedOnceRuns.Add(1) // buycheck counts per user for the whole process (-count=N)
 	for i, st := range stacks {
 		t.Run(st.name, func(t *testing.T) {
 			cfg := st.start(t)
@@ -36,7 +40,7 @@ func TestBuyIsValidatedOnceOverHTTP(t *testing.T) {
 			// how many times a buy of the buyer was validated.
 			buy := func(sale, user string) (sent, validated int64) {
 				t.Helper()
-				user = fmt.Sprintf("%s%d-%s", buycheck.Prefix, i, user) // one buyer per stack
+				user = fmt.Sprintf("%s%d-%d-%s", buycheck.Prefix, run, i, user) // one buyer per run and stack
 				tok := a.token(user)
 				for {
 					sent++

@@ -276,19 +276,7 @@ func testShutdownDrainsBuys(t *testing.T, server string) {
 	results := make(chan error, buyers)
 	for _, tok := range tokens {
 		go func() {
-			req, _ := http.NewRequest("POST", a.svc.URL()+"/v1/sales/drain/orders", strings.NewReader(`{"items":[{"sku":"A","qty":1}]}`))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				results <- err
-				return
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusCreated {
-				err = fmt.Errorf("status %d: %s", resp.StatusCode, body)
-			}
-			results <- err
+			results <- postCreated(a.svc.URL()+"/v1/sales/drain/orders", tok, `{"items":[{"sku":"A","qty":1}]}`)
 		}()
 	}
 	// Wait until Redis has run some of the buys: their handlers wait for
@@ -319,6 +307,29 @@ func testShutdownDrainsBuys(t *testing.T, server string) {
 	if int64(created) < inFlight {
 		t.Fatalf("%d buys answered 201, %d were in flight when Shutdown began", created, inFlight)
 	}
+}
+
+// postCreated POSTs body with the bearer token from a goroutine of its own
+// (it may not fail the test: a test goroutine waiting for its result would
+// wait for ever): nil for 201, an error saying "status" for another status,
+// or the client's error (a connection the closing server refused or reset
+// before it read the request).
+func postCreated(url, token, body string) error {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, raw)
+	}
+	return nil
 }
 
 // shutdownReleasing shuts a's service down while proxy holds Redis's

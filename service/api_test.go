@@ -378,14 +378,17 @@ func TestSellOutOverHTTP(t *testing.T) {
 		for i := range 1500 {
 			sem <- struct{}{}
 			go func() {
-				defer func() { <-sem }()
+				// Sent however this goroutine ends: a.call fails the test
+				// from here (runtime.Goexit), and the loop below would wait
+				// for ever for a result never sent.
+				var res result
+				defer func() { results <- res; <-sem }()
 				r := a.call("POST", "/v1/sales/hot/orders", a.token(fmt.Sprintf("u%d", i%1200)),
 					map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}})
-				res := result{status: r.status}
+				res.status = r.status
 				if r.status == http.StatusCreated {
 					res.order = r.json(t)["order_id"].(string)
 				}
-				results <- res
 			}()
 		}
 		var accepted []string

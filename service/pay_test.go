@@ -263,15 +263,7 @@ func TestPaymentWhileTheDatabaseSells(t *testing.T) {
 			// awaiting when the database starts selling (with 1 s it once
 			// expired first, under the full suite and other work).
 			a.createPaySale("s", 3, 3)
-			waitMode := func(mode string) {
-				t.Helper()
-				waitfor.Until(t, waitfor.Patience, "sell mode "+mode, func() error {
-					if m := a.sellMode(); m["mode"] != mode {
-						return fmt.Errorf("%v", m)
-					}
-					return nil
-				})
-			}
+			waitMode := a.waitMode   // the mode, as this instance has heard it
 			r := a.buyOne("s", "u1") // from Redis
 			mustStatus(t, r, http.StatusCreated)
 			fromRedis := r.json(t)["order_id"].(string)

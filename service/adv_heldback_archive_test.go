@@ -1,14 +1,12 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +15,6 @@ import (
 	"github.com/seckill/seckill/internal/waitfor"
 	"github.com/seckill/seckill/inventory"
 )
-
-// lockedBuffer is a log sink the service and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
 
 // TestArchiverWaitsWhileRedisIsHeldBack: Redis restarts (a new run id) and
 // the seller holds it back until a recovery repairs it; meanwhile a sale
@@ -52,7 +32,7 @@ func (l *lockedBuffer) count(s string) int {
 func TestArchiverWaitsWhileRedisIsHeldBack(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	cfg := degradedConfig(srv.Addr())
 	cfg.DatabaseURL = dbtest.PostgresURL(t)
 	cfg.DegradedTick, cfg.DegradedGrace = time.Hour, time.Hour
@@ -93,10 +73,10 @@ func TestArchiverWaitsWhileRedisIsHeldBack(t *testing.T) {
 	if a.sellMode()["mode"] != "redis" {
 		t.Fatalf("mode %v; want redis (held back by this instance only)", a.sellMode())
 	}
-	paused := logs.count(pausedLog)
+	paused := strings.Count(logs.String(), pausedLog)
 	waitfor.Until(t, waitfor.Patience, "an archiver pass after the drain", func() error {
 		st, err := a.svc.Store().Archive(ctx, "s1")
-		if err != nil || st.Archiving() || logs.count(pausedLog) >= paused+2 {
+		if err != nil || st.Archiving() || strings.Count(logs.String(), pausedLog) >= paused+2 {
 			return nil
 		}
 		return errors.New("no pass yet")

@@ -369,8 +369,8 @@ func unanswered(err error) error {
 func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err error) {
 	info, err := c.Info(ctx, "server", "replication").Result()
 	if err != nil {
-		// An error reply: a server without INFO (miniredis's is partial),
-		// nothing to compare.
+		// An error reply (a server without INFO: miniredis's is partial)
+		// leaves nothing to compare; no answer checked nothing.
 		return false, unanswered(err)
 	}
 	if infoField(info, "role") == "slave" {
@@ -475,10 +475,7 @@ func (h *nodeCheck) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *nodeCheck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if setUp[cmd.Name()] {
-			return next(ctx, cmd)
-		}
-		if err := h.fresh(ctx); err != nil {
+		if err := h.fresh(ctx, cmd); err != nil {
 			cmd.SetErr(err)
 			return err
 		}
@@ -488,10 +485,7 @@ func (h *nodeCheck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *nodeCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return !setUp[cmd.Name()] }) {
-			return next(ctx, cmds)
-		}
-		if err := h.fresh(ctx); err != nil {
+		if err := h.fresh(ctx, cmds...); err != nil {
 			for _, cmd := range cmds {
 				cmd.SetErr(err)
 			}
@@ -501,11 +495,13 @@ func (h *nodeCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// fresh checks the node if its last check is older than Config.Recheck.
-func (h *nodeCheck) fresh(ctx context.Context) error {
+// fresh checks the node before cmds if its last check is older than
+// Config.Recheck (not before a connection's set-up alone).
+func (h *nodeCheck) fresh(ctx context.Context, cmds ...redis.Cmder) error {
 	// The hot path: one clock read and one atomic load per command; the
-	// context is only looked into once a check is due.
-	if !h.due(int64(time.Since(h.born))) || !h.f.Ticks() || ctx.Value(checking{}) != nil {
+	// context and the commands are only looked into once a check is due.
+	if !h.due(int64(time.Since(h.born))) || !h.f.Ticks() || ctx.Value(checking{}) != nil ||
+		!slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return !setUp[cmd.Name()] }) {
 		return nil
 	}
 	h.mu.Lock()

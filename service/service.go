@@ -435,7 +435,7 @@ func (s *Service) startBackground(ctx context.Context) {
 		// consumer that dies holding entries before any heartbeat named it
 		// is unknown to the others, who then wait the reclaim's idle time
 		// (30 s) for them instead of taking them over at once.
-		s.seller.Beat(recovery)
+		s.seller.Beat(ctx) // the database only
 	}
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); _ = s.orders.Run(recovery) }()

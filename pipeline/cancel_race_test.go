@@ -59,8 +59,12 @@ func TestCancelRacesTheConsumer(t *testing.T) {
 
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			counts, err := r.db.CountOrders(r.ctx, "s1")
+			// Redis first: once nothing is in flight, every event is in
+			// the database, so counts read after it are final. Read the
+			// other way round, counts taken while a cancel was still in
+			// flight could pass as settled once it was applied.
 			inflight, err2 := pipeline.InFlight(r.ctx, r.rdb, r.eng, "s1")
+			counts, err := r.db.CountOrders(r.ctx, "s1")
 			if err == nil && err2 == nil && len(inflight) == 0 &&
 				counts[inventory.OrderCancelled]+counts[inventory.OrderConfirmed] == len(ids) {
 				if counts[inventory.OrderCancelled] != len(ids) {

@@ -107,8 +107,8 @@ func (r *rig) settled(ids []string) {
 	r.t.Helper()
 	deadline := time.Now().Add(waitfor.Patience)
 	for {
+		inflight, err2 := pipeline.InFlight(r.ctx, r.rdb, r.eng, "s1") // before the counts: see TestCancelRacesTheConsumer
 		counts, err := r.db.CountOrders(r.ctx, "s1")
-		inflight, err2 := pipeline.InFlight(r.ctx, r.rdb, r.eng, "s1")
 		if err == nil && err2 == nil && counts[inventory.OrderConfirmed] == len(ids) && len(inflight) == 0 {
 			break
 		}

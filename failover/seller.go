@@ -281,6 +281,9 @@ func (f *Seller) dbSells() (store.SellMode, bool) {
 	return m, m.Mode == store.ModeDB && f.flushed >= m.Epoch && f.fleetEpoch >= m.Epoch && !time.Now().Before(m.SellsFrom)
 }
 
+// set records m, read from the database or just switched to, whoever
+// reads it: the tick, or this instance's own recovery as it ends (the hold
+// is let go then, not at the next tick: release).
 func (f *Seller) set(m store.SellMode) {
 	f.mu.Lock()
 	f.mode, f.known = m, true
@@ -289,6 +292,7 @@ func (f *Seller) set(m store.SellMode) {
 		// after this read has repaired what was seen.
 		f.restartEpoch, f.epochPending = repairedAfter(m), false
 	}
+	f.release()
 	f.changed()
 	f.mu.Unlock()
 	if f.cfg.OnMode != nil {

@@ -93,16 +93,7 @@ func (f *Seller) Step(ctx context.Context) {
 	}
 
 	f.mu.Lock()
-	restarted := f.restarted
-	if restarted && m.Mode == store.ModeRedis && m.Epoch > f.restartEpoch {
-		f.restarted, restarted = false, false // a recovery has run since the restart
-		f.changed()
-		for id := range f.suspects {
-			f.verified[id] = true
-		}
-		clear(f.suspects)
-		f.vouch() // the recovery made every master agree with the database
-	}
+	restarted := f.restarted // let go by set if a recovery has run since the restart
 	f.mu.Unlock()
 	f.trustSeen(ctx)
 

@@ -82,6 +82,29 @@ func (f *Seller) suspect(why, node string, firm, renewed bool) {
 	f.log.Warn("degraded mode: no buys from redis until it is repaired from the database", "why", why, "node", node)
 }
 
+// release lets go of Redis held back once the mode says a recovery that
+// began after the hold's reason was seen has ended (redis, past
+// restartEpoch): that recovery made every master agree with the database,
+// so the masters this instance saw are trusted (vouch), and the promoted
+// ones it suspected are verified. It runs on every mode this instance
+// learns (set): its tick's read, and its own recovery's switch to redis,
+// so that an instance that repaired Redis sells from it at once rather
+// than a tick later. A node seen to change after the mode it last learned
+// moved restartEpoch past it (suspect), so no mode read earlier releases
+// it. f.mu is held.
+func (f *Seller) release() {
+	if !f.restarted || f.mode.Mode != store.ModeRedis || f.mode.Epoch <= f.restartEpoch {
+		return
+	}
+	f.restarted = false
+	for id := range f.suspects {
+		f.verified[id] = true
+	}
+	clear(f.suspects)
+	f.vouch()
+	f.log.Info("degraded mode: redis repaired from the database; selling from it again", "epoch", f.mode.Epoch)
+}
+
 // repairedAfter is the epoch after which a recovery that ends has begun
 // after m was read: m's, or past the end of the recovery m is (it may have
 // repaired a node before the node changed, and its end would lift the hold

@@ -16,14 +16,14 @@ import (
 )
 
 // waitMode waits until the sell mode is mode, and until this instance has
-// heard of it: whether it sells from Redis follows its own ticks, which a
-// loaded machine may delay past the test's next request. The mode row says
-// redis as soon as a recovery ends, while an instance that held Redis back
-// (restarted, promoted) lets it go only at its next tick
-// (TestRestartedRedisIsRepairedByAFreshInstance read no stock there); it
-// says db as soon as an operator forces it, while the instance sells from
-// Redis until its next tick (TestPaymentWhileTheDatabaseSells's buyer got
-// an order from Redis, then limit_exceeded from the database for ever).
+// heard of it: whether it sells from Redis follows the modes it reads (its
+// ticks, which a loaded machine may delay past the test's next request) or
+// sets itself. The mode row says redis as soon as a recovery ends, which
+// this instance hears of a moment later if it ran the recovery, at its next
+// tick if another instance did; it says db as soon as an operator forces
+// it, while the instance sells from Redis until its next tick
+// (TestPaymentWhileTheDatabaseSells's buyer got an order from Redis, then
+// limit_exceeded from the database for ever).
 func (a *app) waitMode(mode string) {
 	a.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -20,6 +20,6 @@ func (s *Service) WithPayment(ctx context.Context, o inventory.Order) inventory.
 
 // RedisSells says whether this instance sells from Redis now: the mode it
 // last heard is redis and it holds no restarted or promoted Redis back.
-// The mode row may say redis a tick earlier (a recovery that ended before
-// this instance's next tick cleared its hold).
+// The mode row may say redis earlier: a moment earlier after this
+// instance's own recovery, up to a tick earlier after another instance's.
 func (s *Service) RedisSells() bool { return s.seller.RedisSells() }

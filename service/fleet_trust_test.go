@@ -102,9 +102,10 @@ func TestRestartedRedisIsRepairedByAFreshInstance(t *testing.T) {
 	if m := b.sellMode(); epochOf(m) < 2 {
 		t.Errorf("mode %v: want a recovery (epoch 2 or later)", m)
 	}
-	// The mode is the fleet's, in the database; this instance lets go of
-	// Redis at its own next tick after the recovery, and refuses to read it
-	// until then. Once it reads, it reads the repaired counters.
+	// The mode is the fleet's, in the database; this instance, which ran
+	// the recovery, lets go of Redis as the recovery switches the mode back
+	// (waitMode waited for that), and refuses to read it until then. Once
+	// it reads, it reads the repaired counters.
 	waitfor.Until(t, waitfor.Patience, "the instance reads Redis again", func() error {
 		_, err := b.svc.Engine().Stock(context.Background(), "s1")
 		return err

@@ -1,0 +1,125 @@
+package failover_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/failover"
+	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
+	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/store"
+)
+
+// TestRecoveryLetsRedisGoAtOnce: an instance holds Redis back after seeing
+// it restart, and its tick repairs it (the recovery: recovering, then
+// redis). The instance sells from Redis again as soon as its recovery has
+// switched the mode back to redis, not at its next tick: here the tick is
+// an hour away, and the next buy must be sold. The node is still checked
+// before that buy (Recheck 1 ns: every command checks its node again).
+// Redis restarting again afterwards is held back again: a read of the mode
+// that says redis, by a tick that cannot reach Redis, does not let go of a
+// restart seen after that recovery.
+func TestRecoveryLetsRedisGoAtOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	db, err := store.Open(ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+
+	f := failover.New(failover.Config{Tick: time.Hour, Recheck: time.Nanosecond})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), OnConnect: f.OnConnect, DialTimeout: time.Second,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(f.NodeHook(rdb))
+	eng := inventory.New(rdb, inventory.Options{Prefix: "lift"})
+	var away atomic.Bool // the tick's ping fails
+	f.Wire(failover.Parts{Engine: eng, Store: db, Consumer: "lift", Ping: func(ctx context.Context) error {
+		if away.Load() {
+			return errors.New("redis away")
+		}
+		return rdb.Ping(ctx).Err()
+	}})
+	tick := func() { f.Step(failover.AllowedToDial(ctx)) } // as the service runs its ticks
+
+	// The sale is in Redis only: the database has nothing for the recovery
+	// to repair (the repair itself is tested with the service).
+	if err := eng.CreateSale(ctx, inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	tick()
+	if err := buyOne(f, "u1"); err != nil {
+		t.Fatalf("buy before the restart: %v", err)
+	}
+
+	restart := func() {
+		t.Helper()
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		// The next connection sees the new run id (OnConnect).
+		waitfor.Until(t, waitfor.Patience, "the seller holds the restarted redis back", func() error {
+			if err := rdb.Ping(ctx).Err(); !errors.Is(err, failover.ErrRedisRestarted) {
+				return errors.New("ping: " + errText(err))
+			}
+			if !f.HeldBack() {
+				return errors.New("not held back")
+			}
+			return nil
+		})
+	}
+	restart()
+	if err := buyOne(f, "u2"); !errors.Is(err, failover.ErrNobodySells) {
+		t.Fatalf("buy while the restarted redis is held back: %v, want ErrNobodySells", err)
+	}
+
+	tick() // the recovery
+	m, err := db.SellMode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Mode != store.ModeRedis || m.Epoch != 2 {
+		t.Fatalf("mode after the tick: %+v, want redis at epoch 2 (a recovery ran)", m)
+	}
+	if err := buyOne(f, "u2"); err != nil {
+		t.Errorf("buy once the recovery has switched the mode back to redis: %v (held back: %v), want sold", err, f.HeldBack())
+	}
+
+	restart()
+	away.Store(true) // the tick reads the mode (redis, epoch 2) and recovers nothing
+	tick()
+	if !f.HeldBack() {
+		t.Error("a restart seen after the recovery ended is let go by a read of that recovery's mode")
+	}
+	if err := buyOne(f, "u3"); !errors.Is(err, failover.ErrNobodySells) {
+		t.Errorf("buy from redis restarted after the recovery: %v, want ErrNobodySells", err)
+	}
+}
+
+// buyOne buys one unit of s1 for user through f.
+func buyOne(f *failover.Seller, user string) error {
+	b, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: []inventory.Line{{SKU: "A", Qty: 1}}})
+	if err != nil {
+		return err
+	}
+	_, err = f.Buy(context.Background(), b)
+	return err
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}

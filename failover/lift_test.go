@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,6 +95,21 @@ func TestRecoveryLetsRedisGoAtOnce(t *testing.T) {
 	}
 	if err := buyOne(f, "u2"); err != nil {
 		t.Errorf("buy once the recovery has switched the mode back to redis: %v (held back: %v), want sold", err, f.HeldBack())
+	}
+	// The fleet trusts the repaired node from the recovery's end, not from
+	// the next tick: an instance starting meanwhile would recover it again.
+	info, err := rdb.Info(failover.AllowedToDial(ctx), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := ""
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "run_id:"); ok {
+			runID = v
+		}
+	}
+	if trusted, err := db.TrustedRedis(ctx); err != nil || runID == "" || trusted[""].RunID != runID {
+		t.Errorf("trusted nodes right after the recovery: %+v, %v; want the restarted node's run id %q", trusted, err, runID)
 	}
 
 	restart()

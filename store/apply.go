@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 
@@ -37,10 +38,12 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 // before it acknowledged them) changes nothing.
 //
 // Each event gets its journal rows (one per sku it moves; the journal's
-// unique key is (sale, event id, sku)); its effect is applied only if those
-// rows are new. A bought event's rows are its order's row when the order is
-// new (orders.event_id, see boughtJournal), and rows in journal, each only
-// if new, when the order was there already — see applyBought:
+// unique key is (sale, event id, sku); an event whose id another event's
+// rows hold gets an id of its own, see journalOne); its effect is applied
+// only if those rows are new. A bought event's rows are its order's row
+// when the order is new (orders.event_id, see boughtJournal), and rows in
+// journal, each only if new, when the order was there already — see
+// applyBought:
 //
 //   - created: inserts the sale and its items if the sale has no row (a sale
 //     created through the library rather than the service), counting in
@@ -189,6 +192,81 @@ func (s *Store) journal(ctx context.Context, tx *sql.Tx, saleID string, events [
 	return fresh, err
 }
 
+// journalOne writes the journal rows of ev, an event that is not a bought
+// event, and reports whether they are new: ev was not applied before.
+//
+// The journal tells events apart by stream id, and one id can name two
+// events of a sale: a replica promoted on a clock behind the old master's
+// ids hands out again the ids of events the old master wrote after the
+// replica's last, and the repair's floor (the newest id the database
+// holds) does not cover those the database gets only after the repair read
+// it (a consumer's write of a batch it read from the old master that lands
+// late: a slow transaction, a paused process). So when rows of ev's id
+// are there already, they are compared with ev's own: the same rows are a
+// replay; rows of another event mean ev is a new event under a taken id,
+// and its rows go in under an id of its own (collisionID) instead, which a
+// replay of ev finds again.
+func (s *Store) journalOne(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) (bool, error) {
+	args := appendJournalRows(nil, saleID, ev)
+	n := len(args) / 8
+	var fresh []string // skus whose rows went in now
+	err := s.insertRows(ctx, tx, journalInsert, 8, args,
+		"ON CONFLICT (sale_id, event_id, sku) DO NOTHING RETURNING sku", func(sku string) { fresh = append(fresh, sku) })
+	if err != nil || len(fresh) == n {
+		return err == nil, err
+	}
+	rows, err := s.query(ctx, tx, "SELECT sku, type, order_id, user_id, qty, at FROM journal WHERE sale_id = ? AND event_id = ?", saleID, ev.ID)
+	if err != nil {
+		return false, err
+	}
+	held := map[string][5]any{} // sku -> the row under ev.ID
+	err = scanEach(rows, func() error {
+		var sku, typ, order, user string
+		var qty, at int64
+		err := rows.Scan(&sku, &typ, &order, &user, &qty, &at)
+		held[sku] = [5]any{typ, order, user, qty, at}
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	same := len(fresh) == 0
+	for i := 0; same && i < n; i++ {
+		r := args[8*i : 8*i+8] // sale, event, type, sku, order, user, qty, at
+		same = held[r[3].(string)] == [5]any{r[2], r[4], r[5], r[6], r[7]}
+	}
+	if same {
+		return false, nil // applied before
+	}
+	// Another event holds the id: ev's rows go under an id of its own.
+	for _, sku := range fresh {
+		if _, err := s.exec(ctx, tx, "DELETE FROM journal WHERE sale_id = ? AND event_id = ? AND sku = ?", saleID, ev.ID, sku); err != nil {
+			return false, err
+		}
+	}
+	own := ev
+	own.ID = collisionID(ev.ID, args)
+	got := false
+	err = s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, saleID, own),
+		"ON CONFLICT (sale_id, event_id, sku) DO NOTHING RETURNING sku", func(string) { got = true })
+	return got, err
+}
+
+// collisionID is the journal's id of an event whose stream id another
+// event of its sale holds (see journalOne): the stream id, "~", and a hash
+// of the event's journal rows. It is never a stream id: the floor of a
+// rebuild or a repair (newestEvent) is the stream id, which the other
+// event's rows hold.
+func collisionID(id string, rows []any) string {
+	h := fnv.New64a()
+	for i, v := range rows {
+		if i%8 != 1 { // not the event id
+			fmt.Fprint(h, v, "\x00")
+		}
+	}
+	return fmt.Sprintf("%s~%016x", id, h.Sum64())
+}
+
 // appendJournalRows appends the journal rows of ev (8 values each) to args
 // (see journalRows.add).
 func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
@@ -300,8 +378,8 @@ func (s *Store) insertOrderItems(ctx context.Context, tx *sql.Tx, items []any) e
 
 // applyOne applies one event that is not a bought event.
 func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inventory.Event) error {
-	fresh, err := s.journal(ctx, tx, saleID, []inventory.Event{ev})
-	if err != nil || !fresh[ev.ID] {
+	fresh, err := s.journalOne(ctx, tx, saleID, ev)
+	if err != nil || !fresh {
 		return err
 	}
 	switch ev.Type {

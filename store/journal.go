@@ -15,7 +15,7 @@ import (
 // event has one row per item with its initial stock (-1 unlimited).
 type JournalEntry struct {
 	SaleID  string
-	EventID string // the stream entry id
+	EventID string // the stream entry id (an event whose id another event held: "<id>~<hash>", see journalOne)
 	Type    inventory.EventType
 	SKU     string
 	OrderID string // bought and cancelled; "" otherwise

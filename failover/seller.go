@@ -410,6 +410,11 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 	f.seen[node] = obs
 	if w, wfirm := f.distrust(obs); w != "" {
 		why, firm = w, wfirm || why != ""
+		// A node checked for the first time that the fleet's trust does
+		// not vouch for has changed as much as one seen before with a new
+		// run id: maybe after a recovery that this instance's hold waits
+		// for repaired it (TestNodeFirstSeenAsARecoveryEndsIsNotVouchedFor).
+		renewed = renewed || !ok
 	}
 	f.suspect(why, node, firm, renewed)
 	switch {

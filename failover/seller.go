@@ -160,7 +160,11 @@ type Seller struct {
 	firm         bool
 	epochPending bool
 	restartEpoch int64
-	fromRedis    atomic.Bool // RedisSells, kept by changed
+	// recovering is the newest recovering epoch this instance learned
+	// (set): a recovery it learned of only once over took no hand-over
+	// from it, and may have begun before what it holds Redis back for.
+	recovering int64
+	fromRedis  atomic.Bool // RedisSells, kept by changed
 
 	acks ackRing
 }
@@ -287,6 +291,9 @@ func (f *Seller) dbSells() (store.SellMode, bool) {
 func (f *Seller) set(m store.SellMode) {
 	f.mu.Lock()
 	f.mode, f.known = m, true
+	if m.Mode == store.ModeRecovering {
+		f.recovering = max(f.recovering, m.Epoch)
+	}
 	if f.epochPending {
 		// Held back before the mode was read: only a recovery that begins
 		// after this read has repaired what was seen.

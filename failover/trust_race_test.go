@@ -95,7 +95,7 @@ func TestRestartSeenAsARecoveryEndsIsNotVouchedFor(t *testing.T) {
 			f.trusted = map[string]store.RedisNode{"": {RunID: "run-1", ReplID: "r1"}}
 			f.stored, f.trustLoaded = f.trusted, true
 			f.seen[""] = seenNode{RedisNode: store.RedisNode{RunID: tc.seen, ReplID: "r1"}, promoted: true}
-			f.mode, f.known = store.SellMode{Mode: store.ModeRecovering, Epoch: 5}, true
+			f.set(store.SellMode{Mode: store.ModeRecovering, Epoch: 5})
 			if tc.held {
 				f.restarted, f.firm, f.restartEpoch = true, true, 4
 			}
@@ -154,7 +154,7 @@ func TestNodeFirstSeenAsARecoveryEndsIsNotVouchedFor(t *testing.T) {
 	f.trusted, _ = db.TrustedRedis(t.Context())
 	f.stored, f.trustLoaded = f.trusted, true
 	f.seen["n1"] = seenNode{RedisNode: store.RedisNode{Node: "n1", RunID: "run-2", ReplID: "r1"}}
-	f.mode, f.known = store.SellMode{Mode: store.ModeRecovering, Epoch: 5}, true
+	f.set(store.SellMode{Mode: store.ModeRecovering, Epoch: 5})
 	f.restarted, f.firm, f.restartEpoch = true, true, 4 // n1's restart, seen at epoch 4
 	f.changed()
 
@@ -166,6 +166,38 @@ func TestNodeFirstSeenAsARecoveryEndsIsNotVouchedFor(t *testing.T) {
 	for _, n := range db.trusted {
 		if n.RunID == "run-3" {
 			t.Errorf("the fleet trusts n2's run-3, seen as the recovery ended: %+v", db.trusted)
+		}
+	}
+}
+
+// TestRestartSeenByAnInstancePassedOverIsNotVouchedFor: an instance that
+// never learned of the recovery (epoch 5: it did not tick meanwhile, its
+// heartbeat too old for the recovery to wait for its hand-over) sees Redis
+// restarted (run-3), its last mode read being the one before that
+// recovery (redis, epoch 4), and then reads that the recovery is over
+// (redis, epoch 6). That recovery may have repaired the node before the
+// restart: it vouches for nothing this instance saw, which recovers again.
+func TestRestartSeenByAnInstancePassedOverIsNotVouchedFor(t *testing.T) {
+	f := New(Config{Tick: time.Second})
+	db := &endedStore{read: func() {}}
+	f.Wire(Parts{Store: db, Ping: func(context.Context) error { return errors.New("redis away") }})
+	f.trusted = map[string]store.RedisNode{"": {RunID: "run-1", ReplID: "r1"}}
+	f.stored, f.trustLoaded = f.trusted, true
+	f.seen[""] = seenNode{RedisNode: store.RedisNode{RunID: "run-1", ReplID: "r1"}}
+	f.set(store.SellMode{Mode: store.ModeRedis, Epoch: 4})
+	// Meanwhile recovery 5 ran, without this instance; then the node restarted.
+	if _, err := f.check(t.Context(), infoNode{runID: "run-3"}); !errors.Is(err, ErrRedisRestarted) {
+		t.Fatalf("connection to the restarted redis: %v, want ErrRedisRestarted", err)
+	}
+
+	f.Step(t.Context())
+
+	if !f.HeldBack() {
+		t.Error("not held back by a recovery this instance never learned of")
+	}
+	for _, n := range db.trusted {
+		if n.RunID == "run-3" {
+			t.Errorf("the fleet trusts run-3: %+v", db.trusted)
 		}
 	}
 }

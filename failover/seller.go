@@ -160,7 +160,11 @@ type Seller struct {
 	firm         bool
 	epochPending bool
 	restartEpoch int64
-	fromRedis    atomic.Bool // RedisSells, kept by changed
+	// recovering is the newest recovering epoch this instance learned
+	// (set): a recovery it learned of only once over took no hand-over
+	// from it, and may have begun before what it holds Redis back for.
+	recovering int64
+	fromRedis  atomic.Bool // RedisSells, kept by changed
 
 	acks ackRing
 }
@@ -287,6 +291,9 @@ func (f *Seller) dbSells() (store.SellMode, bool) {
 func (f *Seller) set(m store.SellMode) {
 	f.mu.Lock()
 	f.mode, f.known = m, true
+	if m.Mode == store.ModeRecovering {
+		f.recovering = max(f.recovering, m.Epoch)
+	}
 	if f.epochPending {
 		// Held back before the mode was read: only a recovery that begins
 		// after this read has repaired what was seen.
@@ -410,6 +417,11 @@ func (f *Seller) check(ctx context.Context, c nodeAsker) (suspect bool, err erro
 	f.seen[node] = obs
 	if w, wfirm := f.distrust(obs); w != "" {
 		why, firm = w, wfirm || why != ""
+		// A node checked for the first time that the fleet's trust does
+		// not vouch for has changed as much as one seen before with a new
+		// run id: maybe after a recovery that this instance's hold waits
+		// for repaired it (TestNodeFirstSeenAsARecoveryEndsIsNotVouchedFor).
+		renewed = renewed || !ok
 	}
 	f.suspect(why, node, firm, renewed)
 	switch {

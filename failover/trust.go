@@ -91,9 +91,17 @@ func (f *Seller) suspect(why, node string, firm, renewed bool) {
 // so that an instance that repaired Redis sells from it at once rather
 // than a tick later. A node seen to change after the mode it last learned
 // moved restartEpoch past it (suspect), so no mode read earlier releases
-// it. f.mu is held.
+// it. And this instance must have learned that recovery (a recovering
+// epoch past restartEpoch, learned after the reason was seen: restartEpoch
+// is at least every recovering epoch learned before): the mode it last
+// learned may be older than the reason by a whole recovery if it did not
+// tick meanwhile (its heartbeat too old for the recovery to wait for its
+// hand-over), and that recovery may have repaired the node before it
+// changed (TestRestartSeenByAnInstancePassedOverIsNotVouchedFor). A live
+// instance learns every recovery: the recovery waits for its hand-over,
+// which follows its read of the recovering mode. f.mu is held.
 func (f *Seller) release() {
-	if !f.restarted || f.mode.Mode != store.ModeRedis || f.mode.Epoch <= f.restartEpoch {
+	if !f.restarted || f.mode.Mode != store.ModeRedis || f.mode.Epoch <= f.restartEpoch || f.recovering <= f.restartEpoch {
 		return
 	}
 	f.restarted = false

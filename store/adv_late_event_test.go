@@ -187,3 +187,27 @@ func TestAdvTwoEventsUnderOneStreamID(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvPauseUnderATakenIDDoesNotHideALaterOne: a pause and a resume of
+// one stream id (the second stored under an id of its own, journalOne),
+// both applied before the sale's created event (entries reclaimed out of
+// order). The created event sets the flag from the newest of them; a
+// pause later in the stream (same millisecond, next sequence) must then
+// still take effect: the id of its own is not a later stream id than the
+// one it was made from.
+func TestAdvPauseUnderATakenIDDoesNotHideALaterOne(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		e := newEvents("twinpause")
+		created := e.created(1, inventory.Item{SKU: "A", Stock: 10})
+		oldPause, newResume, later := e.paused(), e.resumed(), e.paused()
+		oldPause.ID, newResume.ID, later.ID = "1700000000500-1", "1700000000500-1", "1700000000500-2"
+		must(t, s.Apply(ctx, "twinpause", []inventory.Event{oldPause}))
+		must(t, s.Apply(ctx, "twinpause", []inventory.Event{newResume}))
+		must(t, s.Apply(ctx, "twinpause", []inventory.Event{created}))
+		must(t, s.Apply(ctx, "twinpause", []inventory.Event{later}))
+		sale, err := s.Sale(ctx, "twinpause")
+		must(t, err)
+		check(t, "paused after the later pause", sale.Paused, true)
+	})
+}

@@ -267,6 +267,13 @@ func collisionID(id string, rows []any) string {
 	return fmt.Sprintf("%s~%016x", id, h.Sum64())
 }
 
+// streamIDOf is the stream id of a journal event id: the id itself, or the
+// stream id an id of its own was made from (collisionID).
+func streamIDOf(eventID string) string {
+	id, _, _ := strings.Cut(eventID, "~")
+	return id
+}
+
 // appendJournalRows appends the journal rows of ev (8 values each) to args
 // (see journalRows.add).
 func appendJournalRows(args []any, saleID string, ev inventory.Event) []any {
@@ -504,7 +511,7 @@ func (s *Store) applyCreated(ctx context.Context, tx *sql.Tx, saleID string, ev 
 	err = scanEach(rows, func() error {
 		var id, typ string
 		err := rows.Scan(&id, &typ)
-		if err == nil && streamIDAfter(id, newest) {
+		if id = streamIDOf(id); err == nil && streamIDAfter(id, newest) {
 			newest, kind = id, typ
 		}
 		return err

@@ -76,10 +76,11 @@ func (s *Store) Journal(ctx context.Context, saleID string) ([]JournalEntry, err
 }
 
 // journalBefore reports whether a is of an event before b's: by stream id
-// if both have one, else by time.
+// if both have one (an id of its own counts as the one it was made from,
+// see journalOne), else by time.
 func journalBefore(a, b JournalEntry) bool {
-	if validStreamID(a.EventID) && validStreamID(b.EventID) {
-		return streamIDAfter(b.EventID, a.EventID)
+	if ai, bi := streamIDOf(a.EventID), streamIDOf(b.EventID); validStreamID(ai) && validStreamID(bi) {
+		return streamIDAfter(bi, ai)
 	}
 	return a.At.Before(b.At)
 }

@@ -30,10 +30,20 @@ func (f *Seller) fleetFlushed(ctx context.Context, epoch int64, now time.Time) b
 // database sells only after every instance has. It first waits for the
 // buys still on their way to Redis (none begins once the mode is not
 // redis): each one's order or unknown outcome is then in the hand-over.
+// It also waits for the order consumer's rounds under way (Parts.Rounds):
+// what they read is then in the database, or still in a stream the
+// recovery waits on.
 func (f *Seller) flush(ctx context.Context, epoch int64) {
 	if !f.waitRedisBuys(ctx) {
 		f.log.Warn("degraded mode: buys still on their way to redis; handing over at the next tick", "buys", f.redisBuys.Load())
 		return
+	}
+	// A round ends by itself (a read, and writes that either commit or
+	// fail), as the database writes below do: no deadline of our own.
+	if f.rounds != nil {
+		if err := f.rounds(ctx); err != nil {
+			return
+		}
 	}
 	orders, unsure, err := f.acks.snapshot()
 	if err != nil {

@@ -106,7 +106,7 @@ type Parts struct {
 	Consumer string
 	// Rounds, if set, waits until the rounds of this instance's order
 	// consumer under way when it is called have ended
-	// (pipeline.Consumer.WaitRounds). The hand-over waits for it: a batch
+	// (pipeline.Consumer.WaitRounds). A recovery's hand-over waits for it: a batch
 	// the consumer read from a Redis that then lost it (a failover, a
 	// restart) is in no stream the recovery waits on, so its write (a
 	// restock, one half of a move) must land before the repair reads the

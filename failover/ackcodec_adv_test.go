@@ -229,7 +229,7 @@ func TestFlushWithABadRecordDoesNotHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.acks.buf[0] = append(f.acks.buf[0], 0x01) // a byte left over
-	f.flush(context.Background(), 2)
+	f.flush(context.Background(), 2, false)
 	if db.calls != 0 || f.flushedEpoch() >= 2 {
 		t.Fatalf("handed over %d times (%+v), flushed epoch %d, with a bad record", db.calls, db.adopted, f.flushedEpoch())
 	}
@@ -237,7 +237,7 @@ func TestFlushWithABadRecordDoesNotHandOver(t *testing.T) {
 		t.Errorf("the refused hand-over is not logged as an error: %q", logs.String())
 	}
 	f.acks.buf[0] = f.acks.buf[0][:len(f.acks.buf[0])-1]
-	f.flush(context.Background(), 2)
+	f.flush(context.Background(), 2, false)
 	if db.calls != 1 || len(db.adopted) != 1 || db.adopted[0].UserID != "u1" || f.flushedEpoch() != 2 {
 		t.Fatalf("after the record is whole: handed over %d times (%+v), flushed epoch %d", db.calls, db.adopted, f.flushedEpoch())
 	}

@@ -32,7 +32,8 @@
 //     fences every sale off in Redis (Engine.Fence): an instance that has
 //     not heard of degraded mode gets ErrFenced, never a sale of stale stock.
 //   - Going back: the mode becomes recovering (nobody sells), every
-//     instance hands over its acks again, the consumer drains what the
+//     instance hands over its acks again (after its order consumer's round
+//     under way has written what it read: Parts.Rounds), the consumer drains what the
 //     stream still holds, every sale's state in Redis is repaired from the
 //     database (Engine.Repair) and unfenced, and only then does Redis sell
 //     again. A Redis seen to restart (a new run_id on a new connection)

@@ -30,10 +30,23 @@ func (f *Seller) fleetFlushed(ctx context.Context, epoch int64, now time.Time) b
 // database sells only after every instance has. It first waits for the
 // buys still on their way to Redis (none begins once the mode is not
 // redis): each one's order or unknown outcome is then in the hand-over.
-func (f *Seller) flush(ctx context.Context, epoch int64) {
+// For a recovery (recovering), it also waits for the order consumer's
+// rounds under way (Parts.Rounds): what they read is then in the database,
+// or still in a stream the recovery waits on. Not for a switch to the
+// database: Redis may be gone with the consumer's read waiting on it (up
+// to its read timeout), and the database must begin selling on time.
+func (f *Seller) flush(ctx context.Context, epoch int64, recovering bool) {
 	if !f.waitRedisBuys(ctx) {
 		f.log.Warn("degraded mode: buys still on their way to redis; handing over at the next tick", "buys", f.redisBuys.Load())
 		return
+	}
+	// A round ends by itself (a read, bounded by the consumer's read
+	// timeout, and writes that commit or fail), as the database writes
+	// below do: no deadline of our own.
+	if recovering && f.rounds != nil {
+		if err := f.rounds(ctx); err != nil {
+			return
+		}
 	}
 	orders, unsure, err := f.acks.snapshot()
 	if err != nil {
@@ -162,7 +175,7 @@ func (f *Seller) liftStaleFence(ctx context.Context, saleID string) bool {
 // over: it is not answering its ticks.
 func (f *Seller) everyoneFlushed(ctx context.Context, epoch int64) bool {
 	if f.flushedEpoch() < epoch {
-		f.flush(ctx, epoch)
+		f.flush(ctx, epoch, true)
 		if f.flushedEpoch() < epoch {
 			return false
 		}

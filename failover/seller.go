@@ -104,6 +104,14 @@ type Parts struct {
 	Ping func(ctx context.Context) error
 	// Consumer is this instance's order consumer (named in heartbeats).
 	Consumer string
+	// Rounds, if set, waits until the rounds of this instance's order
+	// consumer under way when it is called have ended
+	// (pipeline.Consumer.WaitRounds). A recovery's hand-over waits for it: a batch
+	// the consumer read from a Redis that then lost it (a failover, a
+	// restart) is in no stream the recovery waits on, so its write (a
+	// restock, one half of a move) must land before the repair reads the
+	// database, or Redis keeps units the database no longer counts.
+	Rounds func(ctx context.Context) error
 	// Segments, if set, tells the engine sale a buy of a segmented sale is
 	// made in (segments.go); Engine then takes the segmented sale's id for
 	// its buys, pauses and stale fences (segment.Router).
@@ -126,6 +134,7 @@ type Seller struct {
 	streams  Streams
 	segs     Segments
 	ping     func(ctx context.Context) error
+	rounds   func(ctx context.Context) error
 	consumer string
 
 	mu          sync.Mutex
@@ -204,6 +213,7 @@ func New(cfg Config) *Seller {
 // buy and the first Step.
 func (f *Seller) Wire(p Parts) {
 	f.eng, f.db, f.streams, f.ping, f.consumer, f.segs = p.Engine, p.Store, p.Streams, p.Ping, p.Consumer, p.Segments
+	f.rounds = p.Rounds
 }
 
 // Ticks reports whether the seller runs at all (Config.Tick >= 0).

@@ -76,7 +76,7 @@ func (f *Seller) Step(ctx context.Context) {
 	f.heartbeat(ctx, beat)
 	switch flushed := f.flushedEpoch(); {
 	case m.Mode != store.ModeRedis && flushed < m.Epoch:
-		f.flush(ctx, m.Epoch)
+		f.flush(ctx, m.Epoch, m.Mode == store.ModeRecovering)
 		if beat.FlushedEpoch != f.flushedEpoch() {
 			beat.FlushedEpoch = f.flushedEpoch()
 			f.heartbeat(ctx, beat) // the others wait for this one

@@ -100,6 +100,64 @@ type Consumer struct {
 	mu    sync.Mutex
 	sales map[string]*sale
 	wake  []chan struct{} // one per reader
+	round rounds
+}
+
+// rounds counts each reader's rounds (a read and the writes of what it
+// read), so that WaitRounds can wait for the ones under way.
+type rounds struct {
+	mu           sync.Mutex
+	begun, ended []uint64 // per reader
+	changed      chan struct{}
+}
+
+func (c *Consumer) beginRound(r int) {
+	c.round.mu.Lock()
+	c.round.begun[r]++
+	c.round.mu.Unlock()
+}
+
+func (c *Consumer) endRound(r int) {
+	c.round.mu.Lock()
+	c.round.ended[r] = c.round.begun[r]
+	close(c.round.changed)
+	c.round.changed = make(chan struct{})
+	c.round.mu.Unlock()
+}
+
+// WaitRounds waits until every round under way when it is called has
+// ended: what those rounds read is then written to the database, or was
+// not written and stays pending in the stream it was read from. Degraded
+// mode's hand-over waits for it (failover.Parts.Rounds): a batch read from
+// a master that then failed over or restarted and lost it is not in the
+// stream the recovery looks at, so without the wait its write (a restock,
+// a move) could land after the recovery's repair read the database, and
+// Redis and the database would disagree about the sale's stock.
+func (c *Consumer) WaitRounds(ctx context.Context) error {
+	c.round.mu.Lock()
+	want := make([]uint64, len(c.round.begun))
+	for r, b := range c.round.begun {
+		if b > c.round.ended[r] {
+			want[r] = b
+		}
+	}
+	c.round.mu.Unlock()
+	for {
+		c.round.mu.Lock()
+		done, changed := true, c.round.changed
+		for r, w := range want {
+			done = done && c.round.ended[r] >= w
+		}
+		c.round.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
 }
 
 // sale is what the consumer keeps of one sale; its fields past the first
@@ -172,6 +230,8 @@ func New(rdb redis.UniversalClient, keys StreamKeys, db Store, o Options) *Consu
 	for i := range c.wake {
 		c.wake[i] = make(chan struct{}, 1)
 	}
+	c.round.begun, c.round.ended = make([]uint64, o.Readers), make([]uint64, o.Readers)
+	c.round.changed = make(chan struct{})
 	return c
 }
 
@@ -312,6 +372,7 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			c.pause(ctx, r, c.o.DiscoverAll)
 			continue
 		}
+		c.beginRound(r)
 		c.createGroups(ctx, sales)
 		if now.After(nextClaim) {
 			nextClaim = now.Add(c.o.ClaimEvery)
@@ -326,6 +387,7 @@ func (c *Consumer) read(ctx context.Context, r int) {
 		began := time.Now()
 		got, err := c.fetch(ctx, r, sales)
 		if err != nil {
+			c.endRound(r)
 			if ctx.Err() == nil {
 				log.Warn("order pipeline: read", "err", err)
 				backoff.wait(ctx)
@@ -341,6 +403,7 @@ func (c *Consumer) read(ctx context.Context, r int) {
 		// The batches read are finished even when ctx ends meanwhile: they
 		// are what graceful shutdown waits for.
 		c.processAll(context.WithoutCancel(ctx), ctx, got)
+		c.endRound(r)
 		c.trimAll(ctx, sales)
 		c.settleEnded(ctx, sales, got)
 		if wait := c.lingerOf(len(sales)) - time.Since(began); wait > 0 && len(got) > 0 && !c.anyFull(got) {

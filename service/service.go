@@ -416,8 +416,6 @@ func (s *Service) startBackground(ctx context.Context) {
 		host, _ := os.Hostname()
 		po.Name = "serve-" + host + "-" + s.listener.Addr().String()
 	}
-	s.seller.Wire(failover.Parts{Engine: s.router, Segments: s.router, Store: s.db, Streams: streamBacklog{s.rdb, s.eng},
-		Ping: func(ctx context.Context) error { return s.probe.Ping(ctx).Err() }, Consumer: po.Name})
 	if s.seller.Ticks() {
 		po.Alive = s.seller.ConsumerAlive
 	}
@@ -430,6 +428,8 @@ func (s *Service) startBackground(ctx context.Context) {
 	po.OnRetry = func(string, error) { s.metrics.dbRetries.Inc() }
 	po.Readers = s.consumerReaders()
 	s.orders = pipeline.New(s.consumer, s.eng, s.db, po)
+	s.seller.Wire(failover.Parts{Engine: s.router, Segments: s.router, Store: s.db, Streams: streamBacklog{s.rdb, s.eng},
+		Ping: func(ctx context.Context) error { return s.probe.Ping(ctx).Err() }, Consumer: po.Name, Rounds: s.orders.WaitRounds})
 	if s.seller.Ticks() {
 		// Heartbeat under the consumer's name before it holds an entry: a
 		// consumer that dies holding entries before any heartbeat named it

@@ -139,3 +139,78 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// TestRecoveryFromTheDatabaseTrustsTheRepairedNodeAtOnce: Redis restarts
+// while the database sells (degraded mode), and this instance's tick brings
+// it back: recovering, the repair, redis. The repaired node is written as
+// trusted by that very tick, not by a later one: the next tick reads the
+// fleet's trust back into memory, and a node check before it wrote the
+// node would find the old run id trusted and hold the repaired node back
+// for a second recovery (seen in CI as a round trip ending at epoch 5, not
+// 3, in TestRedisStoppedMidSaleDegradedModeTakesOver).
+func TestRecoveryFromTheDatabaseTrustsTheRepairedNodeAtOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	db, err := store.Open(ctx, dbtest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+
+	f := failover.New(failover.Config{Tick: time.Hour, Grace: time.Nanosecond, Recheck: time.Nanosecond})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), OnConnect: f.OnConnect, DialTimeout: time.Second,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(f.NodeHook(rdb))
+	eng := inventory.New(rdb, inventory.Options{Prefix: "liftdb"})
+	f.Wire(failover.Parts{Engine: eng, Store: db, Consumer: "liftdb", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	tick := func() { f.Step(failover.AllowedToDial(ctx)) }
+	tick()
+	m, err := db.SellMode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SwitchMode(ctx, m.Epoch, store.ModeDB, time.Now(), time.Now(), "test: the database sells"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		tick()
+		if m, err = db.SellMode(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if m.Mode == store.ModeRedis {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("no recovery after %d ticks: %+v", i, m)
+		}
+	}
+	if f.HeldBack() {
+		t.Fatal("held back after the recovery that repaired redis")
+	}
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := ""
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "run_id:"); ok {
+			runID = v
+		}
+	}
+	if trusted, err := db.TrustedRedis(ctx); err != nil || runID == "" || trusted[""].RunID != runID {
+		t.Errorf("trusted nodes right after the tick that recovered: %+v, %v; want the restarted node's run id %q", trusted, err, runID)
+	}
+	// The next tick reads that trust back: a node check then finds the
+	// node trusted, and Redis is not held back again.
+	tick()
+	if err := rdb.Ping(ctx).Err(); err != nil || f.HeldBack() {
+		t.Errorf("after the next tick: ping %v, held back %v; want the repaired node used", err, f.HeldBack())
+	}
+}

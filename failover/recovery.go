@@ -150,7 +150,15 @@ func (f *Seller) Recover(ctx context.Context, m store.SellMode) {
 			return
 		}
 	}
-	f.switchTo(ctx, m, store.ModeRedis, time.Now(), time.Time{}, "redis repaired from the database")
+	if _, ok := f.switchTo(ctx, m, store.ModeRedis, time.Now(), time.Time{}, "redis repaired from the database"); ok {
+		// The switch let go of the hold (set → release) and vouched for
+		// the nodes in memory; write them now. The next tick's loadTrust
+		// replaces the trust in memory with the database's: with the old
+		// run ids still there, a node check before that tick's trustSeen
+		// would hold the repaired node back again, for another recovery.
+		// Also, an instance starting meanwhile would recover it again.
+		f.trustSeen(ctx)
+	}
 }
 
 // liftStaleFence lifts the sale's fence if it is older than the mode's

@@ -104,10 +104,6 @@ func (f *Seller) Step(ctx context.Context) {
 		case restarted && redisOK:
 			if next, ok := f.switchTo(ctx, m, store.ModeRecovering, now, time.Time{}, "redis restarted: it may have lost writes"); ok {
 				f.Recover(ctx, next)
-				// Let go at the recovery's end (release): the nodes it
-				// repaired are trusted now, not at the next tick, so that an
-				// instance starting meanwhile does not recover them again.
-				f.trustSeen(ctx)
 			}
 			return
 		case m.Setting == store.SettingForce:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,6 +168,40 @@ func (r *rig) events(sale string) []inventory.Event {
 }
 
 // held returns what each "user|sku" holds, read from Redis.
+// orders returns the sale's order records in Redis, by order id.
+func (r *rig) orders(sale string) map[string]string {
+	r.t.Helper()
+	h, err := r.rdb.HGetAll(r.ctx, r.key(sale, "orders")).Result()
+	if err != nil {
+		r.t.Fatalf("HGETALL orders: %v", err)
+	}
+	return inventory.OrderRecords(h)
+}
+
+// dropOrder removes an order's record from Redis, as a lost write would.
+func (r *rig) dropOrder(sale, orderID string) {
+	r.t.Helper()
+	key, group := r.key(sale, "orders"), inventory.OrderGroup(orderID)
+	v, err := r.rdb.HGet(r.ctx, key, group).Result()
+	if err != nil {
+		r.t.Fatalf("HGET orders %s: %v", group, err)
+	}
+	var kept []string
+	for _, line := range strings.Split(v, "\n") {
+		if !strings.HasPrefix(line, orderID+"|") {
+			kept = append(kept, line)
+		}
+	}
+	if len(kept) == 0 {
+		err = r.rdb.HDel(r.ctx, key, group).Err()
+	} else {
+		err = r.rdb.HSet(r.ctx, key, group, strings.Join(kept, "\n")).Err()
+	}
+	if err != nil {
+		r.t.Fatalf("drop order %s: %v", orderID, err)
+	}
+}
+
 func (r *rig) held(sale string) map[string]int64 {
 	r.t.Helper()
 	h, err := r.rdb.HGetAll(r.ctx, r.key(sale, "bought")).Result()

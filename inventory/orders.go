@@ -60,9 +60,12 @@ func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
 	}
 	k := e.keys(saleID)
 	for attempt := 0; ; attempt++ {
-		rec, err := e.rdb.HGet(ctx, k.orders, orderID).Result()
+		group, err := e.rdb.HGet(ctx, k.orders, orderGroup(orderID)).Result()
 		if err == nil {
-			return decodeRecord(orderID, saleID, rec)
+			if rec, ok := recordIn(group, orderID); ok {
+				return decodeRecord(orderID, saleID, rec)
+			}
+			err = redis.Nil
 		}
 		if err != redis.Nil {
 			return Order{}, fmt.Errorf("seckill: read order %s: %w", orderID, err)
@@ -86,7 +89,8 @@ func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
 
 // UnitsInOrders sums, per sku, the units of the sale's live (not cancelled)
 // orders as Redis records them: what was sold according to the orders,
-// independent of the stock counters. It scans every order (HSCAN), so it
+// independent of the stock counters. It scans every order (HSCAN of their
+// groups), so it
 // is for reconciliation, not for a hot path; under load the sum is a
 // moving picture.
 func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]int64, error) {
@@ -107,7 +111,7 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 		}
 		page := make(map[string]string, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
-			page[kv[i]] = kv[i+1]
+			groupOrders(kv[i], kv[i+1], page)
 		}
 		if err := addUnitsInOrders(out, saleID, page); err != nil {
 			return nil, err

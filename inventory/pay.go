@@ -226,17 +226,18 @@ func (e *Engine) Payment(ctx context.Context, orderID string) (Order, error) {
 	}
 	k := e.keys(saleID)
 	pipe := e.rdb.Pipeline()
-	rec := pipe.HGet(ctx, k.orders, orderID)
+	group := pipe.HGet(ctx, k.orders, orderGroup(orderID))
 	pay := pipe.HGet(ctx, k.sale, "pay")
 	score := pipe.ZScore(ctx, k.deadlines, orderID)
 	ref := pipe.HGet(ctx, k.paid, orderID)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Order{}, fmt.Errorf("seckill: read payment of order %s: %w", orderID, err)
 	}
-	if rec.Err() != nil {
+	rec, ok := recordIn(group.Val(), orderID)
+	if group.Err() != nil || !ok {
 		return Order{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
 	}
-	o, err := decodeRecord(orderID, saleID, rec.Val())
+	o, err := decodeRecord(orderID, saleID, rec)
 	if err != nil {
 		return Order{}, err
 	}

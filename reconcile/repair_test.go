@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,44 @@ func (r *rig) must(err error) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// dropOrder removes order id's record from s1's orders hash, as a Redis
+// that lost it would: its line of its group's value, or the group's field
+// when it was the group's only order. The test fails if Redis has no record
+// of the order.
+func (r *rig) dropOrder(id string) {
+	r.t.Helper()
+	key, g := r.key("orders"), inventory.OrderGroup(id)
+	v, err := r.rdb.HGet(r.ctx, key, g).Result()
+	r.must(err)
+	lines := strings.Split(v, "\n")
+	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return strings.HasPrefix(l, id+"|") })
+	if len(keep) != len(lines)-1 {
+		r.t.Fatalf("order %s: %d records in its group %q", id, len(lines)-len(keep), v)
+	}
+	if len(keep) == 0 {
+		r.must(r.rdb.HDel(r.ctx, key, g).Err())
+		return
+	}
+	r.must(r.rdb.HSet(r.ctx, key, g, strings.Join(keep, "\n")).Err())
+}
+
+// putOrder writes record as order id's in s1's orders hash, after the other
+// orders of its group, as a Redis that sold it would hold it.
+func (r *rig) putOrder(id, record string) {
+	r.t.Helper()
+	key, g := r.key("orders"), inventory.OrderGroup(id)
+	v, err := r.rdb.HGet(r.ctx, key, g).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		v = id + "|" + record
+	case err != nil:
+		r.t.Fatal(err)
+	default:
+		v += "\n" + id + "|" + record
+	}
+	r.must(r.rdb.HSet(r.ctx, key, g, v).Err())
 }
 
 // sale creates s1 (A: 10 units, U: unlimited, 2 per buyer) in the database
@@ -161,12 +200,12 @@ func TestRepair(t *testing.T) {
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 3).Err())
 		}, 0, 3, 0, 0},
 		{"an order the database has, lost with its deduction", func(r *rig, rcs map[string]inventory.Receipt) {
-			r.must(r.rdb.HDel(r.ctx, r.key("orders"), rcs["u2"].Order.ID).Err())
+			r.dropOrder(rcs["u2"].Order.ID)
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 1).Err())
 			r.must(r.rdb.HDel(r.ctx, r.key("bought"), "u2|A").Err())
 		}, 1, 0, 0, 0},
 		{"an order Redis sold that will never reach the database", func(r *rig, _ map[string]inventory.Receipt) {
-			r.must(r.rdb.HSet(r.ctx, r.key("orders"), "s1.01JD0000000000000000000000", "p|ghost|1795000000000|A=2|").Err())
+			r.putOrder("s1.01JD0000000000000000000000", "p|ghost|1795000000000|A=2|")
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", -2).Err())
 			r.must(r.rdb.HSet(r.ctx, r.key("bought"), "ghost|A", "2").Err())
 		}, -2, 0, 0, 0},

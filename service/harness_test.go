@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
@@ -184,11 +186,49 @@ func (a *app) state(sale string) state {
 		s.stock = st.Items
 	}
 	s.bought, _ = rdb.HGetAll(a.ctx, eng.Key(sale, "bought")).Result()
-	s.orders, _ = rdb.HLen(a.ctx, eng.Key(sale, "orders")).Result()
+	if recs, err := redisOrders(a.ctx, rdb, eng.Key(sale, "orders")); err == nil {
+		s.orders = int64(len(recs))
+	}
 	s.events, _ = rdb.XLen(a.ctx, eng.EventsKey(sale)).Result()
 	j, _ := a.svc.Store().Journal(a.ctx, sale)
 	s.journal = len(j)
 	return s
+}
+
+// redisOrders returns the orders of a sale's orders hash (key), order id ->
+// record: the hash holds them by group (inventory.OrderRecords).
+func redisOrders(ctx context.Context, rdb redis.UniversalClient, key string) (map[string]string, error) {
+	groups, err := rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, err
+	}
+	return inventory.OrderRecords(groups), nil
+}
+
+// dropOrder removes order id's record from a sale's orders hash (key), as a
+// Redis that lost the write would: its line of its group's value, or the
+// group's field when it was its only order. It fails the test if Redis has
+// no record of the order.
+func dropOrder(ctx context.Context, t testing.TB, rdb redis.UniversalClient, key, id string) {
+	t.Helper()
+	g := inventory.OrderGroup(id)
+	v, err := rdb.HGet(ctx, key, g).Result()
+	if err != nil {
+		t.Fatalf("the group of order %s: %v", id, err)
+	}
+	lines := strings.Split(v, "\n")
+	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return strings.HasPrefix(l, id+"|") })
+	if len(keep) != len(lines)-1 {
+		t.Fatalf("order %s: %d records in its group %q", id, len(lines)-len(keep), v)
+	}
+	if len(keep) == 0 {
+		err = rdb.HDel(ctx, key, g).Err()
+	} else {
+		err = rdb.HSet(ctx, key, g, strings.Join(keep, "\n")).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // settle waits until the order pipeline has stored everything of the sale.

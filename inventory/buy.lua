@@ -216,7 +216,7 @@ end
 local at, sh, bf, ids, bfields = {}, {}, {}, {}, {}
 local lines, qty, first = {}, {}, {}
 local rem, skus = {}, {}
-local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay'}
+local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay', 'orders'}
 local ifields, tkeys, spent
 local a = 4 + 4 * nth
 local shapes = {}
@@ -279,7 +279,7 @@ local meta = read('HMGET', KEYS[1], rfields)
 if not meta[1] then return {2} end
 local unlimited
 for i, sku in ipairs(skus) do
-  local v = meta[6 + i]
+  local v = meta[7 + i]
   if v then
     v = int(v) or 'bad'
     if v == -1 then
@@ -323,7 +323,23 @@ for b = 1, count do
   end
 end
 v = read('HMGET', KEYS[3], glist)
-for i, g in ipairs(glist) do gval[g] = v[i] end
+-- A group's value is its orders, a line each (order.lua): one that has a
+-- line of another group is corrupt ('bad'), and so is each buy of it.
+-- (Only a resend, or a buy of a caller's own id, finds one at all.)
+for i, g in ipairs(glist) do
+  local gv = v[i]
+  if gv then
+    for line in string.gmatch(gv .. '\n', '([^\n]*)\n') do
+      -- "<group><4 characters>|<record>"
+      if string.sub(line, 1, #g) ~= g or string.byte(line, #g + 5) ~= 124
+        or string.find(string.sub(line, #g + 1, #g + 4), '|', 1, true) then
+        gv = 'bad'
+        break
+      end
+    end
+  end
+  gval[g] = gv
+end
 -- idem[f]: the order id an idempotency field names, or false.
 local idem
 if ifields then
@@ -390,6 +406,14 @@ if pay then
   for i = 1, #af do
     if v[i] and not int(v[i]) then bad_a = af[i] end
   end
+end
+-- norders: how many orders the orders hash holds (the sale's "orders");
+-- none on a sale stored before the engine kept it, whose hash then holds a
+-- field per order (see order.lua), which HLEN counts; bad_o: corrupt
+local norders, bad_o = meta[7], false
+if norders then
+  norders = int(norders)
+  bad_o = not norders or norders < 0
 end
 local not_selling
 if not (limit and starts and ends) or pay == nil or pay and pay < 0 then
@@ -484,6 +508,7 @@ local function buy_one(b)
       return replay(prev, rec, b, true)
     end
   end
+  if gval[gof[b]] == 'bad' then return put(8, 'orders:' .. gof[b]) end
   local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id)
   if existing then return replay(id, existing, b, false) end
 
@@ -533,6 +558,7 @@ local function buy_one(b)
     return put(3, not_selling)
   end
   if bad_a then return put(8, bad_a) end
+  if bad_o then return put(8, 'orders') end
 
   -- The lines: a corrupt remaining, then unknown skus, a corrupt held
   -- count, the limit, the stock.
@@ -663,6 +689,10 @@ end
 for i = 1, ne do redis.call('XADD', KEYS[5], '*', 'bought', events[4 * i - 3] .. '|' .. events[4 * i - 1]) end
 
 local sale_writes
+if #new_held > 0 then
+  norders = norders or redis.call('HLEN', KEYS[3])
+  sale_writes = {'orders', exact(norders + #events / 4)}
+end
 for _, sku in ipairs(skus) do
   if sold[sku] then
     if rem[sku] == -1 then

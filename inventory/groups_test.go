@@ -167,3 +167,107 @@ func TestAnUnknownOutcomeNamesTheOrder(t *testing.T) {
 		t.Errorf("over the limit: %+v, %v; want ErrLimitExceeded and no order", rc, err)
 	}
 }
+
+// toOwnFields turns the sale's orders hash back into what an engine before
+// order groups wrote: a field per order, its value the record alone, and no
+// "orders" count in the sale hash.
+func (r *rig) toOwnFields(sale string) {
+	r.t.Helper()
+	key := r.key(sale, "orders")
+	groups, err := r.rdb.HGetAll(r.ctx, key).Result()
+	mustDo(r.t, err)
+	for g := range groups {
+		mustDo(r.t, r.rdb.HDel(r.ctx, key, g).Err())
+	}
+	for id, rec := range inventory.OrderRecords(groups) {
+		mustDo(r.t, r.rdb.HSet(r.ctx, key, id, rec).Err())
+	}
+	mustDo(r.t, r.rdb.HDel(r.ctx, r.key(sale, "sale"), "orders").Err())
+}
+
+// TestOrdersStoredBeforeGroupsStillServe: a sale an engine before order
+// groups stored keeps its records in a field per order. Its orders are
+// read, replayed by key, cancelled and counted; new buys join it by group;
+// a repair finds nothing to change, and after a record is lost it puts the
+// record back (in its group) and removes nothing else.
+func TestOrdersStoredBeforeGroupsStillServe(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r, db, rcs := busySale(t, b)
+		r.toOwnFields("s1")
+		old := r.orders("s1")
+		if len(old) != 4 {
+			t.Fatalf("%d records, want busySale's 4", len(old))
+		}
+		if n, err := r.eng.OrderCounts(r.ctx, []string{"s1"}); err[0] != nil || n[0] != 4 {
+			t.Errorf("OrderCounts = %v, %v; want 4", n, err)
+		}
+		if o, err := r.eng.Order(r.ctx, rcs["u2"].Order.ID); err != nil || o.UserID != "u2" {
+			t.Errorf("Order(u2's) = %+v, %v", o, err)
+		}
+		if rc, err := r.eng.Buy(r.ctx, "s1", "u1", lines("A", 2, "U", 1), "k1"); err != nil || !rc.Replayed || rc.Order.ID != rcs["u1"].Order.ID {
+			t.Errorf("repeat of k1 = %+v, %v; want u1's order replayed", rc, err)
+		}
+		if repaired, err := r.eng.Repair(r.ctx, "s1", db); err != nil || repaired.Changed() {
+			t.Errorf("Repair of a sound sale of own fields = %+v, %v; want nothing changed", repaired, err)
+		}
+		if rc, err := r.eng.Cancel(r.ctx, rcs["u2"].Order.ID, "u2"); err != nil || rc.Order.Status != inventory.OrderCancelled {
+			t.Errorf("Cancel(u2's) = %+v, %v", rc, err)
+		}
+		if rec := r.orders("s1")[rcs["u2"].Order.ID]; rec == "" || rec[0] != 'c' {
+			t.Errorf("u2's record after the cancel: %q", rec)
+		}
+		if _, err := r.eng.Buy(r.ctx, "s1", "u5", lines("A", 1), ""); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.eng.OrderCounts(r.ctx, []string{"s1"}); err[0] != nil || n[0] != 5 {
+			t.Errorf("OrderCounts after a new buy = %v, %v; want 5", n, err)
+		}
+		units, err := r.eng.UnitsInOrders(r.ctx, "s1")
+		if err != nil || units["A"] != 2+3+1 || units["U"] != 3 {
+			t.Errorf("UnitsInOrders = %v, %v; want A 6, U 3", units, err)
+		}
+
+		// A record lost is put back, in its group; the other own fields stay.
+		db.consume(r, "s1")
+		before := r.orders("s1")
+		mustDo(t, r.rdb.HDel(r.ctx, r.key("s1", "orders"), rcs["u3"].Order.ID).Err())
+		// ... and a record gone wrong in its own field: it moves to its group.
+		u4 := rcs["u4"].Order.ID
+		mustDo(t, r.rdb.HSet(r.ctx, r.key("s1", "orders"), u4, "p"+before[u4][1:]).Err())
+		repaired, err := r.eng.Repair(r.ctx, "s1", db)
+		if err != nil || !repaired.Changed() {
+			t.Fatalf("Repair of a lost record = %+v, %v", repaired, err)
+		}
+		if after := r.orders("s1"); !maps.Equal(after, before) {
+			t.Errorf("after the repair:\n%v\nwant\n%v", after, before)
+		}
+		if v, _ := r.rdb.HGet(r.ctx, r.key("s1", "orders"), rcs["u1"].Order.ID).Result(); v != before[rcs["u1"].Order.ID] {
+			t.Errorf("u1's own field %q after the repair: a sound record was moved", v)
+		}
+		if n, _ := r.rdb.HExists(r.ctx, r.key("s1", "orders"), u4).Result(); n {
+			t.Error("the repaired record's own field is still there")
+		}
+		if again, err := r.eng.Repair(r.ctx, "s1", db); err != nil || again.Changed() {
+			t.Errorf("second Repair = %+v, %v; want nothing changed", again, err)
+		}
+	})
+}
+
+// TestAResendIntoACorruptGroupIsRefused: a call's group whose value is not
+// its orders is corrupt; a resend of a buy of that call is refused as
+// corrupt rather than bought again on top of it.
+func TestAResendIntoACorruptGroupIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		id := inventory.NewOrderID("s1")
+		mustDo(t, r.rdb.HSet(r.ctx, r.key("s1", "orders"), inventory.OrderGroup(id), "garbage").Err())
+		_, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1), OrderID: id})
+		if !errors.Is(err, inventory.ErrCorrupt) {
+			t.Errorf("buy under an id of a corrupt group: %v, want ErrCorrupt", err)
+		}
+		if rem := r.remaining("s1")["A"]; rem != 10 {
+			t.Errorf("remaining %d, want 10", rem)
+		}
+	})
+}

@@ -18,12 +18,14 @@ import (
 //	                       "m:<move id>" a move of units out of or into the
 //	                       sale (see move.lua), kept while the sale lives,
 //	                       "pay" the payment timeout in ms (absent: no
-//	                       payment step, Sale.PaymentTimeout)
+//	                       payment step, Sale.PaymentTimeout), "orders"
+//	                       the number of order records (buy.lua, rebuild)
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order group>" -> the group's orders, one
 //	                       "<order id>|<order record>" a line (record.go):
 //	                       a group is the order ids of one buy.lua call
-//	                       (orderGroup, idGroup), so a call writes one field
+//	                       (orderGroup, idGroup), so a call writes one field;
+//	                       or, stored before groups, "<order id>" -> record
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
 //	{p:s}:tat:<w>:<n>  hash  "<user>" -> a buyer's throttle state
 //	                       (BuyRequest.Throttle) that passes in the n-th

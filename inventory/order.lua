@@ -10,6 +10,12 @@
 -- (events.go). No order id, record or idempotency key holds a newline, and
 -- no order id holds '|', so an order is found by its id at the start of a
 -- line.
+--
+-- A sale stored before the engine kept its orders by group may still hold
+-- an order's record under a field of the order id itself (its value the
+-- record alone): order_get finds it there when its group has none, and
+-- order_put writes it back there. (buy.lua looks for a resent order in its
+-- group only: an engine of this version resends its own calls only.)
 
 local function order_group(id) return string.sub(id, 1, -5) end
 
@@ -32,15 +38,20 @@ end
 
 -- order_get(key, id): the record of order id in the orders hash key (false
 -- for none), then what order_put needs to change it: its group's value and
--- the record's place in it.
+-- the record's place in it (no place: a field of its own).
 local function order_get(key, id)
   local v = redis.call('HGET', key, order_group(id))
   local rec, s, e = order_in(v, id)
-  return rec, v, s, e
+  if rec then return rec, v, s, e end
+  return redis.call('HGET', key, id), false, nil, nil
 end
 
--- order_put(key, id, record, v, s, e): writes record as order id's, in place
--- of its record at s..e of its group's value v (as order_get found them).
+-- order_put(key, id, record, v, s, e): writes record as order id's, where
+-- order_get found it: at s..e of its group's value v, or in its own field.
 local function order_put(key, id, record, v, s, e)
+  if not s then
+    redis.call('HSET', key, id, record)
+    return
+  end
   redis.call('HSET', key, order_group(id), string.sub(v, 1, s - 1) .. record .. string.sub(v, e + 1))
 end

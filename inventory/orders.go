@@ -61,9 +61,14 @@ func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
 	}
 	k := e.keys(saleID)
 	for attempt := 0; ; attempt++ {
-		group, err := e.rdb.HGet(ctx, k.orders, orderGroup(orderID)).Result()
+		pipe := e.rdb.Pipeline() // (Client has no HMGET of its own)
+		read := pipe.HMGet(ctx, k.orders, orderGroup(orderID), orderID)
+		_, _ = pipe.Exec(ctx)
+		vals, err := read.Result()
 		if err == nil {
-			if rec, ok := recordIn(group, orderID); ok {
+			group, _ := vals[0].(string)
+			own, _ := vals[1].(string)
+			if rec, ok := recordOf(orderID, group, own); ok {
 				return decodeRecord(orderID, saleID, rec)
 			}
 			err = redis.Nil

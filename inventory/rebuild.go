@@ -247,7 +247,7 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 		}
 	}
 	st.sale = append(st.sale, "limit", limitOf(s), "start", unixMs(s.StartsAt), "end", unixMs(s.EndsAt),
-		"paused", flag(s.Paused), "items", formatItems(s.Items))
+		"paused", flag(s.Paused), "items", formatItems(s.Items), "orders", len(st.orders)/2)
 	if s.PaymentTimeout > 0 {
 		st.sale = append(st.sale, "pay", s.PaymentTimeout.Milliseconds())
 	}

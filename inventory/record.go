@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // An order record, the value of an order in the sale's orders hash, is
@@ -100,10 +102,25 @@ func OrderRecords(groups map[string]string) map[string]string {
 
 // orderGroup is the field of the orders hash that holds the order's record.
 func orderGroup(orderID string) string {
-	if len(orderID) <= orderGroupTail {
-		return orderID
+	return orderID[:max(len(orderID)-orderGroupTail, 0)]
+}
+
+// ownField reports whether a field of the orders hash is an order id rather
+// than a group: the record of an order stored before the engine kept its
+// orders by group, the field's value the record alone (order.lua). An order
+// id ends in a ULID, a group in all but its last orderGroupTail characters.
+func ownField(field string) bool {
+	i := strings.LastIndex(field, orderIDSep)
+	return i >= 0 && len(field)-i-1 == ulid.EncodedSize
+}
+
+// recordOf returns an order's record from the orders hash's field of its
+// group and its own field (ownField), as read: "" for none.
+func recordOf(orderID, group, own string) (string, bool) {
+	if rec, ok := recordIn(group, orderID); ok && group != "" {
+		return rec, true
 	}
-	return orderID[:len(orderID)-orderGroupTail]
+	return own, own != ""
 }
 
 // recordIn returns the record of orderID in its group's value v.
@@ -126,6 +143,14 @@ func recordIn(v, orderID string) (string, bool) {
 // under badGroup(group), a name of the group no order id has: a record
 // that does not decode, which a repair replaces.
 func groupOrders(group, v string, into map[string]string) {
+	if ownField(group) { // an order's own field (the field is the order id)
+		if _, seen := into[group]; seen {
+			into[badGroup(orderGroup(group))] = v
+		} else {
+			into[group] = v
+		}
+		return
+	}
 	for line := range strings.SplitSeq(v, "\n") {
 		id, rec, ok := strings.Cut(line, "|")
 		if _, seen := into[id]; !ok || seen || orderGroup(id) != group || len(id) <= orderGroupTail {

@@ -312,6 +312,7 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 		fixed[sku][f]++
 	}
 	groups := map[string]bool{} // the order groups to write
+	var own []string            // the orders' own fields to remove (ownField)
 	for h := hashSale; h <= hashPaid; h++ {
 		var fields []string
 		for f := range want[h] {
@@ -335,6 +336,9 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 			}
 			if h == hashOrders {
 				groups[orderGroup(f)] = true // written whole, below
+				if _, ok := cur[hashOrderGroups][f]; ok && ownField(f) {
+					own = append(own, f) // and its own field removed
+				}
 			} else {
 				ops = append(ops, h+1, f, before, after)
 			}
@@ -372,6 +376,9 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 	}
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		ops = append(ops, hashOrders+1, g, cur[hashOrderGroups][g], want[hashOrderGroups][g])
+	}
+	for _, f := range own {
+		ops = append(ops, hashOrders+1, f, cur[hashOrderGroups][f], "")
 	}
 	if len(ops) == 0 {
 		return nil, nil, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,25 +180,7 @@ func (r *rig) orders(sale string) map[string]string {
 // dropOrder removes an order's record from Redis, as a lost write would.
 func (r *rig) dropOrder(sale, orderID string) {
 	r.t.Helper()
-	key, group := r.key(sale, "orders"), inventory.OrderGroup(orderID)
-	v, err := r.rdb.HGet(r.ctx, key, group).Result()
-	if err != nil {
-		r.t.Fatalf("HGET orders %s: %v", group, err)
-	}
-	var kept []string
-	for _, line := range strings.Split(v, "\n") {
-		if !strings.HasPrefix(line, orderID+"|") {
-			kept = append(kept, line)
-		}
-	}
-	if len(kept) == 0 {
-		err = r.rdb.HDel(r.ctx, key, group).Err()
-	} else {
-		err = r.rdb.HSet(r.ctx, key, group, strings.Join(kept, "\n")).Err()
-	}
-	if err != nil {
-		r.t.Fatalf("drop order %s: %v", orderID, err)
-	}
+	redistest.DropOrder(r.ctx, r.t, r.rdb, r.key(sale, "orders"), inventory.OrderGroup(orderID), orderID)
 }
 
 func (r *rig) held(sale string) map[string]int64 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -84,24 +83,10 @@ func (r *rig) must(err error) {
 }
 
 // dropOrder removes order id's record from s1's orders hash, as a Redis
-// that lost it would: its line of its group's value, or the group's field
-// when it was the group's only order. The test fails if Redis has no record
-// of the order.
+// that lost it would (redistest.DropOrder).
 func (r *rig) dropOrder(id string) {
 	r.t.Helper()
-	key, g := r.key("orders"), inventory.OrderGroup(id)
-	v, err := r.rdb.HGet(r.ctx, key, g).Result()
-	r.must(err)
-	lines := strings.Split(v, "\n")
-	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return strings.HasPrefix(l, id+"|") })
-	if len(keep) != len(lines)-1 {
-		r.t.Fatalf("order %s: %d records in its group %q", id, len(lines)-len(keep), v)
-	}
-	if len(keep) == 0 {
-		r.must(r.rdb.HDel(r.ctx, key, g).Err())
-		return
-	}
-	r.must(r.rdb.HSet(r.ctx, key, g, strings.Join(keep, "\n")).Err())
+	redistest.DropOrder(r.ctx, r.t, r.rdb, r.key("orders"), inventory.OrderGroup(id), id)
 }
 
 // putOrder writes record as order id's in s1's orders hash, after the other

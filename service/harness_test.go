@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,29 +205,10 @@ func redisOrders(ctx context.Context, rdb redis.UniversalClient, key string) (ma
 }
 
 // dropOrder removes order id's record from a sale's orders hash (key), as a
-// Redis that lost the write would: its line of its group's value, or the
-// group's field when it was its only order. It fails the test if Redis has
-// no record of the order.
+// Redis that lost the write would (redistest.DropOrder).
 func dropOrder(ctx context.Context, t testing.TB, rdb redis.UniversalClient, key, id string) {
 	t.Helper()
-	g := inventory.OrderGroup(id)
-	v, err := rdb.HGet(ctx, key, g).Result()
-	if err != nil {
-		t.Fatalf("the group of order %s: %v", id, err)
-	}
-	lines := strings.Split(v, "\n")
-	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return strings.HasPrefix(l, id+"|") })
-	if len(keep) != len(lines)-1 {
-		t.Fatalf("order %s: %d records in its group %q", id, len(lines)-len(keep), v)
-	}
-	if len(keep) == 0 {
-		err = rdb.HDel(ctx, key, g).Err()
-	} else {
-		err = rdb.HSet(ctx, key, g, strings.Join(keep, "\n")).Err()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	redistest.DropOrder(ctx, t, rdb, key, inventory.OrderGroup(id), id)
 }
 
 // settle waits until the order pipeline has stored everything of the sale.

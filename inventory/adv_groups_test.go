@@ -179,15 +179,7 @@ func TestAdvGroupsCtxEndsInFlight(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1)})
-					if err != nil {
-						errs[i] = err
-						return
-					}
-					if i%2 == 1 {
-						c = c.WithNewOrderID("s1")
-					}
-					rcs[i], errs[i] = r.eng.BuyChecked(ctx, c)
+					rcs[i], errs[i] = advBuyOne(ctx, r, i, i%2 == 1)
 				}()
 			}
 			wg.Wait()
@@ -233,15 +225,7 @@ func TestAdvGroupsCtxEndsWhileQueued(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1)})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			if i%3 == 0 {
-				c = c.WithNewOrderID("s1")
-			}
-			rcs[i], errs[i] = r.eng.BuyChecked(ctx, c)
+			rcs[i], errs[i] = advBuyOne(ctx, r, i, i%3 == 0)
 		}()
 	}
 	time.Sleep(20 * time.Millisecond) // let them queue (the checks below hold either way)
@@ -619,4 +603,17 @@ func TestAdvGroupsGarbageGroupIsNoOrder(t *testing.T) {
 	if err != nil && !errors.Is(err, inventory.ErrCorrupt) {
 		t.Errorf("UnitsInOrders: %v", err)
 	}
+}
+
+// advBuyOne buys one unit of s1's A as user u<i>, under an id the engine
+// chooses, or (withNew) one chosen first with WithNewOrderID.
+func advBuyOne(ctx context.Context, r *rig, i int, withNew bool) (inventory.Receipt, error) {
+	c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1)})
+	if err != nil {
+		return inventory.Receipt{}, err
+	}
+	if withNew {
+		c = c.WithNewOrderID("s1")
+	}
+	return r.eng.BuyChecked(ctx, c)
 }

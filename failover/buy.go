@@ -30,9 +30,11 @@ var ErrTokensNeedRedis = errors.New("failover: purchase tokens are checked in re
 // again, where it may be sold now: from Redis, or from the database in
 // degraded mode (after BeforeDatabaseBuy), or nowhere (ErrNobodySells).
 // A buy Redis refuses as fenced, or cannot be sent to Redis, goes to the
-// database if the mode changed to it meanwhile. The order id is chosen
-// here (if b has none), so that a buy whose outcome stays unknown is handed
-// over under it (unsure buys). A buy that carries a purchase token is not
+// database if the mode changed to it meanwhile. A buy whose outcome stays
+// unknown is handed over (unsure buys) under the order id the engine sent
+// it under: b's own, or a new one of its home sale (WithNewOrderID: the
+// engine may give it one of its call's group, and says which in the
+// receipt, on an error too). A buy that carries a purchase token is not
 // sold by the database (ErrTokensNeedRedis). Errors are the engine's and
 // the store's typed ones, ErrNobodySells and ErrTokensNeedRedis.
 //
@@ -193,26 +195,18 @@ func (f *Seller) endRedisBuy(buy inventory.CheckedBuy, rc inventory.Receipt, err
 	switch {
 	case err == nil:
 		f.acks.add(rc.Order)
-	case buy.OrderID() != "" && outcomeUnknown(err):
-		sale, _ := inventory.SaleOfOrder(buy.OrderID()) // the home segment of a segmented sale
-		f.acks.addUnsure(inventory.Order{ID: buy.OrderID(), SaleID: sale, UserID: buy.UserID(), Status: inventory.OrderPending,
+	case inventory.OutcomeUnknown(err):
+		id := rc.Order.ID // the id the engine sent it under (it may choose another new one)
+		if id == "" {
+			id = buy.OrderID()
+		}
+		if id == "" {
+			return
+		}
+		sale, _ := inventory.SaleOfOrder(id) // the home segment of a segmented sale
+		f.acks.addUnsure(inventory.Order{ID: id, SaleID: sale, UserID: buy.UserID(), Status: inventory.OrderPending,
 			Items: buy.Lines(), IdempotencyKey: buy.IdempotencyKey(), CreatedAt: time.Now().UTC()})
 	}
-}
-
-// outcomeUnknown reports whether a buy that failed with err may have run in
-// Redis all the same: any error but the engine's answers, which it gives
-// only for a buy that made no order. Taking a buy for unsure when it is not
-// costs nothing (its order never arrives); the reverse would sell twice.
-func outcomeUnknown(err error) bool {
-	for _, answer := range []error{inventory.ErrInvalid, inventory.ErrNotFound, inventory.ErrSoldOut, inventory.ErrLimitExceeded,
-		inventory.ErrThrottled, inventory.ErrSaleNotActive, inventory.ErrFenced, inventory.ErrCorrupt, inventory.ErrIdempotencyMismatch,
-		inventory.ErrTokenSpent} {
-		if errors.Is(err, answer) {
-			return false
-		}
-	}
-	return true
 }
 
 // waitRedisBuys waits until no buy of this instance is on its way to

@@ -207,10 +207,11 @@ func advStress(t *testing.T, rdb *redis.Client, eng *inventory.Engine, prefix st
 	wg.Wait()
 
 	key := func(s string) string { return "{" + prefix + ":s1}:" + s }
-	orders, err := rdb.HGetAll(ctx, key("orders")).Result()
+	groups, err := rdb.HGetAll(ctx, key("orders")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	orders := inventory.OrderRecords(groups)
 	held := map[string]int64{}
 	sold := map[string]int64{}
 	perKey, perToken, perStrict := map[string]int{}, map[string]int{}, map[string]int{}

@@ -54,7 +54,7 @@ func TestCounterPastExactIntegersIsCorrupt(t *testing.T) {
 				if rem, err := r.rdb.HGet(r.ctx, r.key("s1", "sale"), "r:A").Result(); err != nil || rem != "3" {
 					t.Errorf("remaining A %q, %v; want 3", rem, err)
 				}
-				if n, _ := r.rdb.HLen(r.ctx, r.key("s1", "orders")).Result(); n != 2 {
+				if n := len(r.orders("s1")); n != 2 {
 					t.Errorf("%d order records, want 2", n)
 				}
 			})

@@ -29,6 +29,13 @@ import (
 // whatever the throttle, the token, the sale's window, the limit or the
 // stock say now, the first attempt's outcome stands.
 //
+// The engine chooses the order id unless the buy names one
+// (BuyRequest.OrderID; CheckedBuy.WithNewOrderID lets it choose again). On
+// an error that leaves the buy's outcome unknown (OutcomeUnknown: a
+// transport error, its ctx ended while it was queued or in flight), the
+// receipt's Order is the order it was sent as, or would have been: the id
+// of the order it may have made.
+//
 // Errors match ErrInvalid, ErrNotFound (*NotFoundError: the sale or every
 // unknown sku), ErrSaleNotActive (*NotActiveError), ErrLimitExceeded
 // (*LimitError), ErrSoldOut (*SoldOutError, naming every short sku),
@@ -137,6 +144,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 		keys []string
 		bcs  []buyCall
 		at   []int
+		ids  idGroup // the call's order ids
 	}
 	var groups []*group
 	open := map[string]*group{} // each sale's group still taking buys
@@ -159,6 +167,7 @@ func (e *Engine) BuyMany(ctx context.Context, reqs []BuyRequest) []BuyResult {
 			groups = append(groups, g)
 			open[r.SaleID] = g
 		}
+		g.ids.give(&bc)
 		g.bcs, g.at = append(g.bcs, bc), append(g.at, i)
 	}
 	calls := make([]call, len(groups))
@@ -194,6 +203,10 @@ type buyCall struct {
 	tokenTTL int64       // ms
 	epoch    uint64      // the sold-out flags' epoch before it was sent
 	throttle gcra.Bucket // zero for none
+	// ownID: the order id is the engine's and was never sent, so the call
+	// that first sends the buy may give it one of the call's group
+	// (idGroup) instead
+	ownID bool
 }
 
 func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
@@ -212,6 +225,7 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
 			Items: c.lines, IdempotencyKey: c.key},
 		epoch: e.soldOut.epoch.Load(),
+		ownID: c.orderID == "" || c.newID,
 	}, nil
 }
 
@@ -429,7 +443,7 @@ func (e *Engine) finishBuyAfter(ctx context.Context, bc buyCall, failed int) (Re
 			return nil, err
 		})
 		if err != nil {
-			return Receipt{}, err
+			return unsure(one[0].placed, err), err
 		}
 		failed = 0
 		if code(replies[0]) == codeIDTaken && attempt < maxIDAttempts {

@@ -3,7 +3,12 @@
 -- order event are written with its deduction. A batch of one is a single buy;
 -- a buy in a batch sees the buys before it (their stock, quota and orders).
 --
--- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
+-- KEYS[1] sale hash    KEYS[2] bought hash
+-- KEYS[3] orders hash: each order's record under its group (order.lua,
+--         prepended): the orders a call buys are usually all of one group,
+--         the call's (the engine gives a call's buys ids of one), so the
+--         call writes one field, whose value is the text of the call's
+--         stream entry of bought orders (below)
 -- KEYS[4] idem hash    KEYS[5] events stream
 -- KEYS[6] the start of the buyers' throttle hashes: KEYS[6] .. w .. ':' .. n
 --         maps a user to their rate-limit state (a GCRA TAT, see gcra_take,
@@ -211,7 +216,7 @@ end
 local at, sh, bf, ids, bfields = {}, {}, {}, {}, {}
 local lines, qty, first = {}, {}, {}
 local rem, skus = {}, {}
-local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay'}
+local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay', 'orders'}
 local ifields, tkeys, spent
 local a = 4 + 4 * nth
 local shapes = {}
@@ -274,7 +279,7 @@ local meta = read('HMGET', KEYS[1], rfields)
 if not meta[1] then return {2} end
 local unlimited
 for i, sku in ipairs(skus) do
-  local v = meta[6 + i]
+  local v = meta[7 + i]
   if v then
     v = int(v) or 'bad'
     if v == -1 then
@@ -306,8 +311,35 @@ for i = 1, #bfields do
     held[f] = 0
   end
 end
--- orders[b]: the record stored under buy b's order id, or false.
-local orders = read('HMGET', KEYS[3], ids)
+-- gof[b]: buy b's order group; gval[g]: group g's stored value, or false
+-- (a call's own group has none, unless the call is a resend).
+local gof, gval, glist = {}, {}, {}
+for b = 1, count do
+  local g = order_group(ids[b])
+  gof[b] = g
+  if gval[g] == nil then
+    gval[g] = false
+    glist[#glist + 1] = g
+  end
+end
+v = read('HMGET', KEYS[3], glist)
+-- A group's value is its orders, a line each (order.lua): one that has a
+-- line of another group is corrupt ('bad'), and so is each buy of it.
+-- (Only a resend, or a buy of a caller's own id, finds one at all.)
+for i, g in ipairs(glist) do
+  local gv = v[i]
+  if gv then
+    for line in string.gmatch(gv .. '\n', '([^\n]*)\n') do
+      -- "<group><4 characters>|<record>"
+      if string.sub(line, 1, #g) ~= g or string.byte(line, #g + 5) ~= 124
+        or string.find(string.sub(line, #g + 1, #g + 4), '|', 1, true) then
+        gv = 'bad'
+        break
+      end
+    end
+  end
+  gval[g] = gv
+end
 -- idem[f]: the order id an idempotency field names, or false.
 local idem
 if ifields then
@@ -375,6 +407,14 @@ if pay then
     if v[i] and not int(v[i]) then bad_a = af[i] end
   end
 end
+-- norders: how many orders the orders hash holds (the sale's "orders");
+-- none on a sale stored before the engine kept it, whose hash then holds a
+-- field per order (see order.lua), which HLEN counts; bad_o: corrupt
+local norders, bad_o = meta[7], false
+if norders then
+  norders = int(norders)
+  bad_o = not norders or norders < 0
+end
 local not_selling
 if not (limit and starts and ends) or pay == nil or pay and pay < 0 then
   not_selling = 'sale'
@@ -407,8 +447,8 @@ end
 -- written twice takes its last value); made[id]: the records this batch
 -- made (a later buy of the batch may repeat one); sold[sku]: units this
 -- batch sold of a sku; tw[j]: the throttle states for hash wkey[j].
-local new_orders, new_held, sold, events = {}, {}, {}, {}
-local made, new_idem, new_spent, tw
+local new_held, sold, events = {}, {}, {}
+local made, new_idem, new_spent, tw, og
 if count > 1 and not distinct then made = {} end
 
 -- replay answers buy b's repeat with the order id names, after checking
@@ -464,11 +504,12 @@ local function buy_one(b)
     local prev = idem[u .. '|' .. key]
     if prev then
       local rec = made and made[prev]
-      if not rec then rec = redis.call('HGET', KEYS[3], prev) end
+      if not rec then rec = order_get(KEYS[3], prev) end
       return replay(prev, rec, b, true)
     end
   end
-  local existing = made and made[id] or orders[b]
+  if gval[gof[b]] == 'bad' then return put(8, 'orders:' .. gof[b]) end
+  local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id)
   if existing then return replay(id, existing, b, false) end
 
   if ARGV[d + 2] ~= '0' then
@@ -517,6 +558,7 @@ local function buy_one(b)
     return put(3, not_selling)
   end
   if bad_a then return put(8, bad_a) end
+  if bad_o then return put(8, 'orders') end
 
   -- The lines: a corrupt remaining, then unknown skus, a corrupt held
   -- count, the limit, the stock.
@@ -610,8 +652,8 @@ local function buy_one(b)
     w = #deadlines
     deadlines[w + 1], deadlines[w + 2] = now_ms + pay, id
   end
-  w = #new_orders
-  new_orders[w + 1], new_orders[w + 2] = id, record
+  -- og: the one group of the call's bought orders, false for several
+  if og == nil then og = gof[b] elseif og ~= gof[b] then og = false end
   if key ~= '' then
     idem[u .. '|' .. key] = id
     new_idem = new_idem or {}
@@ -628,10 +670,14 @@ end
 for b = 1, count do buy_one(b) end
 
 -- The events: the first write (see the top).
--- (events holds each event as four pieces: order id, '|', record, '\n')
+-- (events holds each event as four pieces: order id, '|', record, '\n';
+-- joined, they are the stream entry of the call's orders, and the value
+-- of their group when they are all of one)
 local ne = #events / 4
+local joined
+if ne > 0 then joined = table.concat(events, '', 1, 4 * ne - 1) end
 if ne > 1 and one_entry then
-  local id = redis.call('XADD', KEYS[5], '*', 'orders', table.concat(events, '', 1, 4 * ne - 1))
+  local id = redis.call('XADD', KEYS[5], '*', 'orders', joined)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if #seq <= 15 then
     redis.call('XSETID', KEYS[5], ms .. '-' .. string.format('%d', tonumber(seq) + ne - 1))
@@ -643,6 +689,10 @@ end
 for i = 1, ne do redis.call('XADD', KEYS[5], '*', 'bought', events[4 * i - 3] .. '|' .. events[4 * i - 1]) end
 
 local sale_writes
+if #new_held > 0 then
+  norders = norders or redis.call('HLEN', KEYS[3])
+  sale_writes = {'orders', exact(norders + #events / 4)}
+end
 for _, sku in ipairs(skus) do
   if sold[sku] then
     if rem[sku] == -1 then
@@ -664,7 +714,28 @@ if deadlines then
 end
 if #new_held > 0 then
   hset(KEYS[2], new_held)
-  hset(KEYS[3], new_orders)
+  -- Each group's new orders after those it holds (a resend's).
+  local groups = {}
+  if og then
+    groups[og] = joined
+  else
+    for i = 1, #events, 4 do
+      local g = order_group(events[i])
+      local list = groups[g]
+      if not list then
+        list = {}
+        groups[g] = list
+      end
+      list[#list + 1] = events[i] .. '|' .. events[i + 2]
+    end
+  end
+  local writes = {}
+  for g, list in pairs(groups) do
+    if type(list) == 'table' then list = table.concat(list, '\n') end
+    if gval[g] then list = gval[g] .. '\n' .. list end
+    writes[#writes + 1], writes[#writes + 2] = g, list
+  end
+  hset(KEYS[3], writes)
 end
 if new_idem then hset(KEYS[4], new_idem) end
 if deadlines then

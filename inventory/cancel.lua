@@ -1,7 +1,8 @@
 -- cancel.lua: cancel an order: its units go back to stock and to the buyer's
 -- quota, and a "cancelled" event is appended. Cancelling twice changes nothing.
 --
--- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
+-- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash (order.lua,
+--         prepended, finds the order's record in it)
 -- KEYS[4] events stream
 -- KEYS[5] marker of this cancel call: the remaining of each line right after
 --         it, as "r1,r2,..." (kept for a day). A call retried after its reply
@@ -30,7 +31,7 @@
 
 local order_id, owner = ARGV[2], ARGV[3]
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
-local record = redis.call('HGET', KEYS[3], order_id)
+local record, group, rs, re = order_get(KEYS[3], order_id)
 if not record then return {4} end
 local status, user, created, lines, key = string.match(record, '^([pc])|([^|]*)|(%d+)|([^|]*)|(.*)$')
 if not status or lines == '' then return {8, 'orders:' .. order_id} end
@@ -102,7 +103,7 @@ for i = 1, #sku do
     redis.call('HDEL', KEYS[2], user .. '|' .. sku[i])
   end
 end
-redis.call('HSET', KEYS[3], order_id, record)
+order_put(KEYS[3], order_id, record, group, rs, re)
 if awaiting then
   redis.call('ZREM', KEYS[6], order_id)
   for i = 1, #sku do redis.call('HINCRBY', KEYS[1], 'a:' .. sku[i], string.format('%d', -qty[i])) end

@@ -26,6 +26,7 @@ type CheckedBuy struct {
 	token          string
 	tokenTTL       int64 // ms, >= 1 with a token
 	orderID        string
+	newID          bool        // orderID is WithNewOrderID's: the engine may choose another
 	throttle       gcra.Bucket // zero for none
 	ignoreSoldOut  bool
 }
@@ -137,10 +138,13 @@ func (c CheckedBuy) InSale(saleID string) (CheckedBuy, error) {
 
 // WithNewOrderID returns the buy with a new order id of saleID (the buy's
 // sale, or the home segment InSale will move it to), or the buy itself if
-// it has an order id already.
+// it has an order id already. The engine may still give it another new id
+// of that sale, one of its call's group, before it first sends it: the
+// receipt, or on an error the receipt's Order (see Buy), has the id it was
+// sent under.
 func (c CheckedBuy) WithNewOrderID(saleID string) CheckedBuy {
 	if c.orderID == "" {
-		c.orderID = NewOrderID(saleID)
+		c.orderID, c.newID = NewOrderID(saleID), true
 	}
 	return c
 }

@@ -123,7 +123,11 @@ func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
 		waiterPool.Put(w)
 		return rc, err
 	case <-ctx.Done():
-		return Receipt{}, ctx.Err() // w is left to its call, not reused
+		// w is left to its call, not reused; its id is final once taken.
+		c.mu.Lock()
+		placed := w.bc.placed
+		c.mu.Unlock()
+		return unsure(placed, ctx.Err()), ctx.Err()
 	}
 }
 
@@ -133,6 +137,12 @@ func (c *coalescer) takeLocked() []*waiter {
 	n := min(len(c.queue), c.e.coalesce.MaxBatch)
 	ready := make([]*waiter, n)
 	copy(ready, c.queue)
+	// The call's order ids, before any copy of a buy is sent (every retry
+	// has its id), under c.mu (a caller that gives up reads it: buy).
+	var ids idGroup
+	for _, w := range ready {
+		ids.give(&w.bc)
+	}
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
@@ -170,7 +180,7 @@ func (c *coalescer) deliver(live []*waiter, bcs []buyCall, replies [][]any, err 
 		failed := 0
 		switch {
 		case err != nil && !transient(w.ctx, err):
-			w.err = err
+			w.rc, w.err = unsure(bcs[i].placed, err), err
 			w.done <- struct{}{}
 			continue
 		case err != nil:

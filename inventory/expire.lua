@@ -7,7 +7,8 @@
 -- at once. A pay (pay.lua) wins while now < pay_by; this takes an order
 -- once pay_by <= now, by the same clock (TIME).
 --
--- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash
+-- KEYS[1] sale hash    KEYS[2] bought hash    KEYS[3] orders hash (order.lua,
+--         prepended, finds an order's record in it)
 -- KEYS[4] events stream    KEYS[5] deadlines zset
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME)
 -- ARGV[2] the most orders to expire in this call
@@ -40,7 +41,7 @@ local at = string.format('%d', now_ms)
 local done, skus, seen = {}, {}, {}
 
 local function expire(order_id)
-  local record = redis.call('HGET', KEYS[3], order_id)
+  local record, group, rs, re = order_get(KEYS[3], order_id)
   if not record then
     redis.call('ZREM', KEYS[5], order_id) -- nothing to expire (never here)
     return
@@ -87,7 +88,7 @@ local function expire(order_id)
       skus[#skus + 1] = sku[i]
     end
   end
-  redis.call('HSET', KEYS[3], order_id, 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key)
+  order_put(KEYS[3], order_id, 'c|' .. user .. '|' .. created .. '|' .. lines .. '|' .. key, group, rs, re)
   redis.call('ZREM', KEYS[5], order_id)
   done[#done + 1] = order_id
 end

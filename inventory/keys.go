@@ -18,9 +18,14 @@ import (
 //	                       "m:<move id>" a move of units out of or into the
 //	                       sale (see move.lua), kept while the sale lives,
 //	                       "pay" the payment timeout in ms (absent: no
-//	                       payment step, Sale.PaymentTimeout)
+//	                       payment step, Sale.PaymentTimeout), "orders"
+//	                       the number of order records (buy.lua, rebuild)
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
-//	{p:s}:orders    hash   "<order id>" -> order record (see record.go)
+//	{p:s}:orders    hash   "<order group>" -> the group's orders, one
+//	                       "<order id>|<order record>" a line (record.go):
+//	                       a group is the order ids of one buy.lua call
+//	                       (orderGroup, idGroup), so a call writes one field;
+//	                       or, stored before groups, "<order id>" -> record
 //	{p:s}:idem      hash   "<user>|<idempotency key>" -> order id
 //	{p:s}:tat:<w>:<n>  hash  "<user>" -> a buyer's throttle state
 //	                       (BuyRequest.Throttle) that passes in the n-th
@@ -150,6 +155,41 @@ func NewOrderID(saleID string) string {
 	b.WriteString(orderIDSep)
 	b.Write(text[:])
 	return b.String()
+}
+
+// idGroup hands out the order ids of one script call's buys: ids of one
+// group (orderGroup), so that the call's orders are one field of the orders
+// hash. The first id is NewOrderID's; the others differ from it in the last
+// orderGroupTail characters only (still a ULID's, of the same millisecond),
+// which count the call's buys.
+type idGroup struct {
+	prefix string
+	n      int
+}
+
+// ulidDigits are the characters of a ULID (Crockford's base 32), by value.
+const ulidDigits = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// next returns the call's next order id, of sale saleID.
+func (g *idGroup) next(saleID string) string {
+	if g.prefix == "" || g.n == 1<<(5*orderGroupTail) {
+		id := NewOrderID(saleID)
+		g.prefix, g.n = orderGroup(id), 0
+	}
+	var tail [orderGroupTail]byte
+	for i, n := orderGroupTail-1, g.n; i >= 0; i, n = i-1, n>>5 {
+		tail[i] = ulidDigits[n&31]
+	}
+	g.n++
+	return g.prefix + string(tail[:])
+}
+
+// give gives bc, before it is first sent, the call's next order id if the
+// engine chose its id (buyCall.ownID).
+func (g *idGroup) give(bc *buyCall) {
+	if bc.ownID {
+		bc.placed.ID, bc.ownID = g.next(bc.placed.SaleID), false
+	}
 }
 
 // SaleOfOrder returns the sale id an order id belongs to, or an error matching

@@ -167,6 +167,22 @@ func (r *rig) events(sale string) []inventory.Event {
 }
 
 // held returns what each "user|sku" holds, read from Redis.
+// orders returns the sale's order records in Redis, by order id.
+func (r *rig) orders(sale string) map[string]string {
+	r.t.Helper()
+	h, err := r.rdb.HGetAll(r.ctx, r.key(sale, "orders")).Result()
+	if err != nil {
+		r.t.Fatalf("HGETALL orders: %v", err)
+	}
+	return inventory.OrderRecords(h)
+}
+
+// dropOrder removes an order's record from Redis, as a lost write would.
+func (r *rig) dropOrder(sale, orderID string) {
+	r.t.Helper()
+	redistest.DropOrder(r.ctx, r.t, r.rdb, r.key(sale, "orders"), inventory.OrderGroup(orderID), orderID)
+}
+
 func (r *rig) held(sale string) map[string]int64 {
 	r.t.Helper()
 	h, err := r.rdb.HGetAll(r.ctx, r.key(sale, "bought")).Result()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,9 +61,17 @@ func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
 	}
 	k := e.keys(saleID)
 	for attempt := 0; ; attempt++ {
-		rec, err := e.rdb.HGet(ctx, k.orders, orderID).Result()
+		pipe := e.rdb.Pipeline() // (Client has no HMGET of its own)
+		read := pipe.HMGet(ctx, k.orders, orderGroup(orderID), orderID)
+		_, _ = pipe.Exec(ctx)
+		vals, err := read.Result()
 		if err == nil {
-			return decodeRecord(orderID, saleID, rec)
+			group, _ := vals[0].(string)
+			own, _ := vals[1].(string)
+			if rec, ok := recordOf(orderID, group, own); ok {
+				return decodeRecord(orderID, saleID, rec)
+			}
+			err = redis.Nil
 		}
 		if err != redis.Nil {
 			return Order{}, fmt.Errorf("seckill: read order %s: %w", orderID, err)
@@ -86,7 +95,8 @@ func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
 
 // UnitsInOrders sums, per sku, the units of the sale's live (not cancelled)
 // orders as Redis records them: what was sold according to the orders,
-// independent of the stock counters. It scans every order (HSCAN), so it
+// independent of the stock counters. It scans every order (HSCAN of their
+// groups), so it
 // is for reconciliation, not for a hot path; under load the sum is a
 // moving picture.
 func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]int64, error) {
@@ -107,7 +117,7 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 		}
 		page := make(map[string]string, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
-			page[kv[i]] = kv[i+1]
+			groupOrders(kv[i], kv[i+1], page)
 		}
 		if err := addUnitsInOrders(out, saleID, page); err != nil {
 			return nil, err
@@ -123,6 +133,10 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 // error.
 func addUnitsInOrders(out map[string]int64, saleID string, records map[string]string) error {
 	for id, rec := range records {
+		if g, bad := strings.CutSuffix(id, badGroup("")); bad {
+			// (its whole value may read as one record: it is none)
+			return fmt.Errorf("%w: order group %s holds %q", ErrCorrupt, g, truncate(rec, 200))
+		}
 		o, err := decodeRecord(id, saleID, rec)
 		if err != nil {
 			return err

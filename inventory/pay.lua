@@ -4,7 +4,8 @@
 -- wins while now < pay_by, an expiry takes an order once pay_by <= now;
 -- whichever runs first removes the order from the deadlines.
 --
--- KEYS[1] sale hash    KEYS[2] orders hash    KEYS[3] deadlines zset
+-- KEYS[1] sale hash    KEYS[2] orders hash (order.lua, prepended)
+-- KEYS[3] deadlines zset
 -- KEYS[4] paid hash    KEYS[5] events stream
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME)
 -- ARGV[2] order id
@@ -27,7 +28,7 @@
 
 local order_id, owner, ref = ARGV[2], ARGV[3], ARGV[4]
 if redis.call('EXISTS', KEYS[1]) == 0 then return {2} end
-local record = redis.call('HGET', KEYS[2], order_id)
+local record = order_get(KEYS[2], order_id)
 if not record then return {4} end
 local status, user, created, lines, key = string.match(record, '^([pc])|([^|]*)|(%d+)|([^|]*)|(.*)$')
 if not status or lines == '' then return {8, 'orders:' .. order_id} end

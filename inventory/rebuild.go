@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -132,7 +134,7 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		k.stage(token, "deadlines"), k.stage(token, "paid")}
 	ttl := max(2*e.lockTTL, time.Minute).Milliseconds()
 	var calls []call
-	for i, fields := range [6][]any{state.sale, state.bought, state.orders, state.idem, state.deadlines, state.paid} {
+	for i, fields := range [6][]any{state.sale, state.bought, state.orderGroups(), state.idem, state.deadlines, state.paid} {
 		for len(fields) > 0 {
 			n := min(len(fields), 2*stageChunk)
 			calls = append(calls, call{s: stageScript, keys: []string{stageKeys[i]}, args: append([]any{ttl}, fields[:n]...)})
@@ -167,10 +169,26 @@ const stageChunk = 500
 
 // saleState is a snapshot as the field/value pairs of the four live hashes,
 // and of the payment step: the deadlines (order id, pay_by ms; a zset once
-// live) and the paid hash.
+// live) and the paid hash. Its orders are order id, record pairs; the
+// orders hash holds them by group (orderGroups).
 type saleState struct {
 	sale, bought, orders, idem []any
 	deadlines, paid            []any
+}
+
+// orderGroups is the orders hash's field/value pairs: each group of the
+// orders, and its orders (record.go).
+func (st saleState) orderGroups() []any {
+	byID := make(map[string]string, len(st.orders)/2)
+	for i := 0; i+1 < len(st.orders); i += 2 {
+		byID[st.orders[i].(string)] = st.orders[i+1].(string)
+	}
+	groups := groupValues(byID)
+	out := make([]any, 0, 2*len(groups))
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		out = append(out, g, groups[g])
+	}
+	return out
 }
 
 // stateOf checks a snapshot and turns it into hash fields: remaining is
@@ -229,7 +247,7 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 		}
 	}
 	st.sale = append(st.sale, "limit", limitOf(s), "start", unixMs(s.StartsAt), "end", unixMs(s.EndsAt),
-		"paused", flag(s.Paused), "items", formatItems(s.Items))
+		"paused", flag(s.Paused), "items", formatItems(s.Items), "orders", len(st.orders)/2)
 	if s.PaymentTimeout > 0 {
 		st.sale = append(st.sale, "pay", s.PaymentTimeout.Milliseconds())
 	}

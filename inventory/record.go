@@ -2,9 +2,12 @@ package inventory
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // An order record, the value of an order in the sale's orders hash, is
@@ -69,4 +72,115 @@ func parseLines(s string, signed bool) ([]Line, error) {
 		lines = append(lines, Line{SKU: sku, Qty: qty})
 	}
 	return lines, nil
+}
+
+// An order's record is kept in the orders hash under its group, the order
+// id without its last orderGroupTail characters; the group's value is its
+// orders as "<order id>|<record>" joined by newlines, in the order they were
+// made (order.lua says the same for the scripts). The engine gives the buys
+// of one script call ids of one group (idGroup), so that a call writes one
+// field of the hash rather than one per order: half the entries a buy
+// leaves in Redis (docs/performance.md, "One entry per buy").
+const orderGroupTail = 4
+
+// OrderGroup returns the field of its sale's orders hash (Engine.Key(sale,
+// "orders")) that holds the order's record, with the other orders of its
+// group: for an operator, or a test, that reads Redis itself.
+func OrderGroup(orderID string) string { return orderGroup(orderID) }
+
+// OrderRecords turns the fields of a sale's orders hash (group -> its
+// orders) into order id -> record (the record as in the stream's events,
+// see events.go). A group's value that holds something else than its
+// orders is under its group's name followed by "?bad".
+func OrderRecords(groups map[string]string) map[string]string {
+	out := make(map[string]string, len(groups))
+	for g, v := range groups {
+		groupOrders(g, v, out)
+	}
+	return out
+}
+
+// orderGroup is the field of the orders hash that holds the order's record.
+func orderGroup(orderID string) string {
+	return orderID[:max(len(orderID)-orderGroupTail, 0)]
+}
+
+// ownField reports whether a field of the orders hash is an order id rather
+// than a group: the record of an order stored before the engine kept its
+// orders by group, the field's value the record alone (order.lua). An order
+// id ends in a ULID, a group in all but its last orderGroupTail characters.
+func ownField(field string) bool {
+	i := strings.LastIndex(field, orderIDSep)
+	return i >= 0 && len(field)-i-1 == ulid.EncodedSize
+}
+
+// recordOf returns an order's record from the orders hash's field of its
+// group and its own field (ownField), as read: "" for none.
+func recordOf(orderID, group, own string) (string, bool) {
+	if rec, ok := recordIn(group, orderID); ok && group != "" {
+		return rec, true
+	}
+	return own, own != ""
+}
+
+// recordIn returns the record of orderID in its group's value v.
+func recordIn(v, orderID string) (string, bool) {
+	for rest := v; ; {
+		line, next, more := strings.Cut(rest, "\n")
+		if id, rec, ok := strings.Cut(line, "|"); ok && id == orderID {
+			return rec, true
+		}
+		if !more {
+			return "", false
+		}
+		rest = next
+	}
+}
+
+// groupOrders adds the orders a group's value holds to into, as order id
+// -> record. If a line is not an order of this group (no '|', an id of
+// another group, an id seen before in it), the whole value is added too,
+// under badGroup(group), a name of the group no order id has: a record
+// that does not decode, which a repair replaces.
+func groupOrders(group, v string, into map[string]string) {
+	if ownField(group) { // an order's own field (the field is the order id)
+		if _, seen := into[group]; seen {
+			into[badGroup(orderGroup(group))] = v
+		} else {
+			into[group] = v
+		}
+		return
+	}
+	for line := range strings.SplitSeq(v, "\n") {
+		id, rec, ok := strings.Cut(line, "|")
+		if _, seen := into[id]; !ok || seen || orderGroup(id) != group || len(id) <= orderGroupTail {
+			into[badGroup(group)] = v
+			continue
+		}
+		into[id] = rec
+	}
+}
+
+// badGroup names a group's value that holds something other than its
+// orders (groupOrders); its group is the group (orderGroup).
+func badGroup(group string) string { return group + "?bad" }
+
+// groupValues turns order id, record pairs into the orders hash's group,
+// value pairs, each group's orders in the order of their ids.
+func groupValues(orders map[string]string) map[string]string {
+	ids := make([]string, 0, len(orders))
+	for id := range orders {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := map[string]string{}
+	for _, id := range ids {
+		g := orderGroup(id)
+		if v, ok := out[g]; ok {
+			out[g] = v + "\n" + id + "|" + orders[id]
+		} else {
+			out[g] = id + "|" + orders[id]
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,9 +229,13 @@ const (
 	hashIdem
 	hashDeadlines
 	hashPaid
+	// hashOrderGroups is the orders hash itself (group -> its orders, see
+	// record.go); hashOrders is the orders it holds (order id -> record),
+	// which a repair compares, then writes by group.
+	hashOrderGroups
 )
 
-type saleHashes [6]map[string]string
+type saleHashes [7]map[string]string
 
 // hashes is the state as the hashes hold it.
 func (st saleState) hashes() saleHashes {
@@ -241,6 +246,7 @@ func (st saleState) hashes() saleHashes {
 			h[i][fmt.Sprint(pairs[j])] = fmt.Sprint(pairs[j+1])
 		}
 	}
+	h[hashOrderGroups] = groupValues(h[hashOrders])
 	return h
 }
 
@@ -253,10 +259,14 @@ func (e *Engine) readState(ctx context.Context, k saleKeys) (saleHashes, error) 
 	if h[hashSale], err = e.rdb.HGetAll(ctx, k.sale).Result(); err != nil {
 		return h, fmt.Errorf("seckill: read %s: %w", k.sale, err)
 	}
-	for i, key := range map[int]string{hashBought: k.bought, hashOrders: k.orders, hashIdem: k.idem, hashPaid: k.paid} {
+	for i, key := range map[int]string{hashBought: k.bought, hashOrderGroups: k.orders, hashIdem: k.idem, hashPaid: k.paid} {
 		if h[i], err = e.scanHash(ctx, key); err != nil {
 			return h, err
 		}
+	}
+	h[hashOrders] = make(map[string]string, len(h[hashOrderGroups]))
+	for g, v := range h[hashOrderGroups] {
+		groupOrders(g, v, h[hashOrders])
 	}
 	h[hashDeadlines], err = e.scanDeadlines(ctx, k.deadlines)
 	return h, err
@@ -301,6 +311,8 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 		}
 		fixed[sku][f]++
 	}
+	groups := map[string]bool{} // the order groups to write
+	var own []string            // the orders' own fields to remove (ownField)
 	for h := hashSale; h <= hashPaid; h++ {
 		var fields []string
 		for f := range want[h] {
@@ -322,7 +334,14 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 				h == hashBought && zero(before) && zero(after) {
 				continue
 			}
-			ops = append(ops, h+1, f, before, after)
+			if h == hashOrders {
+				groups[orderGroup(f)] = true // written whole, below
+				if _, ok := cur[hashOrderGroups][f]; ok && ownField(f) {
+					own = append(own, f) // and its own field removed
+				}
+			} else {
+				ops = append(ops, h+1, f, before, after)
+			}
 			switch h {
 			case hashSale:
 				if f == "pay" || strings.HasPrefix(f, "a:") { // the payment step's
@@ -354,6 +373,12 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 				fix("", RepairPayments)
 			}
 		}
+	}
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		ops = append(ops, hashOrders+1, g, cur[hashOrderGroups][g], want[hashOrderGroups][g])
+	}
+	for _, f := range own {
+		ops = append(ops, hashOrders+1, f, cur[hashOrderGroups][f], "")
 	}
 	if len(ops) == 0 {
 		return nil, nil, nil

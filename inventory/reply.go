@@ -144,3 +144,31 @@ func ints(vs []any) ([]int64, error) {
 	}
 	return out, nil
 }
+
+// OutcomeUnknown reports whether a buy that failed with err may have made
+// its order all the same: any error but the engine's answers, which it
+// gives only for a buy that made none. Taking a buy for unsure when it is
+// not costs nothing (its order never arrives); the reverse would sell
+// twice. On such an error the receipt's Order is the order the buy was sent
+// as (Buy).
+func OutcomeUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, answer := range []error{ErrInvalid, ErrNotFound, ErrSoldOut, ErrLimitExceeded, ErrThrottled, ErrSaleNotActive,
+		ErrFenced, ErrCorrupt, ErrIdempotencyMismatch, ErrTokenSpent} {
+		if errors.Is(err, answer) {
+			return false
+		}
+	}
+	return true
+}
+
+// unsure is the receipt of a buy sent as placed that failed with err: the
+// order it may have made when its outcome is unknown (OutcomeUnknown).
+func unsure(placed Order, err error) Receipt {
+	if OutcomeUnknown(err) {
+		return Receipt{Order: placed}
+	}
+	return Receipt{}
+}

@@ -46,9 +46,11 @@ var (
 	intSrc string
 	//go:embed settled.lua
 	settledSrc string
+	//go:embed order.lua
+	orderSrc string
 
-	buyScript      = luascript.New("buy", gcra.ClockLua+"\n"+gcra.TakeLua+"\n"+intSrc+"\n"+buySrc)
-	cancelScript   = luascript.New("cancel", intSrc+"\n"+cancelSrc)
+	buyScript      = luascript.New("buy", gcra.ClockLua+"\n"+gcra.TakeLua+"\n"+intSrc+"\n"+orderSrc+"\n"+buySrc)
+	cancelScript   = luascript.New("cancel", intSrc+"\n"+orderSrc+"\n"+cancelSrc)
 	restockScript  = luascript.New("restock", gcra.ClockLua+"\n"+intSrc+"\n"+restockSrc)
 	createScript   = luascript.New("create", createSrc)
 	pauseScript    = luascript.New("pause", pauseSrc)
@@ -59,8 +61,8 @@ var (
 	repairScript   = luascript.New("repair", settledSrc+"\n"+repairSrc)
 	fenceScript    = luascript.New("fence", fenceSrc)
 	moveScript     = luascript.New("move", intSrc+"\n"+moveSrc)
-	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+intSrc+"\n"+paySrc)
-	expireScript   = luascript.New("expire", gcra.ClockLua+"\n"+intSrc+"\n"+expireSrc)
+	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+intSrc+"\n"+orderSrc+"\n"+paySrc)
+	expireScript   = luascript.New("expire", gcra.ClockLua+"\n"+intSrc+"\n"+orderSrc+"\n"+expireSrc)
 
 	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
 		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript,

@@ -91,13 +91,13 @@ func TestCorruptValueSpoilsOneBuyOfABatch(t *testing.T) {
 				if err := r.rdb.HSet(r.ctx, r.key("s1", "idem"), "u2|k", "s1.01JDKQ0000000000000000000").Err(); err != nil {
 					return err
 				}
-				return r.rdb.HSet(r.ctx, r.key("s1", "orders"), "s1.01JDKQ0000000000000000000", "garbage").Err()
+				return r.rdb.HSet(r.ctx, r.key("s1", "orders"), inventory.OrderGroup("s1.01JDKQ0000000000000000000"), "s1.01JDKQ0000000000000000000|garbage").Err()
 			}, "A", "k"},
 			{"the key's order record has bad lines", func(r *rig) error {
 				if err := r.rdb.HSet(r.ctx, r.key("s1", "idem"), "u2|k", "s1.01JDKQ0000000000000000000").Err(); err != nil {
 					return err
 				}
-				return r.rdb.HSet(r.ctx, r.key("s1", "orders"), "s1.01JDKQ0000000000000000000", "p|u2|17|A=x|k").Err()
+				return r.rdb.HSet(r.ctx, r.key("s1", "orders"), inventory.OrderGroup("s1.01JDKQ0000000000000000000"), "s1.01JDKQ0000000000000000000|p|u2|17|A=x|k").Err()
 			}, "A", "k"},
 			{"the user's count is 1.0", func(r *rig) error {
 				return r.rdb.HSet(r.ctx, r.key("s1", "bought"), "u2|A", "1.0").Err()
@@ -137,7 +137,7 @@ func TestCorruptValueSpoilsOneBuyOfABatch(t *testing.T) {
 				if h := r.held("s1"); h["u1|A"] != 1 || h["u3|A"] != 1 {
 					t.Errorf("held %v", h)
 				}
-				if n, _ := r.rdb.HLen(r.ctx, r.key("s1", "orders")).Result(); n != 2+int64(len(spoil.key)) {
+				if n := len(r.orders("s1")); n != 2+len(spoil.key) {
 					t.Errorf("%d order records", n)
 				}
 			})

@@ -41,20 +41,35 @@ func (e *Engine) Stocks(ctx context.Context, saleIDs []string) (states []SaleSta
 
 // OrderCounts reads how many orders each sale's Redis record holds (every
 // order Redis still keeps, cancelled ones included), in one pipeline (one
-// round trip per node): counts[i] and errs[i] are sale saleIDs[i]'s.
+// round trip per node): counts[i] and errs[i] are sale saleIDs[i]'s. The
+// sale hash counts them ("orders": buy.lua adds a call's, a rebuild sets
+// it); a sale stored before it did holds a field per order, and HLEN
+// counts those.
 func (e *Engine) OrderCounts(ctx context.Context, saleIDs []string) (counts []int64, errs []error) {
 	counts, errs = make([]int64, len(saleIDs)), make([]error, len(saleIDs))
 	p := e.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(saleIDs))
+	kept := make([]*redis.StringCmd, len(saleIDs))
+	fields := make([]*redis.IntCmd, len(saleIDs))
 	for i, id := range saleIDs {
 		if errs[i] = validateID("sale", id); errs[i] == nil {
-			cmds[i] = p.HLen(ctx, e.keys(id).orders)
+			k := e.keys(id)
+			kept[i], fields[i] = p.HGet(ctx, k.sale, "orders"), p.HLen(ctx, k.orders)
 		}
 	}
 	_, _ = p.Exec(ctx) // each command carries its own error
-	for i, cmd := range cmds {
-		if cmd != nil {
-			counts[i], errs[i] = cmd.Result()
+	for i, id := range saleIDs {
+		if kept[i] == nil {
+			continue
+		}
+		switch n, err := kept[i].Result(); {
+		case err == redis.Nil:
+			counts[i], errs[i] = fields[i].Result()
+		case err != nil:
+			errs[i] = err
+		default:
+			if counts[i], err = strconv.ParseInt(n, 10, 64); err != nil || counts[i] < 0 {
+				counts[i], errs[i] = 0, fmt.Errorf("%w: sale %s counts %q orders", ErrCorrupt, id, truncate(n, 200))
+			}
 		}
 	}
 	return counts, errs

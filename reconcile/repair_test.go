@@ -82,6 +82,30 @@ func (r *rig) must(err error) {
 	}
 }
 
+// dropOrder removes order id's record from s1's orders hash, as a Redis
+// that lost it would (redistest.DropOrder).
+func (r *rig) dropOrder(id string) {
+	r.t.Helper()
+	redistest.DropOrder(r.ctx, r.t, r.rdb, r.key("orders"), inventory.OrderGroup(id), id)
+}
+
+// putOrder writes record as order id's in s1's orders hash, after the other
+// orders of its group, as a Redis that sold it would hold it.
+func (r *rig) putOrder(id, record string) {
+	r.t.Helper()
+	key, g := r.key("orders"), inventory.OrderGroup(id)
+	v, err := r.rdb.HGet(r.ctx, key, g).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		v = id + "|" + record
+	case err != nil:
+		r.t.Fatal(err)
+	default:
+		v += "\n" + id + "|" + record
+	}
+	r.must(r.rdb.HSet(r.ctx, key, g, v).Err())
+}
+
 // sale creates s1 (A: 10 units, U: unlimited, 2 per buyer) in the database
 // and Redis, as the service does, and buys: u1 2 A + 1 U, u2 1 A, u3 1 A
 // (then cancelled).
@@ -161,12 +185,12 @@ func TestRepair(t *testing.T) {
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 3).Err())
 		}, 0, 3, 0, 0},
 		{"an order the database has, lost with its deduction", func(r *rig, rcs map[string]inventory.Receipt) {
-			r.must(r.rdb.HDel(r.ctx, r.key("orders"), rcs["u2"].Order.ID).Err())
+			r.dropOrder(rcs["u2"].Order.ID)
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 1).Err())
 			r.must(r.rdb.HDel(r.ctx, r.key("bought"), "u2|A").Err())
 		}, 1, 0, 0, 0},
 		{"an order Redis sold that will never reach the database", func(r *rig, _ map[string]inventory.Receipt) {
-			r.must(r.rdb.HSet(r.ctx, r.key("orders"), "s1.01JD0000000000000000000000", "p|ghost|1795000000000|A=2|").Err())
+			r.putOrder("s1.01JD0000000000000000000000", "p|ghost|1795000000000|A=2|")
 			r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", -2).Err())
 			r.must(r.rdb.HSet(r.ctx, r.key("bought"), "ghost|A", "2").Err())
 		}, -2, 0, 0, 0},

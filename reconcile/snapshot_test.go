@@ -128,7 +128,7 @@ func TestEventsRedisLostAreDrift(t *testing.T) {
 		}
 		// Redis forgets the buy: its deduction, its records, its event.
 		r.must(r.rdb.HIncrBy(r.ctx, r.key("sale"), "r:A", 1).Err())
-		r.must(r.rdb.HDel(r.ctx, r.key("orders"), rc.Order.ID).Err())
+		r.dropOrder(rc.Order.ID)
 		r.must(r.rdb.HDel(r.ctx, r.key("bought"), "u4|A").Err())
 		r.must(r.rdb.XTrimMaxLen(r.ctx, r.key("events"), 0).Err())
 		if err := r.rdb.Do(r.ctx, "XSETID", r.key("events"), before).Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -91,11 +92,11 @@ func (x *e2e) createRecorded(sale inventory.Sale, k int) {
 // redisOrders returns the ids of a segment's order records in Redis.
 func (x *e2e) redisOrders(seg string) []string {
 	x.t.Helper()
-	ids, err := x.rdb.HKeys(x.ctx, x.eng.Key(seg, "orders")).Result()
+	groups, err := x.rdb.HGetAll(x.ctx, x.eng.Key(seg, "orders")).Result()
 	if err != nil {
-		x.t.Fatalf("HKEYS orders of %s: %v", seg, err)
+		x.t.Fatalf("HGETALL orders of %s: %v", seg, err)
 	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(inventory.OrderRecords(groups)))
 	return ids
 }
 

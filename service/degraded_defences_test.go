@@ -92,8 +92,8 @@ func TestUnknownOutcomeBuyIsNotSoldTwice(t *testing.T) {
 		t.Fatalf("a buy whose replies are all lost was acknowledged: %s", r.body)
 	}
 	// The request did reach Redis: the lost order is there.
-	if n, err := rdb.HLen(context.Background(), a.svc.Engine().Key("s1", "orders")).Result(); err != nil || n != 1 {
-		t.Fatalf("orders in redis after the lost reply: %d, %v", n, err)
+	if recs, err := redisOrders(context.Background(), rdb, a.svc.Engine().Key("s1", "orders")); err != nil || len(recs) != 1 {
+		t.Fatalf("orders in redis after the lost reply: %v, %v", recs, err)
 	}
 	a.waitMode("db")
 	r := a.buyUntil("s1", "u1", key...)
@@ -313,7 +313,11 @@ func TestHandOverWaitsForBuysOnTheirWay(t *testing.T) {
 		held <- r
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for n, _ := rdb.HLen(context.Background(), seller.svc.Engine().Key("s1", "orders")).Result(); n != 1; n, _ = rdb.HLen(context.Background(), seller.svc.Engine().Key("s1", "orders")).Result() {
+	inRedis := func() int {
+		recs, _ := redisOrders(context.Background(), rdb, seller.svc.Engine().Key("s1", "orders"))
+		return len(recs)
+	}
+	for inRedis() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the held buy never ran in redis")
 		}

@@ -284,7 +284,8 @@ func testShutdownDrainsBuys(t *testing.T, server string) {
 	orders := a.svc.Engine().Key("drain", "orders")
 	var inFlight int64
 	waitfor.Until(t, waitfor.Patience, "buys reached Redis", func() error {
-		inFlight, _ = rdb.HLen(context.Background(), orders).Result()
+		recs, _ := redisOrders(context.Background(), rdb, orders)
+		inFlight = int64(len(recs))
 		if inFlight == 0 {
 			return fmt.Errorf("no order in Redis yet")
 		}

@@ -312,13 +312,13 @@ func crashMidSale(t *testing.T, a *app, c crash, sellThrough bool) crashNumbers 
 		if err != nil {
 			t.Fatal(err)
 		}
-		inRedis, err := rdb.HLen(ctx, eng.Key("s1", "orders")).Result()
+		inRedis, err := redisOrders(ctx, rdb, eng.Key("s1", "orders"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if it := st.Items[0]; it.Remaining != int64(stock-counts[inventory.OrderConfirmed]) || inRedis != int64(counts[inventory.OrderConfirmed]) {
+		if it := st.Items[0]; it.Remaining != int64(stock-counts[inventory.OrderConfirmed]) || len(inRedis) != counts[inventory.OrderConfirmed] {
 			t.Errorf("after the repair: Redis remaining %d and %d order records, the database %d confirmed orders of %d: %+v",
-				it.Remaining, inRedis, counts[inventory.OrderConfirmed], stock, rep)
+				it.Remaining, len(inRedis), counts[inventory.OrderConfirmed], stock, rep)
 		}
 		if it := rep.Items[0]; !rep.Consistent || it.Drift != 0 || it.StockDrift != 0 || it.HeldDrift != 0 {
 			t.Errorf("after the repair: %+v", rep)
@@ -373,14 +373,21 @@ func crashMidSale(t *testing.T, a *app, c crash, sellThrough bool) crashNumbers 
 
 	// Every acknowledged order is confirmed, the ones lost with Redis before
 	// the database had them too: the service that acknowledged them lives.
+	var (
+		inRedis map[string]string // the orders in Redis, read at the first order not confirmed
+		rerr    error
+	)
 	for _, id := range all {
 		o, err := db.Order(ctx, id)
 		switch {
 		case err == nil && o.Status == inventory.OrderConfirmed:
 		default:
-			rec, rerr := rdb.HGet(ctx, eng.Key("s1", "orders"), id).Result()
-			t.Errorf("acknowledged order %s (answer %d of %d, %d at the crash) is not confirmed: %+v, %v; in Redis: %q %v",
-				id, slices.Index(all, id)+1, len(all), n.ackedAtCrash, o, err, rec, rerr)
+			if inRedis == nil {
+				inRedis, rerr = redisOrders(ctx, rdb, eng.Key("s1", "orders"))
+			}
+			rec, found := inRedis[id]
+			t.Errorf("acknowledged order %s (answer %d of %d, %d at the crash) is not confirmed: %+v, %v; in Redis: %q (found %v, %v)",
+				id, slices.Index(all, id)+1, len(all), n.ackedAtCrash, o, err, rec, found, rerr)
 		}
 	}
 	// No unit is sold twice.
@@ -419,16 +426,14 @@ func confirmedOrders(t *testing.T, a *app) map[string]bool {
 // missingOrders returns the ids among ids that the orders hash lacks.
 func missingOrders(t *testing.T, rdb redis.UniversalClient, key string, ids []string) []string {
 	t.Helper()
+	recs, err := redisOrders(context.Background(), rdb, key)
+	if err != nil {
+		t.Fatalf("read the orders after the crash: %v", err)
+	}
 	var missing []string
-	for chunk := range slices.Chunk(ids, 200) {
-		vals, err := rdb.HMGet(context.Background(), key, chunk...).Result()
-		if err != nil {
-			t.Fatalf("read the orders after the crash: %v", err)
-		}
-		for i, v := range vals {
-			if v == nil {
-				missing = append(missing, chunk[i])
-			}
+	for _, id := range ids {
+		if _, ok := recs[id]; !ok {
+			missing = append(missing, id)
 		}
 	}
 	return missing

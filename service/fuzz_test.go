@@ -63,11 +63,11 @@ func fuzzState(t *testing.T, a *app, sale string) string {
 		t.Fatal(err)
 	}
 	bought, err1 := rdb.HGetAll(a.ctx, eng.Key(sale, "bought")).Result()
-	orders, err2 := rdb.HLen(a.ctx, eng.Key(sale, "orders")).Result()
+	orders, err2 := redisOrders(a.ctx, rdb, eng.Key(sale, "orders"))
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("stock %+v, bought %v, %d orders", st.Items, bought, orders)
+	return fmt.Sprintf("stock %+v, bought %v, %d orders", st.Items, bought, len(orders))
 }
 
 // mustContractError fails unless r is an error answer of the contract with

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
@@ -184,11 +185,30 @@ func (a *app) state(sale string) state {
 		s.stock = st.Items
 	}
 	s.bought, _ = rdb.HGetAll(a.ctx, eng.Key(sale, "bought")).Result()
-	s.orders, _ = rdb.HLen(a.ctx, eng.Key(sale, "orders")).Result()
+	if recs, err := redisOrders(a.ctx, rdb, eng.Key(sale, "orders")); err == nil {
+		s.orders = int64(len(recs))
+	}
 	s.events, _ = rdb.XLen(a.ctx, eng.EventsKey(sale)).Result()
 	j, _ := a.svc.Store().Journal(a.ctx, sale)
 	s.journal = len(j)
 	return s
+}
+
+// redisOrders returns the orders of a sale's orders hash (key), order id ->
+// record: the hash holds them by group (inventory.OrderRecords).
+func redisOrders(ctx context.Context, rdb redis.UniversalClient, key string) (map[string]string, error) {
+	groups, err := rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, err
+	}
+	return inventory.OrderRecords(groups), nil
+}
+
+// dropOrder removes order id's record from a sale's orders hash (key), as a
+// Redis that lost the write would (redistest.DropOrder).
+func dropOrder(ctx context.Context, t testing.TB, rdb redis.UniversalClient, key, id string) {
+	t.Helper()
+	redistest.DropOrder(ctx, t, rdb, key, inventory.OrderGroup(id), id)
 }
 
 // settle waits until the order pipeline has stored everything of the sale.

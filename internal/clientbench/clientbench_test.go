@@ -23,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/seckill/seckill/internal/gcra"
+	"github.com/seckill/seckill/inventory"
 )
 
 // stock is what the sale starts with, far more than any run buys.
@@ -49,17 +50,20 @@ var (
 )
 
 // buySource is the script source the engine loads: the clock and GCRA
-// helpers, int.lua, then buy.lua (see inventory/scripts.go). The inventory's
-// files are read from the repository, as go:embed cannot reach a parent
-// directory.
+// helpers, int.lua, order.lua, then buy.lua (see inventory/scripts.go). The
+// inventory's files are read from the repository, as go:embed cannot reach
+// a parent directory.
 func buySource(b testing.TB) string {
 	srcOnce.Do(func() {
-		var ints, raw []byte
+		var ints, orders, raw []byte
 		if ints, srcErr = os.ReadFile("../../inventory/int.lua"); srcErr != nil {
 			return
 		}
+		if orders, srcErr = os.ReadFile("../../inventory/order.lua"); srcErr != nil {
+			return
+		}
 		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
-		src = gcra.ClockLua + "\n" + gcra.TakeLua + "\n" + string(ints) + "\n" + string(raw)
+		src = gcra.ClockLua + "\n" + gcra.TakeLua + "\n" + string(ints) + "\n" + string(orders) + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})
 	if srcErr != nil {
@@ -379,7 +383,9 @@ func run(b *testing.B, goroutines, batch int) {
 			if want := stock - warm - bought; left != want {
 				b.Fatalf("r:A is %d after %d buys, want %d", left, warm+bought, want)
 			}
-			if n, err := admin.HLen(ctx, keys[2]).Result(); err != nil || n != warm+bought {
+			// The orders hash holds the orders by group (inventory.OrderRecords).
+			groups, err := admin.HGetAll(ctx, keys[2]).Result()
+			if n := int64(len(inventory.OrderRecords(groups))); err != nil || n != warm+bought {
 				b.Fatalf("%d orders after %d buys (%v)", n, warm+bought, err)
 			}
 

@@ -2,7 +2,7 @@
 // call, so that the choice of client rests on numbers rather than on claims.
 //
 // The call measured is the one a buy costs: EVALSHA of the buy script
-// (gcra.ClockLua, gcra.TakeLua, inventory/int.lua and buy.lua, exactly the source
+// (gcra.ClockLua, gcra.TakeLua, inventory/int.lua, order.lua and buy.lua, exactly the source
 // inventory loads) against a real Redis, in two shapes:
 //
 //   - BenchmarkOneBuyPerCall: 256 goroutines, each call a batch of one buy.

@@ -11,6 +11,8 @@ import (
 	"context"
 	"crypto/rand"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,5 +154,31 @@ func scanUnlink(ctx context.Context, c redis.Cmdable, pattern string) (int64, er
 			return n, nil
 		}
 		cursor = next
+	}
+}
+
+// DropOrder removes order id's record from a sale's orders hash (key), as a
+// Redis that lost the write would: its line "<id>|<record>" of its group's
+// value (group: inventory.OrderGroup(id), which this package cannot import),
+// or the group's field when that was its only line. It fails the test unless
+// the group holds exactly one record of the order.
+func DropOrder(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, key, group, id string) {
+	tb.Helper()
+	v, err := rdb.HGet(ctx, key, group).Result()
+	if err != nil {
+		tb.Fatalf("redistest: the group of order %s: %v", id, err)
+	}
+	lines := strings.Split(v, "\n")
+	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return strings.HasPrefix(l, id+"|") })
+	if len(keep) != len(lines)-1 {
+		tb.Fatalf("redistest: order %s has %d records in its group %q", id, len(lines)-len(keep), v)
+	}
+	if len(keep) == 0 {
+		err = rdb.HDel(ctx, key, group).Err()
+	} else {
+		err = rdb.HSet(ctx, key, group, strings.Join(keep, "\n")).Err()
+	}
+	if err != nil {
+		tb.Fatalf("redistest: drop order %s: %v", id, err)
 	}
 }

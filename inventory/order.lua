@@ -1,0 +1,57 @@
+-- order.lua (prepended to buy.lua, cancel.lua, pay.lua and expire.lua): where
+-- an order's record lives in the sale's orders hash.
+--
+-- The hash's field for an order is its group: the order id without its last
+-- four characters (order_group; orderGroup in record.go). The engine gives
+-- the buys of one call order ids of one group, so that a call that buys n
+-- orders writes one field, not n. A group's value is its orders as
+-- "<order id>|<order record>" (record.go), joined by newlines, in the order
+-- they were made: the very text of a call's stream entry of bought orders
+-- (events.go). No order id, record or idempotency key holds a newline, and
+-- no order id holds '|', so an order is found by its id at the start of a
+-- line.
+--
+-- A sale stored before the engine kept its orders by group may still hold
+-- an order's record under a field of the order id itself (its value the
+-- record alone): order_get finds it there when its group has none, and
+-- order_put writes it back there. (buy.lua looks for a resent order in its
+-- group only: an engine of this version resends its own calls only.)
+
+local function order_group(id) return string.sub(id, 1, -5) end
+
+-- order_in(v, id): the record of order id in the group value v (false for
+-- none, or for no value), and the first and last place of the record in v.
+local function order_in(v, id)
+  if not v then return false end
+  local pat, p = id .. '|', 1
+  while true do
+    local i, j = string.find(v, pat, p, true)
+    if not i then return false end
+    if i == 1 or string.byte(v, i - 1) == 10 then
+      local e = string.find(v, '\n', j + 1, true)
+      e = e and e - 1 or #v
+      return string.sub(v, j + 1, e), j + 1, e
+    end
+    p = i + 1
+  end
+end
+
+-- order_get(key, id): the record of order id in the orders hash key (false
+-- for none), then what order_put needs to change it: its group's value and
+-- the record's place in it (no place: a field of its own).
+local function order_get(key, id)
+  local v = redis.call('HGET', key, order_group(id))
+  local rec, s, e = order_in(v, id)
+  if rec then return rec, v, s, e end
+  return redis.call('HGET', key, id), false, nil, nil
+end
+
+-- order_put(key, id, record, v, s, e): writes record as order id's, where
+-- order_get found it: at s..e of its group's value v, or in its own field.
+local function order_put(key, id, record, v, s, e)
+  if not s then
+    redis.call('HSET', key, id, record)
+    return
+  end
+  redis.call('HSET', key, order_group(id), string.sub(v, 1, s - 1) .. record .. string.sub(v, e + 1))
+end

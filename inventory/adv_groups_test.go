@@ -135,6 +135,7 @@ type cancelAfterRun struct {
 	armed  atomic.Int32
 	cancel context.CancelFunc
 	hold   chan struct{} // if set, the call waits for it before running
+	held   chan struct{} // if set, closed once a call waits for hold
 }
 
 func (h *cancelAfterRun) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -144,6 +145,9 @@ func (h *cancelAfterRun) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		if h.hold != nil {
+			if h.held != nil {
+				close(h.held)
+			}
 			<-h.hold
 		}
 		_ = next(ctx, cmd)
@@ -199,7 +203,10 @@ func TestAdvGroupsCtxEndsInFlight(t *testing.T) {
 // order it made, if any, is the one its receipt names.
 func TestAdvGroupsCtxEndsWhileQueued(t *testing.T) {
 	rdb, b := advSingle(t)
-	r := newRig(t, b, inventory.Options{})
+	// One call of the sale in flight at a time: while the held call is,
+	// every other buy waits in the queue (a second call in flight would
+	// send buys whose callers then give up: their outcome is unknown).
+	r := newRig(t, b, inventory.Options{Coalesce: inventory.Coalesce{InFlight: 1}})
 	const n = 50
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 1000}}})
 	if _, err := r.eng.Buy(r.ctx, "s1", "w0", lines("A", 1), ""); err != nil {
@@ -208,7 +215,8 @@ func TestAdvGroupsCtxEndsWhileQueued(t *testing.T) {
 	hold := make(chan struct{})
 	first, cancelFirst := context.WithCancel(context.Background())
 	defer cancelFirst()
-	h := &cancelAfterRun{match: scriptWithKey(r.key("s1", "sale")), cancel: func() {}, hold: hold}
+	held := make(chan struct{})
+	h := &cancelAfterRun{match: scriptWithKey(r.key("s1", "sale")), cancel: func() {}, hold: hold, held: held}
 	h.armed.Store(1)
 	rdb.AddHook(h)
 	done := make(chan struct{})
@@ -216,6 +224,7 @@ func TestAdvGroupsCtxEndsWhileQueued(t *testing.T) {
 		defer close(done)
 		_, _ = r.eng.Buy(first, "s1", "held", lines("A", 1), "")
 	}()
+	<-held // the held call is in flight: the crowd below queues behind it
 	rcs, errs := make([]inventory.Receipt, n), make([]error, n)
 	ctxs := make([]context.CancelFunc, n)
 	var wg sync.WaitGroup

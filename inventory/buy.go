@@ -207,6 +207,9 @@ type buyCall struct {
 	// that first sends the buy may give it one of the call's group
 	// (idGroup) instead
 	ownID bool
+	// callerID: the caller chose the order id (BuyRequest.OrderID): it may
+	// name an order stored before order groups, in a field of its own
+	callerID bool
 }
 
 func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
@@ -224,8 +227,9 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 		tokenTTL: c.tokenTTL,
 		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
 			Items: c.lines, IdempotencyKey: c.key},
-		epoch: e.soldOut.epoch.Load(),
-		ownID: c.orderID == "" || c.newID,
+		epoch:    e.soldOut.epoch.Load(),
+		ownID:    c.orderID == "" || c.newID,
+		callerID: c.orderID != "" && !c.newID,
 	}, nil
 }
 
@@ -301,6 +305,16 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 			appendShape(i)
 		}
 	}
+	// The buys whose order id the caller chose: a resend of one may find
+	// its order in a field of its own, stored before order groups.
+	at := len(args)
+	args = append(args, 0)
+	for i := range bcs {
+		if bcs[i].callerID {
+			args = append(args, i+1)
+		}
+	}
+	args[at] = len(args) - at - 1
 	args = append(args, e.streamMode, distinctBuys(bcs))
 	return call{s: buyScript, keys: keys, args: args}
 }

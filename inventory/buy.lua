@@ -54,7 +54,11 @@
 --   (1..s) or 0 with its shape right after it. The buys of a crowd are
 --   mostly one shape (one unit of the hot sku, no key, no token): sent
 --   once per call, a buy is then three arguments, not ten
--- then, after the buys, the stream mode: "1" one entry for the call's
+-- then, after the buys, the number k of buys whose order id the caller
+--   chose, and their places (1..count): a resend of one finds its order
+--   in its group or, stored before order groups, in a field of the order
+--   id (order.lua); an id the engine chose is of the call's group
+-- then the stream mode: "1" one entry for the call's
 --   bought orders (where the server has XSETID), "0" one entry per order
 -- then "1" if the buys are distinct: no two have the same user or the
 --   same order id, none has an idempotency key, and no buy names a sku
@@ -269,6 +273,11 @@ for b = 1, count do
   for i = 1, n do bfields[w + i] = u .. '|' .. ARGV[d + 4 + 2 * i] end
   if s == '0' then a = d + 6 + 2 * n else a = a + 3 end
 end
+-- own_at: the buys whose order id the caller chose, from ARGV[a + 1] on
+-- (ARGV[a] of them): a resend of one may find its order stored before
+-- order groups, in a field of its own (order.lua)
+local own_n, own_at = ARGV[a] and num(ARGV[a]) or 0, a + 1
+a = a + 1 + own_n
 local one_entry = ARGV[a] == '1' and redis.REDIS_VERSION_NUM ~= nil
 local distinct = ARGV[a + 1] == '1'
 
@@ -323,6 +332,16 @@ for b = 1, count do
   end
 end
 v = read('HMGET', KEYS[3], glist)
+-- own[b]: the record in the own field of buy b's order id, for the buys
+-- whose id the caller chose (see own_at), or nil.
+local own
+if own_n > 0 then
+  own = {}
+  local oids = {}
+  for i = 1, own_n do oids[i] = ids[num(ARGV[own_at + i - 1])] end
+  local ov = read('HMGET', KEYS[3], oids)
+  for i = 1, own_n do own[num(ARGV[own_at + i - 1])] = ov[i] or nil end
+end
 -- A group's value is its orders, a line each (order.lua): one that has a
 -- line of another group is corrupt ('bad'), and so is each buy of it.
 -- (Only a resend, or a buy of a caller's own id, finds one at all.)
@@ -509,7 +528,7 @@ local function buy_one(b)
     end
   end
   if gval[gof[b]] == 'bad' then return put(8, 'orders:' .. gof[b]) end
-  local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id)
+  local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
   if existing then return replay(id, existing, b, false) end
 
   if ARGV[d + 2] ~= '0' then

@@ -14,8 +14,8 @@
 -- A sale stored before the engine kept its orders by group may still hold
 -- an order's record under a field of the order id itself (its value the
 -- record alone): order_get finds it there when its group has none, and
--- order_put writes it back there. (buy.lua looks for a resent order in its
--- group only: an engine of this version resends its own calls only.)
+-- order_put writes it back there. (buy.lua looks there too for a buy under
+-- an order id its caller chose: the engine's own are of a group.)
 
 local function order_group(id) return string.sub(id, 1, -5) end
 

@@ -105,6 +105,9 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 	}
 	out := map[string]int64{}
 	key := e.keys(saleID).orders
+	// Every page's orders in one map: an order in two fields (its group's
+	// and its own, ownField) on two pages is found twice, corrupt.
+	records := map[string]string{}
 	var cursor uint64
 	for {
 		var (
@@ -115,14 +118,13 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 		if err != nil {
 			return nil, fmt.Errorf("seckill: scan orders of sale %s: %w", saleID, err)
 		}
-		page := make(map[string]string, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
-			groupOrders(kv[i], kv[i+1], page)
-		}
-		if err := addUnitsInOrders(out, saleID, page); err != nil {
-			return nil, err
+			groupOrders(kv[i], kv[i+1], records)
 		}
 		if cursor == 0 {
+			if err := addUnitsInOrders(out, saleID, records); err != nil {
+				return nil, err
+			}
 			return out, nil
 		}
 	}

@@ -68,9 +68,12 @@ const (
 	// Fixed is how many deadlines and paid refs were written or removed.
 	RepairPayments RepairField = "payments"
 	RepairPaused   RepairField = "paused" // 1 paused, 0 not
-	RepairLimit    RepairField = "limit"  // per-user limit
-	RepairStart    RepairField = "start"  // starts at, unix ms (0 none)
-	RepairEnd      RepairField = "end"    // ends at, unix ms (0 none)
+	// RepairOrderRecords is the sale's count of the order records Redis
+	// holds (OrderCounts).
+	RepairOrderRecords RepairField = "orders"
+	RepairLimit        RepairField = "limit" // per-user limit
+	RepairStart        RepairField = "start" // starts at, unix ms (0 none)
+	RepairEnd          RepairField = "end"   // ends at, unix ms (0 none)
 )
 
 // RepairChange is one quantity Repair changed: its value in Redis before
@@ -312,7 +315,6 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 		fixed[sku][f]++
 	}
 	groups := map[string]bool{} // the order groups to write
-	var own []string            // the orders' own fields to remove (ownField)
 	for h := hashSale; h <= hashPaid; h++ {
 		var fields []string
 		for f := range want[h] {
@@ -336,9 +338,6 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 			}
 			if h == hashOrders {
 				groups[orderGroup(f)] = true // written whole, below
-				if _, ok := cur[hashOrderGroups][f]; ok && ownField(f) {
-					own = append(own, f) // and its own field removed
-				}
 			} else {
 				ops = append(ops, h+1, f, before, after)
 			}
@@ -374,11 +373,16 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 			}
 		}
 	}
+	// A group written holds every order of it the system of record has:
+	// an order's own field of it (ownField, stored before order groups)
+	// goes, whether its record changed or not.
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		ops = append(ops, hashOrders+1, g, cur[hashOrderGroups][g], want[hashOrderGroups][g])
 	}
-	for _, f := range own {
-		ops = append(ops, hashOrders+1, f, cur[hashOrderGroups][f], "")
+	for _, f := range slices.Sorted(maps.Keys(cur[hashOrderGroups])) {
+		if ownField(f) && groups[orderGroup(f)] {
+			ops = append(ops, hashOrders+1, f, cur[hashOrderGroups][f], "")
+		}
 	}
 	if len(ops) == 0 {
 		return nil, nil, nil
@@ -396,6 +400,12 @@ func diffState(saleID string, def Sale, cur, want saleHashes) (ops []any, change
 	}
 	for _, f := range []RepairField{RepairLimit, RepairStart, RepairEnd, RepairPaused} {
 		counter("", f, string(f))
+	}
+	// The count of order records: a sale stored before it was kept has
+	// none, which is no drift (HLEN counted its records); it is set all
+	// the same.
+	if _, kept := cur[hashSale][string(RepairOrderRecords)]; kept {
+		counter("", RepairOrderRecords, string(RepairOrderRecords))
 	}
 	if n := fixed[""][RepairPayments]; n > 0 {
 		changes = append(changes, RepairChange{Field: RepairPayments,

@@ -31,8 +31,8 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 		bcs = append(bcs, bc)
 	}
 	// now, count, 1 throttle of 4, shape count, the shape of 8, the stream
-	// mode, the distinct flag
-	const fixed = 3 + 4 + 1 + 8 + 1 + 1
+	// mode, the distinct flag, no buy of an id the caller chose
+	const fixed = 3 + 4 + 1 + 8 + 1 + 1 + 1
 	if n := len(e.batchCall(nil, bcs, "").args); n != fixed+3*100 {
 		t.Errorf("100 buys of one shape: %d arguments, want %d", n, fixed+3*100)
 	}

@@ -94,7 +94,7 @@ func appendBuys(args []string, sale string, n int) []string {
 		c := counter.Add(1)
 		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "1")
 	}
-	return append(args, "1", "1")
+	return append(args, "0", "1", "1") // no id the caller chose, one entry, distinct
 }
 
 // client is one way of sending EVALSHA of the buy script.

@@ -347,16 +347,7 @@ end
 -- (Only a resend, or a buy of a caller's own id, finds one at all.)
 for i, g in ipairs(glist) do
   local gv = v[i]
-  if gv then
-    for line in string.gmatch(gv .. '\n', '([^\n]*)\n') do
-      -- "<group><4 characters>|<record>"
-      if string.sub(line, 1, #g) ~= g or string.byte(line, #g + 5) ~= 124
-        or string.find(string.sub(line, #g + 1, #g + 4), '|', 1, true) then
-        gv = 'bad'
-        break
-      end
-    end
-  end
+  if gv and not group_sound(g, gv) then gv = 'bad' end
   gval[g] = gv
 end
 -- idem[f]: the order id an idempotency field names, or false.

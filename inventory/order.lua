@@ -36,6 +36,18 @@ local function order_in(v, id)
   end
 end
 
+-- group_sound(g, v): whether every line of group g's value v is an order
+-- of g: "<g><4 characters but '|'>|<record>".
+local function group_sound(g, v)
+  for line in string.gmatch(v .. '\n', '([^\n]*)\n') do
+    if string.sub(line, 1, #g) ~= g or string.byte(line, #g + 5) ~= 124
+      or string.find(string.sub(line, #g + 1, #g + 4), '|', 1, true) then
+      return false
+    end
+  end
+  return true
+end
+
 -- order_get(key, id): the record of order id in the orders hash key (false
 -- for none), then what order_put needs to change it: its group's value and
 -- the record's place in it (no place: a field of its own).

@@ -62,13 +62,11 @@ func (e *Engine) Order(ctx context.Context, orderID string) (Order, error) {
 	k := e.keys(saleID)
 	for attempt := 0; ; attempt++ {
 		pipe := e.rdb.Pipeline() // (Client has no HMGET of its own)
-		read := pipe.HMGet(ctx, k.orders, orderGroup(orderID), orderID)
+		read := pipe.HMGet(ctx, k.orders, recordFields(orderID)...)
 		_, _ = pipe.Exec(ctx)
 		vals, err := read.Result()
 		if err == nil {
-			group, _ := vals[0].(string)
-			own, _ := vals[1].(string)
-			if rec, ok := recordOf(orderID, group, own); ok {
+			if rec, ok := recordOf(orderID, vals); ok {
 				return decodeRecord(orderID, saleID, rec)
 			}
 			err = redis.Nil

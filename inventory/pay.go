@@ -226,19 +226,15 @@ func (e *Engine) Payment(ctx context.Context, orderID string) (Order, error) {
 	}
 	k := e.keys(saleID)
 	pipe := e.rdb.Pipeline()
-	group := pipe.HMGet(ctx, k.orders, orderGroup(orderID), orderID)
+	record := pipe.HMGet(ctx, k.orders, recordFields(orderID)...)
 	pay := pipe.HGet(ctx, k.sale, "pay")
 	score := pipe.ZScore(ctx, k.deadlines, orderID)
 	ref := pipe.HGet(ctx, k.paid, orderID)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Order{}, fmt.Errorf("seckill: read payment of order %s: %w", orderID, err)
 	}
-	var vals [2]string
-	for i, v := range group.Val() {
-		vals[i], _ = v.(string)
-	}
-	rec, ok := recordOf(orderID, vals[0], vals[1])
-	if group.Err() != nil || !ok {
+	rec, ok := recordOf(orderID, record.Val())
+	if record.Err() != nil || !ok {
 		return Order{}, &NotFoundError{Kind: "order", IDs: []string{orderID}}
 	}
 	o, err := decodeRecord(orderID, saleID, rec)

@@ -114,14 +114,22 @@ func ownField(field string) bool {
 	return i >= 0 && len(field)-i-1 == ulid.EncodedSize
 }
 
-// recordOf returns an order's record from the orders hash's field of its
-// group and its own field (ownField), as read: "" for none.
-func recordOf(orderID, group, own string) (string, bool) {
+// recordOf returns an order's record from HMGET of the orders hash's field
+// of its group and its own field (ownField), in that order.
+func recordOf(orderID string, vals []any) (string, bool) {
+	var group, own string
+	if len(vals) == 2 {
+		group, _ = vals[0].(string)
+		own, _ = vals[1].(string)
+	}
 	if rec, ok := recordIn(group, orderID); ok && group != "" {
 		return rec, true
 	}
 	return own, own != ""
 }
+
+// recordFields are the fields of the orders hash recordOf reads.
+func recordFields(orderID string) []string { return []string{orderGroup(orderID), orderID} }
 
 // recordIn returns the record of orderID in its group's value v.
 func recordIn(v, orderID string) (string, bool) {
@@ -173,14 +181,14 @@ func groupValues(orders map[string]string) map[string]string {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	out := map[string]string{}
+	lines := map[string][]string{}
 	for _, id := range ids {
 		g := orderGroup(id)
-		if v, ok := out[g]; ok {
-			out[g] = v + "\n" + id + "|" + orders[id]
-		} else {
-			out[g] = id + "|" + orders[id]
-		}
+		lines[g] = append(lines[g], id+"|"+orders[id])
+	}
+	out := make(map[string]string, len(lines))
+	for g, l := range lines {
+		out[g] = strings.Join(l, "\n")
 	}
 	return out
 }

@@ -53,11 +53,10 @@ type ClosedReport struct {
 // Run sends until Duration has passed, the tokens run out or ctx is
 // cancelled; requests already sent run to their end (or Timeout).
 func (c Closed) Run(ctx context.Context) ClosedReport {
-	client, err := newRawClient(c.Method, c.URL, c.Header, c.Body, c.Conns, c.Timeout)
+	client, err := newRawClient(c.Method, c.URL, c.Header, c.Body, c.Timeout)
 	if err != nil {
 		return ClosedReport{Conns: c.Conns, Errors: 1, ErrorsByKind: map[string]int{err.Error(): 1}}
 	}
-	defer client.close()
 
 	type worker struct {
 		latencies []time.Duration
@@ -77,6 +76,8 @@ func (c Closed) Run(ctx context.Context) ClosedReport {
 			defer wg.Done()
 			me := &workers[w]
 			me.statuses, me.errors = map[int]int{}, map[string]int{}
+			conn := client.conn()
+			defer conn.close()
 			for ctx.Err() == nil && time.Now().Before(deadline) {
 				i := int(next.Add(1) - 1)
 				if len(c.Tokens) > 0 && i >= len(c.Tokens) {
@@ -88,7 +89,7 @@ func (c Closed) Run(ctx context.Context) ClosedReport {
 				if len(c.Tokens) > 0 {
 					token = c.Tokens[i]
 				}
-				status, err := client.do(token)
+				status, err := conn.do(token, sent)
 				me.last = time.Now()
 				if err != nil {
 					me.errors[errorKind(err)]++

@@ -7,6 +7,14 @@
 // keep-alive HTTP/1.1 client that costs about a third of net/http's CPU per
 // request: the generator shares the machine with what it measures.
 //
+// For the same reason both send from a fixed pool of goroutines, one per
+// connection, each owning its connection: no goroutine, channel operation
+// or deadline syscall per request (a connection's deadline moves only when
+// it would fall before the request's timeout). The open loop's senders
+// take the next request from a shared counter and sleep until its due
+// time; when every connection is busy, the requests falling due wait for
+// the first sender free, in order, their latencies counting the wait.
+//
 // bench/http/openloop is the open loop as a command; `seckill bench --cost`
 // uses both.
 package loadgen
@@ -39,12 +47,16 @@ type Attack struct {
 	Header http.Header // sent with every request
 	// Tokens, when not empty, are sent as "Authorization: Bearer <token>",
 	// request i carrying Tokens[i % len(Tokens)].
-	Tokens      []string
-	Rate        float64 // requests per second
-	Duration    time.Duration
-	Timeout     time.Duration // of one request, from its actual send
-	Conns       int           // keep-alive connections at most
-	MaxInFlight int           // outstanding requests at most
+	Tokens   []string
+	Rate     float64 // requests per second
+	Duration time.Duration
+	// Timeout is one request's, from its actual send: it fails between
+	// Timeout and Timeout + min(Timeout/10, 1s) after it.
+	Timeout time.Duration
+	// Conns is the keep-alive connections, each with its own sender (at
+	// most MaxInFlight of them).
+	Conns       int
+	MaxInFlight int // outstanding requests at most (see Report.MaxInFlight)
 	// Timeline, if set, receives after the run one CSV line per request
 	// sent (WriteTimeline's format), so that slow replies can be matched
 	// with what else happened at their time.
@@ -58,87 +70,99 @@ func (a Attack) Requests() int {
 	return int(math.Floor(a.Rate*a.Duration.Seconds() + 1e-9))
 }
 
-// due returns request i's scheduled send time.
-func (a Attack) due(start time.Time, i int) time.Time {
-	return start.Add(time.Duration(float64(i) * float64(time.Second) / a.Rate))
+// due returns request i's scheduled send, from the attack's start.
+func (a Attack) due(i int) time.Duration {
+	return time.Duration(float64(i) * float64(time.Second) / a.Rate)
 }
 
-// result is what became of one request.
+// result is what became of one request. Its times are from the attack's
+// start (monotonic).
 type result struct {
-	sent    bool
-	lag     time.Duration // from the scheduled to the actual send
-	latency time.Duration // from the scheduled send to the end of the reply's body
-	done    time.Time
-	status  int   // 0 when err != nil
-	err     error // the transport's, nil when a reply came
+	sent bool
+	// free is when the sender that took the request had become free for it
+	// (after its previous request, or at the start): later than the
+	// request's due time when every connection was busy then.
+	free   time.Duration
+	send   time.Duration // just before its write
+	done   time.Duration // the end of its reply's body, or its error
+	status int           // 0 when err != nil
+	err    error         // the transport's, nil when a reply came
 }
+
+// maxNap bounds one sleep of a sender waiting for its next request's due
+// time, so that it sees a cancelled ctx soon even at a low rate.
+const maxNap = 50 * time.Millisecond
 
 // Run sends the attack's requests and waits for their replies. Cancelling
 // ctx stops the sending; the requests already sent still run to their end
-// (or Timeout).
+// (or Timeout), those due but still waiting for a connection are not sent.
+//
+// The senders are a fixed pool, one goroutine per connection (Conns, or
+// MaxInFlight if fewer), each owning its connection: a free sender takes
+// the next request (a shared counter), sleeps until its due time and sends
+// it. When every connection is busy, the requests that fall due wait until
+// a sender is free, in order, and their latencies count that wait.
 func (a Attack) Run(ctx context.Context) Report {
 	// In-flight requests outlive a cancelled ctx: their replies are measured.
-	client, err := newRawClient(a.Method, a.URL, a.Header, a.Body, a.Conns, a.Timeout)
+	client, err := newRawClient(a.Method, a.URL, a.Header, a.Body, a.Timeout)
 	n := a.Requests()
 	if err != nil {
-		return a.report(time.Now(), time.Time{}, time.Time{}, []result{{sent: true, err: err}}, 0, 0)
+		return a.report(time.Now(), []result{{sent: true, err: err}}, nil)
 	}
-	defer client.close()
-
 	results := make([]result, n)
-	slots := make(chan struct{}, a.MaxInFlight)
-	var inFlight, maxInFlight atomic.Int64
+	var stopped atomic.Bool
+	if ctx.Err() != nil {
+		stopped.Store(true)
+	}
+	defer context.AfterFunc(ctx, func() { stopped.Store(true) })()
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	var capReached int
-	var firstSend, lastSend time.Time
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-
 	start := time.Now()
-send:
-	for i := range n {
-		due := a.due(start, i)
-		if wait := time.Until(due); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				break send
-			}
-		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			capReached++
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				break send
-			}
-		}
-		if ctx.Err() != nil {
-			<-slots
-			break
-		}
-		now := time.Now()
-		if i == 0 {
-			firstSend = now
-		}
-		lastSend = now
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			maxAtomic(&maxInFlight, inFlight.Add(1))
-			defer inFlight.Add(-1)
-			results[i] = a.send(client, i, due)
-		}()
+	for range max(1, min(a.Conns, a.MaxInFlight, n)) {
+		wg.Go(func() { a.sender(client.conn(), start, &next, &stopped, results) })
 	}
 	wg.Wait()
+	lags := make([]time.Duration, n)
+	r := a.report(start, results, lags)
 	if a.Timeline != nil {
-		writeTimeline(a.Timeline, a, start, results)
+		writeTimeline(a.Timeline, a, start, results, lags)
 	}
-	return a.report(start, firstSend, lastSend, results, int(maxInFlight.Load()), capReached)
+	return r
+}
+
+// sender sends requests over conn until none is left or stopped is set.
+func (a Attack) sender(conn *rawConn, start time.Time, next *atomic.Int64, stopped *atomic.Bool, results []result) {
+	defer conn.close()
+	now := time.Now()
+	for {
+		i := int(next.Add(1) - 1)
+		if i >= len(results) || stopped.Load() {
+			return
+		}
+		due := a.due(i)
+		free := now.Sub(start)
+		for at := free; at < due; at = now.Sub(start) {
+			time.Sleep(min(due-at, maxNap))
+			if stopped.Load() {
+				return
+			}
+			now = time.Now()
+		}
+		token := ""
+		if len(a.Tokens) > 0 {
+			token = a.Tokens[i%len(a.Tokens)]
+		}
+		r := &results[i]
+		r.sent, r.free, r.send = true, free, now.Sub(start)
+		r.status, r.err = conn.do(token, now)
+		if r.err != nil {
+			r.status = 0
+		}
+		// The latency ends with the reply's body; this sender is free
+		// again from then.
+		now = time.Now()
+		r.done = now.Sub(start)
+	}
 }
 
 // TimelineHeader is the first line of a timeline: per request sent, its
@@ -148,44 +172,17 @@ send:
 // status (0: no reply).
 const TimelineHeader = "due_unix_ms,lag_ms,latency_ms,status"
 
-func writeTimeline(w io.Writer, a Attack, start time.Time, results []result) {
+func writeTimeline(w io.Writer, a Attack, start time.Time, results []result, lags []time.Duration) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	fmt.Fprintln(bw, TimelineHeader)
 	for i, res := range results {
 		if !res.sent {
 			continue
 		}
-		due := a.due(start, i)
-		fmt.Fprintf(bw, "%.3f,%.3f,%.3f,%d\n", float64(due.UnixMicro())/1e3, ms(res.lag), ms(res.latency), res.status)
+		due := a.due(i)
+		fmt.Fprintf(bw, "%.3f,%.3f,%.3f,%d\n", float64(start.Add(due).UnixMicro())/1e3, ms(lags[i]), ms(res.done-due), res.status)
 	}
 	_ = bw.Flush()
-}
-
-// send sends request i, scheduled at due, and reads its reply.
-func (a Attack) send(client *rawClient, i int, due time.Time) result {
-	r := result{sent: true, lag: time.Since(due)}
-	token := ""
-	if len(a.Tokens) > 0 {
-		token = a.Tokens[i%len(a.Tokens)]
-	}
-	// The latency ends with the reply's body.
-	r.status, r.err = client.do(token)
-	if r.err != nil {
-		r.status = 0
-	}
-	r.done = time.Now()
-	r.latency = r.done.Sub(due)
-	return r
-}
-
-// maxAtomic raises m to v if v is larger.
-func maxAtomic(m *atomic.Int64, v int64) {
-	for {
-		old := m.Load()
-		if v <= old || m.CompareAndSwap(old, v) {
-			return
-		}
-	}
 }
 
 // Report is an attack's outcome. Its durations are milliseconds.
@@ -219,7 +216,15 @@ type Report struct {
 	// requests back.
 	SendLagMS Percentiles `json:"send_lag_ms"`
 	// MaxInFlight is the most requests outstanding at once, of at most
-	// InFlightCap; CapReached counts the sends that waited for the cap.
+	// InFlightCap; CapReached counts the sends that waited for the cap. A
+	// request is outstanding from when it enters flight until it ends
+	// (reply or error), whether on a connection or waiting for one; it
+	// enters flight at its due time, or, when InFlightCap requests are
+	// outstanding then, once enough of them have ended (it waited for the
+	// cap; the wait counts in its send lag). Both are worked out after the
+	// run from each request's due time and end. The cap also bounds the
+	// senders (one per connection, Conns at most): with InFlightCap below
+	// Conns, only InFlightCap requests are on the wire at once.
 	MaxInFlight int `json:"max_in_flight"`
 	InFlightCap int `json:"in_flight_cap"`
 	CapReached  int `json:"cap_reached"`
@@ -242,7 +247,9 @@ func (r Report) OK() bool {
 // maxErrorKinds bounds Report.ErrorsByKind; further kinds count as "other".
 const maxErrorKinds = 10
 
-func (a Attack) report(start, firstSend, lastSend time.Time, results []result, maxInFlight, capReached int) Report {
+// report sums the results up, and fills lags (one per result, 0 for those
+// not sent; nil: none wanted) with each send's lag.
+func (a Attack) report(start time.Time, results []result, lags []time.Duration) Report {
 	r := Report{
 		Method:         a.Method,
 		URL:            a.URL,
@@ -251,19 +258,51 @@ func (a Attack) report(start, firstSend, lastSend time.Time, results []result, m
 		Tokens:         len(a.Tokens),
 		Scheduled:      len(results),
 		Non2xxByStatus: map[int]int{},
-		MaxInFlight:    maxInFlight,
 		InFlightCap:    a.MaxInFlight,
-		CapReached:     capReached,
 	}
-	latencies := make([]time.Duration, 0, len(results))
-	lags := make([]time.Duration, 0, len(results))
-	var lastReply time.Time
+	if lags == nil {
+		lags = make([]time.Duration, len(results))
+	}
+	// ends is every sent request's end, in order of time: the k-th sent
+	// request enters flight at its due time or, if MaxInFlight requests
+	// were outstanding then, at the end of the (k-MaxInFlight)-th to end.
+	var ends []time.Duration
 	for _, res := range results {
+		if res.sent {
+			ends = append(ends, res.done)
+		}
+	}
+	slices.Sort(ends)
+	capacity := max(a.MaxInFlight, 1)
+	latencies := make([]time.Duration, 0, len(results))
+	sentLags := make([]time.Duration, 0, len(results))
+	var firstSend, lastSend, lastReply time.Duration
+	ended := 0 // of ends, those at or before the current request's entry
+	for i, res := range results {
 		if !res.sent {
 			continue
 		}
+		k := r.Sent
 		r.Sent++
-		lags = append(lags, res.lag)
+		due := a.due(i)
+		enter := due
+		if k >= capacity && ends[k-capacity] > due {
+			enter = ends[k-capacity]
+			r.CapReached++
+		}
+		for ended < len(ends) && ends[ended] <= enter {
+			ended++
+		}
+		r.MaxInFlight = max(r.MaxInFlight, k+1-ended)
+		// The lag is the send's delay from its due time, less its wait
+		// for a connection once in flight (the server's, as latency).
+		lag := max(res.send-due-max(res.free-enter, 0), 0)
+		lags[i] = lag
+		sentLags = append(sentLags, lag)
+		if k == 0 || res.send < firstSend {
+			firstSend = res.send
+		}
+		lastSend = max(lastSend, res.send)
 		if res.err != nil {
 			r.Errors++
 			if r.ErrorsByKind == nil {
@@ -277,10 +316,8 @@ func (a Attack) report(start, firstSend, lastSend time.Time, results []result, m
 			continue
 		}
 		r.Completed++
-		latencies = append(latencies, res.latency)
-		if res.done.After(lastReply) {
-			lastReply = res.done
-		}
+		latencies = append(latencies, res.done-due)
+		lastReply = max(lastReply, res.done)
 		if res.status >= 200 && res.status < 300 {
 			r.Status2xx++
 		} else {
@@ -288,14 +325,14 @@ func (a Attack) report(start, firstSend, lastSend time.Time, results []result, m
 			r.Non2xxByStatus[res.status]++
 		}
 	}
-	if r.Sent > 1 && lastSend.After(firstSend) {
-		r.SendRate = float64(r.Sent-1) / lastSend.Sub(firstSend).Seconds()
+	if r.Sent > 1 && lastSend > firstSend {
+		r.SendRate = float64(r.Sent-1) / (lastSend - firstSend).Seconds()
 	}
-	if r.Completed > 0 {
-		r.ReplyRate = float64(r.Completed) / lastReply.Sub(start).Seconds()
+	if r.Completed > 0 && lastReply > 0 {
+		r.ReplyRate = float64(r.Completed) / lastReply.Seconds()
 	}
 	r.LatencyMS = PercentilesOf(latencies)
-	r.SendLagMS = PercentilesOf(lags)
+	r.SendLagMS = PercentilesOf(sentLags)
 	return r
 }
 

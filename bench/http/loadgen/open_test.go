@@ -3,11 +3,13 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -54,5 +56,166 @@ func TestTimeline(t *testing.T) {
 			t.Errorf("line %d due %.3f, %.3f ms after the previous one, want 5", i+1, due, due-prev)
 		}
 		prev = due
+	}
+}
+
+// timeline parses a run's timeline into its lines' fields: due (ms from
+// the first request's), lag, latency and status.
+func timeline(t *testing.T, text string) (due, lag, latency []float64, status []int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if lines[0] != TimelineHeader {
+		t.Fatalf("timeline header %q", lines[0])
+	}
+	for _, l := range lines[1:] {
+		var d, g, lat float64
+		var s int
+		if _, err := fmt.Sscanf(strings.ReplaceAll(l, ",", " "), "%f %f %f %d", &d, &g, &lat, &s); err != nil {
+			t.Fatalf("timeline line %q: %v", l, err)
+		}
+		due, lag, latency, status = append(due, d), append(lag, g), append(latency, lat), append(status, s)
+	}
+	first := due[0]
+	for i := range due {
+		due[i] -= first
+	}
+	return due, lag, latency, status
+}
+
+// TestOpenSlowServer: over one connection, a server that stalls the first
+// request 300 ms holds the others back; each latency still counts from its
+// request's scheduled send, so every request ends at least 300 ms after
+// the first was due, however late it was scheduled. The wait for the
+// connection is the server's: it counts in the latency, not in the send lag.
+func TestOpenSlowServer(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	var arrived atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == 1 {
+			time.Sleep(stall)
+		}
+	}))
+	defer srv.Close()
+	var buf bytes.Buffer
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 200, Duration: 100 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 1, MaxInFlight: 100, Timeline: &buf}.Run(context.Background())
+	if r.Sent != 20 || r.Completed != 20 || r.Status2xx != 20 {
+		t.Fatalf("report %+v, want 20 sent and 2xx", r)
+	}
+	due, _, latency, _ := timeline(t, buf.String())
+	for i := range due {
+		if end := due[i] + latency[i]; end < ms(stall)-0.01 {
+			t.Errorf("request %d (due at %.1f ms) ended %.1f ms after the first was due, before the stall's end (%v): its latency does not count from its schedule",
+				i, due[i], end, stall)
+		}
+	}
+	if r.LatencyMS.P50 < ms(stall)/2 {
+		t.Errorf("latency p50 %.1f ms, want at least %.0f ms: most requests waited for the stall", r.LatencyMS.P50, ms(stall)/2)
+	}
+	if r.SendLagMS.P50 >= r.LatencyMS.P50/2 {
+		t.Errorf("send lag p50 %.1f ms against latency p50 %.1f ms: the wait for the connection counted as the generator's lag", r.SendLagMS.P50, r.LatencyMS.P50)
+	}
+}
+
+// TestOpenInFlightCap: against a server that takes 50 ms per request, 20
+// requests 5 ms apart. The cap bounds the requests outstanding — on a
+// connection or waiting for one — and every request after the first cap
+// of them waits for it: its wait counts in its send lag. With the cap
+// below Conns, it also bounds the requests on the wire.
+func TestOpenInFlightCap(t *testing.T) {
+	for _, tc := range []struct{ conns, cap int }{{4, 2}, {2, 4}} {
+		t.Run(fmt.Sprintf("conns %d cap %d", tc.conns, tc.cap), func(t *testing.T) {
+			var now, most atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := now.Add(1)
+				defer now.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(50 * time.Millisecond)
+			}))
+			defer srv.Close()
+			r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 200, Duration: 100 * time.Millisecond,
+				Timeout: 10 * time.Second, Conns: tc.conns, MaxInFlight: tc.cap}.Run(context.Background())
+			if r.Sent != 20 || r.Completed != 20 {
+				t.Fatalf("report %+v, want 20 sent and completed", r)
+			}
+			if m := int(most.Load()); m > min(tc.conns, tc.cap) {
+				t.Errorf("%d requests at the server at once, want at most %d", m, min(tc.conns, tc.cap))
+			}
+			// Request k ≥ cap is due at 5k ms; at most min(conns, cap)
+			// run at once, 50 ms each, so the (k-cap+1)-th end comes
+			// later than that: all 20-cap waited for the cap.
+			if r.MaxInFlight != tc.cap || r.InFlightCap != tc.cap || r.CapReached != 20-tc.cap {
+				t.Errorf("in flight at most %d of %d, %d sends waited for the cap; want %d of %d, %d",
+					r.MaxInFlight, r.InFlightCap, r.CapReached, tc.cap, tc.cap, 20-tc.cap)
+			}
+			// The last request, due at 95 ms, entered flight after at
+			// least 16 ends, 8 rounds of 50 ms.
+			if r.SendLagMS.Max < 300 {
+				t.Errorf("send lag max %.1f ms, want at least 300: the wait for the cap counts in it", r.SendLagMS.Max)
+			}
+		})
+	}
+}
+
+// TestOpenTimeout: over one kept-alive connection, requests 20 ms apart
+// with a 200 ms timeout, the 11th (sent some 200 ms after the connection's
+// first) stalled by the server. It times out, no sooner than its timeout;
+// the others, before and after it (on a new connection), get their replies.
+func TestOpenTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	release := make(chan struct{})
+	var arrived atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == 11 {
+			<-release
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	var buf bytes.Buffer
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 50, Duration: 400 * time.Millisecond,
+		Timeout: timeout, Conns: 1, MaxInFlight: 100, Timeline: &buf}.Run(context.Background())
+	if r.Sent != 20 || r.Completed != 19 || r.Errors != 1 || r.ErrorsByKind["timeout"] != 1 {
+		t.Fatalf("report %+v, want 20 sent, 19 replies, one timeout", r)
+	}
+	_, _, latency, status := timeline(t, buf.String())
+	for i := range status {
+		if want := i != 10; (status[i] == 200) != want {
+			t.Errorf("request %d: status %d", i, status[i])
+		}
+	}
+	if latency[10] < ms(timeout) {
+		t.Errorf("the stalled request failed %.1f ms after it was due, before its timeout", latency[10])
+	}
+}
+
+// TestOpenCancel: cancelling ctx stops the sending; the requests already
+// sent, the one whose arrival cancelled and is slow to answer included,
+// get their replies. A ctx cancelled before the run sends nothing.
+func TestOpenCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var arrived atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == 20 {
+			cancel()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}))
+	defer srv.Close()
+	a := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 1000, Duration: 10 * time.Second,
+		Timeout: 10 * time.Second, Conns: 4, MaxInFlight: 100}
+	r := a.Run(ctx)
+	if r.Scheduled != 10000 || r.Sent < 20 || r.Sent >= r.Scheduled {
+		t.Fatalf("scheduled %d, sent %d: want 10000 and between 20 and that", r.Scheduled, r.Sent)
+	}
+	if r.Errors != 0 || r.Completed != r.Sent || int(arrived.Load()) != r.Sent {
+		t.Errorf("sent %d, completed %d, errors %d, %d arrived: every request sent must run to its reply",
+			r.Sent, r.Completed, r.Errors, arrived.Load())
+	}
+	before := arrived.Load()
+	if r := a.Run(ctx); r.Sent != 0 || arrived.Load() != before {
+		t.Errorf("a cancelled ctx: sent %d, %d arrived; want none", r.Sent, arrived.Load()-before)
 	}
 }

@@ -13,12 +13,12 @@ import (
 )
 
 // rawClient sends one request shape (method, URL, headers, body; only the
-// bearer token varies) over keep-alive HTTP/1.1 connections of its own, at
-// most conns at once, each carrying one request at a time. It writes the
-// request's bytes, built once, with one write(2) and reads the reply with a
-// parser that knows only what a reply needs: the status line, the headers
-// that frame the body (Content-Length, chunked Transfer-Encoding,
-// Connection: close) and the body, which it discards.
+// bearer token varies) over keep-alive HTTP/1.1 connections, each a rawConn
+// owned by one sender goroutine and carrying one request at a time. It
+// writes the request's bytes, built once, with one write(2) and reads the
+// reply with a parser that knows only what a reply needs: the status line,
+// the headers that frame the body (Content-Length, chunked
+// Transfer-Encoding, Connection: close) and the body, which it discards.
 //
 // It stands in for net/http's client so that the generator, which shares
 // the machine with the server it measures, costs as little CPU per request
@@ -30,18 +30,26 @@ type rawClient struct {
 	head    []byte // request line and fixed headers, before the token's
 	tail    []byte // Content-Length, the blank line and the body
 	timeout time.Duration
-	dialer  net.Dialer
-	idle    chan *rawConn
-	slots   chan struct{} // one per open connection
+	// slack is how much later than its timeout a request may time out: a
+	// connection's deadline is moved only when it would fall before the
+	// request's own timeout, and then to timeout+slack after the send, so
+	// that a busy connection sets it about once per slack, not per request.
+	slack  time.Duration
+	dialer net.Dialer
 }
 
+// rawConn is one connection of a rawClient, for one goroutine at a time. It
+// dials on its first request, and again after an error or a reply that
+// closes the connection.
 type rawConn struct {
-	net.Conn
-	r   *bufio.Reader
-	buf []byte // the request being written
+	c        *rawClient
+	nc       net.Conn // nil until dialled, and after a close
+	r        *bufio.Reader
+	buf      []byte    // the request being written
+	deadline time.Time // nc's deadline, zero for none
 }
 
-func newRawClient(method, rawURL string, header http.Header, body []byte, conns int, timeout time.Duration) (*rawClient, error) {
+func newRawClient(method, rawURL string, header http.Header, body []byte, timeout time.Duration) (*rawClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -52,9 +60,6 @@ func newRawClient(method, rawURL string, header http.Header, body []byte, conns 
 	host := u.Host
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "80")
-	}
-	if conns < 1 {
-		conns = 1
 	}
 	var head bytes.Buffer
 	fmt.Fprintf(&head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, u.RequestURI(), u.Host)
@@ -67,66 +72,58 @@ func newRawClient(method, rawURL string, header http.Header, body []byte, conns 
 	tail = append(tail, body...)
 	return &rawClient{
 		addr: host, head: head.Bytes(), tail: tail, timeout: timeout,
+		slack:  min(timeout/10, time.Second),
 		dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
-		idle:   make(chan *rawConn, conns), slots: make(chan struct{}, conns),
 	}, nil
 }
 
+// conn returns a new connection, not yet dialled.
+func (c *rawClient) conn() *rawConn { return &rawConn{c: c} }
+
 // do sends the request with token as its bearer token ("" for none) and
-// returns the reply's status once its body has been read.
-func (c *rawClient) do(token string) (int, error) {
-	conn, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	status, keep, err := conn.roundTrip(c, token)
-	if err != nil || !keep {
-		conn.Close()
-		<-c.slots
-		return status, err
-	}
-	c.idle <- conn
-	return status, nil
-}
-
-// get returns an idle connection, or a new one while fewer than conns are
-// open, or waits for one to come back.
-func (c *rawClient) get() (*rawConn, error) {
-	select {
-	case conn := <-c.idle:
-		return conn, nil
-	default:
-	}
-	select {
-	case conn := <-c.idle:
-		return conn, nil
-	case c.slots <- struct{}{}:
-		nc, err := c.dialer.Dial("tcp", c.addr)
+// returns the reply's status once its body has been read. now is the
+// caller's reading of the clock just before: the request's timeout counts
+// from it (from the dial's end on a new connection).
+func (conn *rawConn) do(token string, now time.Time) (int, error) {
+	if conn.nc == nil {
+		nc, err := conn.c.dialer.Dial("tcp", conn.c.addr)
 		if err != nil {
-			<-c.slots
-			return nil, err
+			return 0, err
 		}
-		return &rawConn{Conn: nc, r: bufio.NewReaderSize(nc, 4096)}, nil
+		conn.nc, conn.deadline = nc, time.Time{}
+		if conn.r == nil {
+			conn.r = bufio.NewReaderSize(nc, 4096)
+		} else {
+			conn.r.Reset(nc)
+		}
+		now = time.Now()
+	}
+	status, keep, err := conn.roundTrip(token, now)
+	if err != nil || !keep {
+		conn.close()
+	}
+	return status, err
+}
+
+// close closes the connection if it is open.
+func (conn *rawConn) close() {
+	if conn.nc != nil {
+		conn.nc.Close()
+		conn.nc = nil
 	}
 }
 
-// close closes the idle connections.
-func (c *rawClient) close() {
-	for {
-		select {
-		case conn := <-c.idle:
-			conn.Close()
-			<-c.slots
-		default:
-			return
-		}
-	}
-}
-
-func (conn *rawConn) roundTrip(c *rawClient, token string) (status int, keep bool, err error) {
+func (conn *rawConn) roundTrip(token string, now time.Time) (status int, keep bool, err error) {
+	c := conn.c
 	if c.timeout > 0 {
-		if err := conn.SetDeadline(time.Now().Add(c.timeout)); err != nil {
-			return 0, false, err
+		// The deadline falls between timeout and timeout+slack after the
+		// send: a request times out no sooner than timeout, no later than
+		// slack after it.
+		if due := now.Add(c.timeout); conn.deadline.Before(due) {
+			conn.deadline = due.Add(c.slack)
+			if err := conn.nc.SetDeadline(conn.deadline); err != nil {
+				return 0, false, err
+			}
 		}
 	}
 	b := append(conn.buf[:0], c.head...)
@@ -137,7 +134,7 @@ func (conn *rawConn) roundTrip(c *rawClient, token string) (status int, keep boo
 	}
 	b = append(b, c.tail...)
 	conn.buf = b
-	if _, err := conn.Write(b); err != nil {
+	if _, err := conn.nc.Write(b); err != nil {
 		return 0, false, err
 	}
 	return readReply(conn.r)

@@ -37,13 +37,14 @@ func TestRawClientRequest(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	c, err := newRawClient(http.MethodPost, srv.URL+"/v1/sales/s1/orders?x=1", http.Header{"X-Test": {"yes"}},
-		[]byte(`{"a":1}`), 2, 5*time.Second)
+		[]byte(`{"a":1}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
+	conn := c.conn()
+	defer conn.close()
 	for range 20 {
-		if status, err := c.do("tok"); status != http.StatusCreated || err != nil {
+		if status, err := conn.do("tok", time.Now()); status != http.StatusCreated || err != nil {
 			t.Fatalf("status %d, err %v; want 201", status, err)
 		}
 	}
@@ -98,8 +99,8 @@ func TestReadReply(t *testing.T) {
 
 // TestRawClientReconnects: a server that closes every connection after
 // one reply (Connection: close) and one that stalls past the timeout. The
-// client opens a new connection after a close, and a stalled request is a
-// timeout error that frees its connection's slot.
+// connection dials anew after a close, and a stalled request is a timeout
+// error, after which the connection dials anew too.
 func TestRawClientReconnects(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -128,23 +129,29 @@ func TestRawClientReconnects(t *testing.T) {
 			}()
 		}
 	}()
-	c, err := newRawClient(http.MethodGet, "http://"+ln.Addr().String()+"/", nil, nil, 1, 300*time.Millisecond)
+	const timeout = 300 * time.Millisecond
+	c, err := newRawClient(http.MethodGet, "http://"+ln.Addr().String()+"/", nil, nil, timeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
+	conn := c.conn()
+	defer conn.close()
 	for i := range 2 {
-		if status, err := c.do(""); status != 200 || err != nil {
+		if status, err := conn.do("", time.Now()); status != 200 || err != nil {
 			t.Fatalf("request %d: status %d err %v", i, status, err)
 		}
 	}
-	_, err = c.do("")
+	sent := time.Now()
+	_, err = conn.do("", sent)
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("stalled request: err %v, want a timeout", err)
 	}
-	if status, err := c.do(""); status != 200 || err != nil {
-		t.Fatalf("after the timeout: status %d err %v (the one slot must be free again)", status, err)
+	if waited := time.Since(sent); waited < timeout {
+		t.Errorf("the stalled request timed out after %v, before its timeout %v", waited, timeout)
+	}
+	if status, err := conn.do("", time.Now()); status != 200 || err != nil {
+		t.Fatalf("after the timeout: status %d err %v (the connection must dial anew)", status, err)
 	}
 	if n := accepted.Load(); n != 4 {
 		t.Errorf("%d connections, want 4 (one per request: the server closes each)", n)

@@ -10,11 +10,14 @@
 // because the server queued it, or because the generator itself could not
 // send in time, counts all of its wait.
 //
-// Each request runs in its own goroutine, over a keep-alive pool of --conns
-// connections; at most --max-in-flight requests are outstanding, and when
-// that cap is reached the schedule slips. How far the sends fell behind their
-// schedule is reported (sender lag), so a reader can tell whether the
-// generator rather than the server was the bottleneck.
+// The requests go out over --conns keep-alive connections, each with its
+// own sender; requests that fall due while every connection is busy wait
+// for one, their latencies counting the wait. At most --max-in-flight
+// requests are outstanding (on a connection or waiting for one), and a
+// request due while that many are outstanding waits for the cap. How far
+// the sends fell behind their schedule, connection waits aside, is reported
+// (sender lag), so a reader can tell whether the generator or the cap
+// rather than the server held them back.
 //
 // Usage, as bench/http/run.sh calls it:
 //

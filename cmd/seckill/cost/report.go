@@ -51,6 +51,9 @@ type Result struct {
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
 	MaxMS float64 `json:"max_ms"`
+	// LagP99MS is the open loop's send lag p99 (loadgen.Report.SendLagMS):
+	// how far behind its schedule the generator sent; 0 for a closed loop.
+	LagP99MS float64 `json:"lag_p99_ms,omitempty"`
 
 	CatchUpS   float64  `json:"catch_up_s"`   // from the load's end until every order was in the database
 	OrdersInDB int      `json:"orders_in_db"` // of the measured load
@@ -166,6 +169,7 @@ var columns = []column{
 	{"Redis out B", "%.0f", func(r *Result) float64 { return r.RedisOutBytes }, func(r *Result, v float64) { r.RedisOutBytes = v }},
 	{"p50 ms", "%.2f", func(r *Result) float64 { return r.P50MS }, func(r *Result, v float64) { r.P50MS = v }},
 	{"p99 ms", "%.2f", func(r *Result) float64 { return r.P99MS }, func(r *Result, v float64) { r.P99MS = v }},
+	{"lag p99 ms", "%.2f", func(r *Result) float64 { return r.LagP99MS }, func(r *Result, v float64) { r.LagP99MS = v }},
 	{"non-2xx", "%.0f", func(r *Result) float64 { return float64(r.Non2xx + r.Errors) }, func(r *Result, v float64) { r.Non2xx = int(math.Round(v)) }},
 	{"catch-up s", "%.2f", func(r *Result) float64 { return r.CatchUpS }, func(r *Result, v float64) { r.CatchUpS = v }},
 }
@@ -265,7 +269,7 @@ func PrintText(w io.Writer, rep Report) {
 				cells = append(cells, "-")
 			case ratio:
 				cells = append(cells, fmt.Sprintf("%.2f", v))
-			case v == 0 && strings.Contains(c.head, "µs"):
+			case v == 0 && (strings.Contains(c.head, "µs") || c.head == "lag p99 ms"):
 				cells = append(cells, "-")
 			default:
 				cells = append(cells, fmt.Sprintf(c.format, v))

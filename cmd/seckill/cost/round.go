@@ -128,6 +128,7 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 		res.Buys, res.Non2xx, res.Errors, res.Sent = rep.Status2xx, rep.Non2xx, rep.Errors, rep.Sent
 		res.DurationS, res.BuysPerS = rep.DurationS, rep.ReplyRate*float64(rep.Status2xx)/float64(max(rep.Completed, 1))
 		res.P50MS, res.P99MS, res.MaxMS = rep.LatencyMS.P50, rep.LatencyMS.P99, rep.LatencyMS.Max
+		res.LagP99MS = rep.SendLagMS.P99
 		if rep.Sent < rep.Scheduled {
 			res.Problems = append(res.Problems, fmt.Sprintf("%d of %d scheduled requests not sent", rep.Scheduled-rep.Sent, rep.Scheduled))
 		}
@@ -185,8 +186,8 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 // loops measured on 2026-11-26 (0.4-1.3 s of wall each, its idle mark
 // workers running on the generator's idle Ps on the cores the service
 // and its stores share), and the latency bursts lined up with two of
-// those cycles. A load allocates little (a goroutine and a result per
-// request): after this, with that many tokens the next cycle is due only
+// those cycles. A load allocates little (a result per request, made
+// before it starts): after this, with that many tokens the next cycle is due only
 // hundreds of MB later, and with few tokens the heap is small and its
 // cycles short. The latencies still count from each request's scheduled
 // send.

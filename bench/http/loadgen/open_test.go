@@ -219,3 +219,28 @@ func TestOpenCancel(t *testing.T) {
 		t.Errorf("a cancelled ctx: sent %d, %d arrived; want none", r.Sent, arrived.Load()-before)
 	}
 }
+
+// TestOpenEarlyHints: a server that sends 103 Early Hints at once and its
+// final reply only after a stall. A request's latency ends with the final
+// reply, not with the interim one, and its status is the final one's.
+func TestOpenEarlyHints(t *testing.T) {
+	const stall = 100 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		time.Sleep(stall)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 20, Duration: 200 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 4, MaxInFlight: 100}.Run(context.Background())
+	if r.Sent != 4 || r.Status2xx != 4 || r.Errors != 0 {
+		t.Fatalf("report %+v, want 4 sent, 4 2xx (the final replies)", r)
+	}
+	if r.LatencyMS.P50 < ms(stall) {
+		t.Errorf("latency p50 %.1f ms, below the %v each final reply took: the interim reply ended it", r.LatencyMS.P50, stall)
+	}
+}

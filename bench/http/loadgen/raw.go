@@ -143,8 +143,20 @@ func (conn *rawConn) roundTrip(token string, now time.Time) (status int, keep bo
 var errMalformed = errors.New("loadgen: malformed HTTP reply")
 
 // readReply reads one reply and discards its body: its status, and
-// whether the connection may carry another request.
+// whether the connection may carry another request. Interim replies (1xx:
+// 100 Continue, 103 Early Hints) are skipped: the reply, and the
+// request's latency, end with the final one.
 func readReply(r *bufio.Reader) (status int, keep bool, err error) {
+	for {
+		status, keep, err = readOneReply(r)
+		if err != nil || status >= 200 || status == http.StatusSwitchingProtocols {
+			return status, keep, err
+		}
+	}
+}
+
+// readOneReply reads one reply, interim or final, as readReply does.
+func readOneReply(r *bufio.Reader) (status int, keep bool, err error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
 		return 0, false, err
@@ -187,8 +199,10 @@ func readReply(r *bufio.Reader) (status int, keep bool, err error) {
 		}
 	}
 	switch {
-	case status < 200: // not expected here: start afresh
+	case status == http.StatusSwitchingProtocols: // not HTTP any more
 		return status, false, nil
+	case status < 200: // interim: no body, the final reply follows
+		return status, true, nil
 	case status == http.StatusNoContent || status == http.StatusNotModified: // no body
 	case chunked:
 		err = discardChunks(r)

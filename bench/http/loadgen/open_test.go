@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -242,5 +243,31 @@ func TestOpenEarlyHints(t *testing.T) {
 	}
 	if r.LatencyMS.P50 < ms(stall) {
 		t.Errorf("latency p50 %.1f ms, below the %v each final reply took: the interim reply ended it", r.LatencyMS.P50, stall)
+	}
+}
+
+// TestOpenIdleClose: a server that closes a kept-alive connection once it
+// has been idle 30 ms, with requests 100 ms apart over one connection.
+// Each request finds its connection closed by the server while idle; it
+// must go over a new one, not fail against the close (net/http's client
+// does the same): no error, every request a reply.
+func TestOpenIdleClose(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.IdleTimeout = 30 * time.Millisecond
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 10, Duration: 600 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 1, MaxInFlight: 100}.Run(context.Background())
+	if r.Sent != 6 || r.Status2xx != 6 || r.Errors != 0 {
+		t.Errorf("report %+v, want 6 sent, 6 2xx, no error", r)
+	}
+	if n := conns.Load(); n < 2 {
+		t.Errorf("%d connections: the server's idle timeout did not close any, the test tests nothing", n)
 	}
 }

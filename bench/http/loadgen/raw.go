@@ -47,7 +47,15 @@ type rawConn struct {
 	r        *bufio.Reader
 	buf      []byte    // the request being written
 	deadline time.Time // nc's deadline, zero for none
+	sent     time.Time // the last request's send on nc
 }
+
+// staleAfter is how long a kept-alive connection may have been idle (since
+// its last send) before a request checks that the server has not closed it
+// meanwhile (an idle timeout), so that the request goes over a new
+// connection rather than fail against the server's close; a connection
+// busier than that is reused as it is, without the check's syscall.
+const staleAfter = 10 * time.Millisecond
 
 func newRawClient(method, rawURL string, header http.Header, body []byte, timeout time.Duration) (*rawClient, error) {
 	u, err := url.Parse(rawURL)
@@ -85,6 +93,9 @@ func (c *rawClient) conn() *rawConn { return &rawConn{c: c} }
 // caller's reading of the clock just before: the request's timeout counts
 // from it (from the dial's end on a new connection).
 func (conn *rawConn) do(token string, now time.Time) (int, error) {
+	if conn.nc != nil && now.Sub(conn.sent) >= staleAfter && (conn.r.Buffered() > 0 || closedByPeer(conn.nc)) {
+		conn.close()
+	}
 	if conn.nc == nil {
 		nc, err := conn.c.dialer.Dial("tcp", conn.c.addr)
 		if err != nil {
@@ -98,6 +109,7 @@ func (conn *rawConn) do(token string, now time.Time) (int, error) {
 		}
 		now = time.Now()
 	}
+	conn.sent = now
 	status, keep, err := conn.roundTrip(token, now)
 	if err != nil || !keep {
 		conn.close()

@@ -116,6 +116,9 @@ func TestOpenSlowServer(t *testing.T) {
 	if r.SendLagMS.P50 >= r.LatencyMS.P50/2 {
 		t.Errorf("send lag p50 %.1f ms against latency p50 %.1f ms: the wait for the connection counted as the generator's lag", r.SendLagMS.P50, r.LatencyMS.P50)
 	}
+	if r.ConnWaited < 10 || r.ConnWaitMS.P50 < ms(stall)/4 {
+		t.Errorf("%d sends waited for the connection, p50 %.1f ms: want most, the wait reported", r.ConnWaited, r.ConnWaitMS.P50)
+	}
 }
 
 // TestOpenInFlightCap: against a server that takes 50 ms per request, 20
@@ -269,5 +272,32 @@ func TestOpenIdleClose(t *testing.T) {
 	}
 	if n := conns.Load(); n < 2 {
 		t.Errorf("%d connections: the server's idle timeout did not close any, the test tests nothing", n)
+	}
+}
+
+// TestOpenGeneratorBehind: a rate no generator keeps up with (a million a
+// second) against a server that answers at once. The sends fall far
+// behind the schedule; the report must say so, not show a send lag of
+// nothing and no note, as if the server alone had made the latencies.
+func TestOpenGeneratorBehind(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 1e6, Duration: 10 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 4, MaxInFlight: 1 << 20}.Run(context.Background())
+	if r.Sent != 10000 || r.Status2xx != 10000 {
+		t.Fatalf("report %+v, want 10000 sent and 2xx", r)
+	}
+	if r.SendRate > r.Rate/2 {
+		t.Skipf("sent %.0f/s of %.0f/s: this machine kept up, the test tests nothing", r.SendRate, r.Rate)
+	}
+	behind := max(r.SendLagMS.Max, r.ConnWaitMS.Max)
+	if behind < r.LatencyMS.P50/2 {
+		t.Errorf("latency p50 %.1f ms, yet send lag max %.1f ms and connection wait max %.1f ms: the report hides how far the sends fell behind",
+			r.LatencyMS.P50, r.SendLagMS.Max, r.ConnWaitMS.Max)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "note") {
+		t.Errorf("sent %.0f/s of %.0f/s asked, and the report has no note:\n%s", r.SendRate, r.Rate, text.String())
 	}
 }

@@ -215,6 +215,14 @@ type Report struct {
 	// the generator (CPU, in-flight cap) rather than the server held the
 	// requests back.
 	SendLagMS Percentiles `json:"send_lag_ms"`
+	// ConnWaited counts the sends that, once in flight, waited for a free
+	// connection (every sender busy), ConnWaitMS those waits over every
+	// send (0 for the others). The waits count in the latencies, not in
+	// the send lag: they are the server's when its replies hold the
+	// connections, but also the generator's when it is too short of CPU
+	// (or of connections) to keep up: the send lag cannot tell them apart.
+	ConnWaited int         `json:"conn_waited"`
+	ConnWaitMS Percentiles `json:"conn_wait_ms"`
 	// MaxInFlight is the most requests outstanding at once, of at most
 	// InFlightCap; CapReached counts the sends that waited for the cap. A
 	// request is outstanding from when it enters flight until it ends
@@ -276,6 +284,7 @@ func (a Attack) report(start time.Time, results []result, lags []time.Duration) 
 	capacity := max(a.MaxInFlight, 1)
 	latencies := make([]time.Duration, 0, len(results))
 	sentLags := make([]time.Duration, 0, len(results))
+	connWaits := make([]time.Duration, 0, len(results))
 	var firstSend, lastSend, lastReply time.Duration
 	ended := 0 // of ends, those at or before the current request's entry
 	for i, res := range results {
@@ -296,7 +305,12 @@ func (a Attack) report(start time.Time, results []result, lags []time.Duration) 
 		r.MaxInFlight = max(r.MaxInFlight, k+1-ended)
 		// The lag is the send's delay from its due time, less its wait
 		// for a connection once in flight (the server's, as latency).
-		lag := max(res.send-due-max(res.free-enter, 0), 0)
+		wait := max(res.free-enter, 0)
+		if wait > 0 {
+			r.ConnWaited++
+		}
+		connWaits = append(connWaits, wait)
+		lag := max(res.send-due-wait, 0)
 		lags[i] = lag
 		sentLags = append(sentLags, lag)
 		if k == 0 || res.send < firstSend {
@@ -333,6 +347,7 @@ func (a Attack) report(start time.Time, results []result, lags []time.Duration) 
 	}
 	r.LatencyMS = PercentilesOf(latencies)
 	r.SendLagMS = PercentilesOf(sentLags)
+	r.ConnWaitMS = PercentilesOf(connWaits)
 	return r
 }
 
@@ -407,6 +422,10 @@ func (r Report) WriteText(w io.Writer) {
 	case g.Max > 10:
 		fmt.Fprintf(w, "note      the sender, short of CPU, fell up to %s behind schedule: the latencies include that wait, so part of them is the generator's, not the server's\n",
 			short(g.Max))
+	}
+	if c := r.ConnWaitMS; r.ConnWaited > 0 {
+		fmt.Fprintf(w, "note      %d sends waited for a free connection (all busy), p99 %s, max %s, sent %.1f/s of %g/s asked: the latencies include the wait, the send lag does not; it is the server's if its replies held the connections, the generator's if it was short of CPU or of --conns\n",
+			r.ConnWaited, short(c.P99), short(c.Max), r.SendRate, r.Rate)
 	}
 	if r.Sent < r.Scheduled {
 		fmt.Fprintf(w, "note      interrupted: %d of %d scheduled requests were not sent\n", r.Scheduled-r.Sent, r.Scheduled)

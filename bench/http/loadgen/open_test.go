@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -115,6 +116,9 @@ func TestOpenSlowServer(t *testing.T) {
 	if r.SendLagMS.P50 >= r.LatencyMS.P50/2 {
 		t.Errorf("send lag p50 %.1f ms against latency p50 %.1f ms: the wait for the connection counted as the generator's lag", r.SendLagMS.P50, r.LatencyMS.P50)
 	}
+	if r.ConnWaited < 10 || r.ConnWaitMS.P50 < ms(stall)/4 {
+		t.Errorf("%d sends waited for the connection, p50 %.1f ms: want most, the wait reported", r.ConnWaited, r.ConnWaitMS.P50)
+	}
 }
 
 // TestOpenInFlightCap: against a server that takes 50 ms per request, 20
@@ -217,5 +221,83 @@ func TestOpenCancel(t *testing.T) {
 	before := arrived.Load()
 	if r := a.Run(ctx); r.Sent != 0 || arrived.Load() != before {
 		t.Errorf("a cancelled ctx: sent %d, %d arrived; want none", r.Sent, arrived.Load()-before)
+	}
+}
+
+// TestOpenEarlyHints: a server that sends 103 Early Hints at once and its
+// final reply only after a stall. A request's latency ends with the final
+// reply, not with the interim one, and its status is the final one's.
+func TestOpenEarlyHints(t *testing.T) {
+	const stall = 100 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		time.Sleep(stall)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 20, Duration: 200 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 4, MaxInFlight: 100}.Run(context.Background())
+	if r.Sent != 4 || r.Status2xx != 4 || r.Errors != 0 {
+		t.Fatalf("report %+v, want 4 sent, 4 2xx (the final replies)", r)
+	}
+	if r.LatencyMS.P50 < ms(stall) {
+		t.Errorf("latency p50 %.1f ms, below the %v each final reply took: the interim reply ended it", r.LatencyMS.P50, stall)
+	}
+}
+
+// TestOpenIdleClose: a server that closes a kept-alive connection once it
+// has been idle 30 ms, with requests 100 ms apart over one connection.
+// Each request finds its connection closed by the server while idle; it
+// must go over a new one, not fail against the close (net/http's client
+// does the same): no error, every request a reply.
+func TestOpenIdleClose(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.IdleTimeout = 30 * time.Millisecond
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 10, Duration: 600 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 1, MaxInFlight: 100}.Run(context.Background())
+	if r.Sent != 6 || r.Status2xx != 6 || r.Errors != 0 {
+		t.Errorf("report %+v, want 6 sent, 6 2xx, no error", r)
+	}
+	if n := conns.Load(); n < 2 {
+		t.Errorf("%d connections: the server's idle timeout did not close any, the test tests nothing", n)
+	}
+}
+
+// TestOpenGeneratorBehind: a rate no generator keeps up with (a million a
+// second) against a server that answers at once. The sends fall far
+// behind the schedule; the report must say so, not show a send lag of
+// nothing and no note, as if the server alone had made the latencies.
+func TestOpenGeneratorBehind(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	r := Attack{Method: http.MethodGet, URL: srv.URL, Rate: 1e6, Duration: 10 * time.Millisecond,
+		Timeout: 10 * time.Second, Conns: 4, MaxInFlight: 1 << 20}.Run(context.Background())
+	if r.Sent != 10000 || r.Status2xx != 10000 {
+		t.Fatalf("report %+v, want 10000 sent and 2xx", r)
+	}
+	if r.SendRate > r.Rate/2 {
+		t.Skipf("sent %.0f/s of %.0f/s: this machine kept up, the test tests nothing", r.SendRate, r.Rate)
+	}
+	behind := max(r.SendLagMS.Max, r.ConnWaitMS.Max)
+	if behind < r.LatencyMS.P50/2 {
+		t.Errorf("latency p50 %.1f ms, yet send lag max %.1f ms and connection wait max %.1f ms: the report hides how far the sends fell behind",
+			r.LatencyMS.P50, r.SendLagMS.Max, r.ConnWaitMS.Max)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "note") {
+		t.Errorf("sent %.0f/s of %.0f/s asked, and the report has no note:\n%s", r.SendRate, r.Rate, text.String())
 	}
 }

@@ -47,7 +47,15 @@ type rawConn struct {
 	r        *bufio.Reader
 	buf      []byte    // the request being written
 	deadline time.Time // nc's deadline, zero for none
+	sent     time.Time // the last request's send on nc
 }
+
+// staleAfter is how long a kept-alive connection may have been idle (since
+// its last send) before a request checks that the server has not closed it
+// meanwhile (an idle timeout), so that the request goes over a new
+// connection rather than fail against the server's close; a connection
+// busier than that is reused as it is, without the check's syscall.
+const staleAfter = 10 * time.Millisecond
 
 func newRawClient(method, rawURL string, header http.Header, body []byte, timeout time.Duration) (*rawClient, error) {
 	u, err := url.Parse(rawURL)
@@ -85,6 +93,9 @@ func (c *rawClient) conn() *rawConn { return &rawConn{c: c} }
 // caller's reading of the clock just before: the request's timeout counts
 // from it (from the dial's end on a new connection).
 func (conn *rawConn) do(token string, now time.Time) (int, error) {
+	if conn.nc != nil && now.Sub(conn.sent) >= staleAfter && (conn.r.Buffered() > 0 || closedByPeer(conn.nc)) {
+		conn.close()
+	}
 	if conn.nc == nil {
 		nc, err := conn.c.dialer.Dial("tcp", conn.c.addr)
 		if err != nil {
@@ -98,6 +109,7 @@ func (conn *rawConn) do(token string, now time.Time) (int, error) {
 		}
 		now = time.Now()
 	}
+	conn.sent = now
 	status, keep, err := conn.roundTrip(token, now)
 	if err != nil || !keep {
 		conn.close()
@@ -143,8 +155,20 @@ func (conn *rawConn) roundTrip(token string, now time.Time) (status int, keep bo
 var errMalformed = errors.New("loadgen: malformed HTTP reply")
 
 // readReply reads one reply and discards its body: its status, and
-// whether the connection may carry another request.
+// whether the connection may carry another request. Interim replies (1xx:
+// 100 Continue, 103 Early Hints) are skipped: the reply, and the
+// request's latency, end with the final one.
 func readReply(r *bufio.Reader) (status int, keep bool, err error) {
+	for {
+		status, keep, err = readOneReply(r)
+		if err != nil || status >= 200 || status == http.StatusSwitchingProtocols {
+			return status, keep, err
+		}
+	}
+}
+
+// readOneReply reads one reply, interim or final, as readReply does.
+func readOneReply(r *bufio.Reader) (status int, keep bool, err error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
 		return 0, false, err
@@ -187,8 +211,10 @@ func readReply(r *bufio.Reader) (status int, keep bool, err error) {
 		}
 	}
 	switch {
-	case status < 200: // not expected here: start afresh
+	case status == http.StatusSwitchingProtocols: // not HTTP any more
 		return status, false, nil
+	case status < 200: // interim: no body, the final reply follows
+		return status, true, nil
 	case status == http.StatusNoContent || status == http.StatusNotModified: // no body
 	case chunked:
 		err = discardChunks(r)

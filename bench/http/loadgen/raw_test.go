@@ -70,6 +70,7 @@ func TestReadReply(t *testing.T) {
 		{"close", "HTTP/1.1 409 Conflict\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx", 409, false, nil},
 		{"http/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", 200, false, nil},
 		{"to the end", "HTTP/1.1 200 OK\r\n\r\nuntil closed", 200, false, nil},
+		{"interim", "HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 1\r\n\r\nx", 201, true, nil},
 		{"not http", "SSH-2.0-x\r\n\r\n", 0, false, errMalformed},
 		{"bad status", "HTTP/1.1 2x0 OK\r\n\r\n", 0, false, errMalformed},
 		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0, false, errMalformed},

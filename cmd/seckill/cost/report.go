@@ -269,7 +269,9 @@ func PrintText(w io.Writer, rep Report) {
 				cells = append(cells, "-")
 			case ratio:
 				cells = append(cells, fmt.Sprintf("%.2f", v))
-			case v == 0 && (strings.Contains(c.head, "µs") || c.head == "lag p99 ms"):
+			case c.head == "lag p99 ms" && r.Load != "open": // a closed loop has no schedule
+				cells = append(cells, "-")
+			case v == 0 && strings.Contains(c.head, "µs"):
 				cells = append(cells, "-")
 			default:
 				cells = append(cells, fmt.Sprintf(c.format, v))

@@ -98,16 +98,7 @@ func TestRecoveryLetsRedisGoAtOnce(t *testing.T) {
 	}
 	// The fleet trusts the repaired node from the recovery's end, not from
 	// the next tick: an instance starting meanwhile would recover it again.
-	info, err := rdb.Info(failover.AllowedToDial(ctx), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runID := ""
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "run_id:"); ok {
-			runID = v
-		}
-	}
+	runID := runIDOf(t, failover.AllowedToDial(ctx), rdb)
 	if trusted, err := db.TrustedRedis(ctx); err != nil || runID == "" || trusted[""].RunID != runID {
 		t.Errorf("trusted nodes right after the recovery: %+v, %v; want the restarted node's run id %q", trusted, err, runID)
 	}
@@ -194,16 +185,7 @@ func TestRecoveryFromTheDatabaseTrustsTheRepairedNodeAtOnce(t *testing.T) {
 	if f.HeldBack() {
 		t.Fatal("held back after the recovery that repaired redis")
 	}
-	info, err := rdb.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runID := ""
-	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "run_id:"); ok {
-			runID = v
-		}
-	}
+	runID := runIDOf(t, ctx, rdb)
 	if trusted, err := db.TrustedRedis(ctx); err != nil || runID == "" || trusted[""].RunID != runID {
 		t.Errorf("trusted nodes right after the tick that recovered: %+v, %v; want the restarted node's run id %q", trusted, err, runID)
 	}
@@ -213,4 +195,20 @@ func TestRecoveryFromTheDatabaseTrustsTheRepairedNodeAtOnce(t *testing.T) {
 	if err := rdb.Ping(ctx).Err(); err != nil || f.HeldBack() {
 		t.Errorf("after the next tick: ping %v, held back %v; want the repaired node used", err, f.HeldBack())
 	}
+}
+
+// runIDOf returns the run id of the Redis server rdb talks to ("" if its
+// INFO has none).
+func runIDOf(t *testing.T, ctx context.Context, rdb *redis.Client) string {
+	t.Helper()
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "run_id:"); ok {
+			return v
+		}
+	}
+	return ""
 }

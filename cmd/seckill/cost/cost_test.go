@@ -205,29 +205,33 @@ func TestQuietGeneratorCollects(t *testing.T) {
 	}
 }
 
-// TestLagColumn: the send lag p99 is "-" for a closed-loop round (no
-// schedule to lag behind), and a number for an open-loop one, 0.00 when
-// no send lagged (every request waited for a connection instead), not the
-// closed loop's "-".
+// TestLagColumn: the send lag p99 and the connection wait p99 are "-" for
+// a closed-loop round (no schedule to lag behind), and numbers for an
+// open-loop one, 0.00 when no send lagged or waited, not the closed
+// loop's "-".
 func TestLagColumn(t *testing.T) {
 	rep := Report{Builds: []string{"a"}, Results: []Result{
 		{Build: "A", Round: 1, Load: "closed", P99MS: 5},
-		{Build: "A", Round: 2, Load: "open", P99MS: 30, LagP99MS: 0},
+		{Build: "A", Round: 2, Load: "open", P99MS: 30, LagP99MS: 0, WaitP99MS: 12.5},
 		{Build: "A", Round: 3, Load: "open", P99MS: 25, LagP99MS: 1.5},
 	}}
 	var buf bytes.Buffer
 	PrintText(&buf, rep)
-	// The lag is the third cell from a row's end (then non-2xx, catch-up s).
-	cells := map[string]string{}
+	// The lag and the wait are the fourth and third cells from a row's end
+	// (then non-2xx, catch-up s).
+	lag, wait := map[string]string{}, map[string]string{}
 	for _, l := range strings.Split(buf.String(), "\n") {
-		if f := strings.Fields(l); len(f) > 3 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
-			cells[f[0]] = f[len(f)-3]
+		if f := strings.Fields(l); len(f) > 4 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
+			lag[f[0]], wait[f[0]] = f[len(f)-4], f[len(f)-3]
 		}
 	}
-	if !strings.Contains(buf.String(), "lag p99 ms  non-2xx  catch-up s") {
-		t.Fatalf("the table's last columns are no longer lag p99 ms, non-2xx, catch-up s:\n%s", buf.String())
+	if !strings.Contains(buf.String(), "lag p99 ms  wait p99 ms  non-2xx  catch-up s") {
+		t.Fatalf("the table's last columns are no longer lag p99 ms, wait p99 ms, non-2xx, catch-up s:\n%s", buf.String())
 	}
-	if cells["1"] != "-" || cells["2"] != "0.00" || cells["3"] != "1.50" {
-		t.Errorf("lag p99 ms cells %v, want round 1 (closed) -, 2 0.00, 3 1.50:\n%s", cells, buf.String())
+	if lag["1"] != "-" || lag["2"] != "0.00" || lag["3"] != "1.50" {
+		t.Errorf("lag p99 ms cells %v, want round 1 (closed) -, 2 0.00, 3 1.50:\n%s", lag, buf.String())
+	}
+	if wait["1"] != "-" || wait["2"] != "12.50" || wait["3"] != "0.00" {
+		t.Errorf("wait p99 ms cells %v, want round 1 (closed) -, 2 12.50, 3 0.00:\n%s", wait, buf.String())
 	}
 }

@@ -54,6 +54,11 @@ type Result struct {
 	// LagP99MS is the open loop's send lag p99 (loadgen.Report.SendLagMS):
 	// how far behind its schedule the generator sent; 0 for a closed loop.
 	LagP99MS float64 `json:"lag_p99_ms,omitempty"`
+	// WaitP99MS is the open loop's wait for a free connection p99
+	// (loadgen.Report.ConnWaitMS, over every send): requests due while
+	// every connection carried one. Their latencies count the wait; this
+	// column says how much of a p99 it was.
+	WaitP99MS float64 `json:"conn_wait_p99_ms,omitempty"`
 
 	CatchUpS   float64  `json:"catch_up_s"`   // from the load's end until every order was in the database
 	OrdersInDB int      `json:"orders_in_db"` // of the measured load
@@ -170,6 +175,7 @@ var columns = []column{
 	{"p50 ms", "%.2f", func(r *Result) float64 { return r.P50MS }, func(r *Result, v float64) { r.P50MS = v }},
 	{"p99 ms", "%.2f", func(r *Result) float64 { return r.P99MS }, func(r *Result, v float64) { r.P99MS = v }},
 	{"lag p99 ms", "%.2f", func(r *Result) float64 { return r.LagP99MS }, func(r *Result, v float64) { r.LagP99MS = v }},
+	{"wait p99 ms", "%.2f", func(r *Result) float64 { return r.WaitP99MS }, func(r *Result, v float64) { r.WaitP99MS = v }},
 	{"non-2xx", "%.0f", func(r *Result) float64 { return float64(r.Non2xx + r.Errors) }, func(r *Result, v float64) { r.Non2xx = int(math.Round(v)) }},
 	{"catch-up s", "%.2f", func(r *Result) float64 { return r.CatchUpS }, func(r *Result, v float64) { r.CatchUpS = v }},
 }
@@ -269,7 +275,7 @@ func PrintText(w io.Writer, rep Report) {
 				cells = append(cells, "-")
 			case ratio:
 				cells = append(cells, fmt.Sprintf("%.2f", v))
-			case c.head == "lag p99 ms" && r.Load != "open": // a closed loop has no schedule
+			case (c.head == "lag p99 ms" || c.head == "wait p99 ms") && r.Load != "open": // a closed loop has no schedule
 				cells = append(cells, "-")
 			case v == 0 && strings.Contains(c.head, "µs"):
 				cells = append(cells, "-")
@@ -293,6 +299,7 @@ func PrintText(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "\nµs: CPU per buy. PG: the round database's backends and PostgreSQL's background processes; PG all: every postgres process (other clients' too).")
 	fmt.Fprintln(w, "Redis and PG are server-wide counters: other work on a shared server shows in them. EVALSHA µs: commandstats usec per buy.")
 	fmt.Fprintln(w, "Redis in/out B: bytes its clients sent it / it sent them, per buy.")
+	fmt.Fprintln(w, "Open loop: lag p99 ms, how far the generator sent behind its schedule; wait p99 ms, how long due requests waited for a free connection (both count in the latencies, from each request's scheduled send).")
 	printCommands(w, rep)
 	for _, r := range rep.Results {
 		if r.Load == "open" && rep.OpenFraction > 0 {

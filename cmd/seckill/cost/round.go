@@ -128,7 +128,7 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 		res.Buys, res.Non2xx, res.Errors, res.Sent = rep.Status2xx, rep.Non2xx, rep.Errors, rep.Sent
 		res.DurationS, res.BuysPerS = rep.DurationS, rep.ReplyRate*float64(rep.Status2xx)/float64(max(rep.Completed, 1))
 		res.P50MS, res.P99MS, res.MaxMS = rep.LatencyMS.P50, rep.LatencyMS.P99, rep.LatencyMS.Max
-		res.LagP99MS = rep.SendLagMS.P99
+		res.LagP99MS, res.WaitP99MS = rep.SendLagMS.P99, rep.ConnWaitMS.P99
 		if rep.Sent < rep.Scheduled {
 			res.Problems = append(res.Problems, fmt.Sprintf("%d of %d scheduled requests not sent", rep.Scheduled-rep.Sent, rep.Scheduled))
 		}

@@ -87,6 +87,9 @@ type result struct {
 	done   time.Duration // the end of its reply's body, or its error
 	status int           // 0 when err != nil
 	err    error         // the transport's, nil when a reply came
+	// lag is how far its send was behind its due time, its wait for a
+	// connection aside (set by report)
+	lag time.Duration
 }
 
 // maxNap bounds one sleep of a sender waiting for its next request's due
@@ -107,7 +110,7 @@ func (a Attack) Run(ctx context.Context) Report {
 	client, err := newRawClient(a.Method, a.URL, a.Header, a.Body, a.Timeout)
 	n := a.Requests()
 	if err != nil {
-		return a.report(time.Now(), []result{{sent: true, err: err}}, nil)
+		return a.report([]result{{sent: true, err: err}})
 	}
 	results := make([]result, n)
 	var stopped atomic.Bool
@@ -122,10 +125,9 @@ func (a Attack) Run(ctx context.Context) Report {
 		wg.Go(func() { a.sender(client.conn(), start, &next, &stopped, results) })
 	}
 	wg.Wait()
-	lags := make([]time.Duration, n)
-	r := a.report(start, results, lags)
+	r := a.report(results)
 	if a.Timeline != nil {
-		writeTimeline(a.Timeline, a, start, results, lags)
+		writeTimeline(a.Timeline, a, start, results)
 	}
 	return r
 }
@@ -172,7 +174,7 @@ func (a Attack) sender(conn *rawConn, start time.Time, next *atomic.Int64, stopp
 // status (0: no reply).
 const TimelineHeader = "due_unix_ms,lag_ms,latency_ms,status"
 
-func writeTimeline(w io.Writer, a Attack, start time.Time, results []result, lags []time.Duration) {
+func writeTimeline(w io.Writer, a Attack, start time.Time, results []result) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	fmt.Fprintln(bw, TimelineHeader)
 	for i, res := range results {
@@ -180,7 +182,7 @@ func writeTimeline(w io.Writer, a Attack, start time.Time, results []result, lag
 			continue
 		}
 		due := a.due(i)
-		fmt.Fprintf(bw, "%.3f,%.3f,%.3f,%d\n", float64(start.Add(due).UnixMicro())/1e3, ms(lags[i]), ms(res.done-due), res.status)
+		fmt.Fprintf(bw, "%.3f,%.3f,%.3f,%d\n", float64(start.Add(due).UnixMicro())/1e3, ms(res.lag), ms(res.done-due), res.status)
 	}
 	_ = bw.Flush()
 }
@@ -255,9 +257,8 @@ func (r Report) OK() bool {
 // maxErrorKinds bounds Report.ErrorsByKind; further kinds count as "other".
 const maxErrorKinds = 10
 
-// report sums the results up, and fills lags (one per result, 0 for those
-// not sent; nil: none wanted) with each send's lag.
-func (a Attack) report(start time.Time, results []result, lags []time.Duration) Report {
+// report sums the results up, and sets each sent result's lag.
+func (a Attack) report(results []result) Report {
 	r := Report{
 		Method:         a.Method,
 		URL:            a.URL,
@@ -267,9 +268,6 @@ func (a Attack) report(start time.Time, results []result, lags []time.Duration) 
 		Scheduled:      len(results),
 		Non2xxByStatus: map[int]int{},
 		InFlightCap:    a.MaxInFlight,
-	}
-	if lags == nil {
-		lags = make([]time.Duration, len(results))
 	}
 	// ends is every sent request's end, in order of time: the k-th sent
 	// request enters flight at its due time or, if MaxInFlight requests
@@ -311,7 +309,7 @@ func (a Attack) report(start time.Time, results []result, lags []time.Duration) 
 		}
 		connWaits = append(connWaits, wait)
 		lag := max(res.send-due-wait, 0)
-		lags[i] = lag
+		results[i].lag = lag
 		sentLags = append(sentLags, lag)
 		if k == 0 || res.send < firstSend {
 			firstSend = res.send

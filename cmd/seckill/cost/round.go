@@ -187,9 +187,9 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 // workers running on the generator's idle Ps on the cores the service
 // and its stores share), and the latency bursts lined up with two of
 // those cycles. A load allocates little (a result per request, made
-// before it starts): after this, with that many tokens the next cycle is due only
-// hundreds of MB later, and with few tokens the heap is small and its
-// cycles short. The latencies still count from each request's scheduled
+// before it starts): after this, with that many tokens the next cycle is
+// due only hundreds of MB later, and with few tokens the heap is small and
+// its cycles short. The latencies still count from each request's scheduled
 // send.
 func quietGenerator() { runtime.GC() }
 

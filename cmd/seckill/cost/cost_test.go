@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,14 +60,17 @@ func TestParseRedisInfo(t *testing.T) {
 
 // TestAccount: the per-buy figures from before/after counters.
 func TestAccount(t *testing.T) {
-	before := snapshot{serviceTicks: 1000, redis: redisStats{CPUMicros: 5e6, EvalshaCalls: 100, EvalshaMicros: 40_000}}
+	before := snapshot{serviceTicks: 1000, redis: redisStats{CPUMicros: 5e6, EvalshaCalls: 100, EvalshaMicros: 40_000},
+		machine: machineTimes{total: 10_000, idle: 4000, steal: 100}}
 	// 2.5 s of the service, 0.8 s of Redis, 1000 EVALSHA of 0.6 s in all,
 	// 0.9 s of our PostgreSQL and 1.5 s of all of it, over 25,000 buys.
-	after := snapshot{serviceTicks: 1250, redis: redisStats{CPUMicros: 5.8e6, EvalshaCalls: 1100, EvalshaMicros: 640_000}}
+	// The machine: 2,000 ticks, 300 of them idle and 100 stolen.
+	after := snapshot{serviceTicks: 1250, redis: redisStats{CPUMicros: 5.8e6, EvalshaCalls: 1100, EvalshaMicros: 640_000},
+		machine: machineTimes{total: 12_000, idle: 4300, steal: 200}}
 	r := Result{Buys: 25_000}
 	r.account(before, after, func() (float64, float64) { return 0.9e6, 1.5e6 })
 	want := Result{Buys: 25_000, ServiceUS: 100, RedisUS: 32, PostgresUS: 36, PostgresAllUS: 60, TotalUS: 168,
-		EvalshaCalls: 1000, BuysPerEvalsha: 25, EvalshaUSPerBuy: 24}
+		EvalshaCalls: 1000, BuysPerEvalsha: 25, EvalshaUSPerBuy: 24, IdlePct: 15, StealPct: 5}
 	for _, c := range columns {
 		if g, w := c.get(&r), c.get(&want); math.Abs(g-w) > 1e-9 {
 			t.Errorf("%s = %v, want %v", c.head, g, w)
@@ -79,6 +84,35 @@ func TestAccount(t *testing.T) {
 	none.account(before, after, func() (float64, float64) { return 1, 1 })
 	if none.ServiceUS != 0 || none.TotalUS != 0 || none.BuysPerEvalsha != 0 || math.IsNaN(none.RedisUS) {
 		t.Errorf("no buys: %+v, want zero figures", none)
+	}
+}
+
+// TestMachineTimes: /proc/stat's cpu line, its idle (idle + iowait) and
+// steal, and their shares of the time between two readings.
+func TestMachineTimes(t *testing.T) {
+	stat := "cpu  4705 356 584 3699 23 0 40 17 5 0\ncpu0 2000 100 300 1800 10 0 20 9 0 0\nintr 1 2 3\n"
+	m, err := parseMachineTimes(stat)
+	// guest (5) and guest_nice (0) are inside user and nice: not added.
+	if want := (machineTimes{total: 4705 + 356 + 584 + 3699 + 23 + 40 + 17, idle: 3699 + 23, steal: 17}); err != nil || m != want {
+		t.Fatalf("parse = %+v, %v; want %+v", m, err, want)
+	}
+	if m, err := parseMachineTimes("cpu  10 0 5 80 5\n"); err != nil || m != (machineTimes{total: 100, idle: 85}) {
+		t.Errorf("a line without steal = %+v, %v; want steal 0", m, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5\n", "cpu 1 2 x 4 5\n", "cpu 1 2 3\n", "cpu 1 -2 3 4 5\n"} {
+		if _, err := parseMachineTimes(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	before := machineTimes{total: 1000, idle: 500, steal: 10}
+	if idle, steal := before.shares(machineTimes{total: 1400, idle: 600, steal: 30}); idle != 25 || steal != 5 {
+		t.Errorf("shares = %v%% idle, %v%% steal; want 25, 5", idle, steal)
+	}
+	if idle, steal := before.shares(before); idle != 0 || steal != 0 {
+		t.Errorf("no time passed: %v, %v; want 0, 0", idle, steal)
+	}
+	if m, err := readMachineTimes(); err != nil || m.total <= 0 {
+		t.Errorf("this machine's /proc/stat: %+v, %v", m, err)
 	}
 }
 
@@ -217,16 +251,21 @@ func TestLagColumn(t *testing.T) {
 	}}
 	var buf bytes.Buffer
 	PrintText(&buf, rep)
-	// The lag and the wait are the fourth and third cells from a row's end
-	// (then non-2xx, catch-up s).
+	// The header names each cell: its columns are split on two spaces or
+	// more, as the table aligns them, and a row's cells on spaces.
+	var heads []string
 	lag, wait := map[string]string{}, map[string]string{}
 	for _, l := range strings.Split(buf.String(), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
-			lag[f[0]], wait[f[0]] = f[len(f)-4], f[len(f)-3]
+		if strings.HasPrefix(strings.TrimSpace(l), "round  build  ") {
+			heads = regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)
+			continue
+		}
+		if f := strings.Fields(l); len(f) > 0 && len(f) == len(heads) && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
+			lag[f[0]], wait[f[0]] = f[slices.Index(heads, "lag p99 ms")], f[slices.Index(heads, "wait p99 ms")]
 		}
 	}
-	if !strings.Contains(buf.String(), "lag p99 ms  wait p99 ms  non-2xx  catch-up s") {
-		t.Fatalf("the table's last columns are no longer lag p99 ms, wait p99 ms, non-2xx, catch-up s:\n%s", buf.String())
+	if !slices.Contains(heads, "lag p99 ms") || !slices.Contains(heads, "wait p99 ms") {
+		t.Fatalf("the table has no lag p99 ms and wait p99 ms columns:\n%s", buf.String())
 	}
 	if lag["1"] != "-" || lag["2"] != "0.00" || lag["3"] != "1.50" {
 		t.Errorf("lag p99 ms cells %v, want round 1 (closed) -, 2 0.00, 3 1.50:\n%s", lag, buf.String())

@@ -155,3 +155,59 @@ func pgOurs(title, db string) bool {
 	}
 	return false
 }
+
+// machineTimes is the "cpu" line of /proc/stat: the ticks every CPU of the
+// machine spent, in all (busy, idle and stolen) and of them idle (idle +
+// iowait) and stolen (steal: a virtual machine's CPU was runnable but the
+// hypervisor ran something else). Between two readings they say how much
+// of the machine the round left unused and how much it never had.
+type machineTimes struct {
+	total, idle, steal int64
+}
+
+// parseMachineTimes parses /proc/stat's "cpu" line (user nice system idle
+// iowait irq softirq steal guest guest_nice; guest time is inside user,
+// so it is not added again). Kernels before 2.6.11 end before steal: it
+// counts 0.
+func parseMachineTimes(stat string) (machineTimes, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return machineTimes{}, fmt.Errorf("/proc/stat %.40q: no cpu line", line)
+	}
+	var m machineTimes
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			return machineTimes{}, fmt.Errorf("/proc/stat %.40q: bad field %d", line, i+2)
+		}
+		m.total += v
+		switch i {
+		case 3, 4: // idle, iowait
+			m.idle += v
+		case 7:
+			m.steal = v
+		}
+	}
+	return m, nil
+}
+
+// readMachineTimes reads /proc/stat.
+func readMachineTimes() (machineTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}, err
+	}
+	return parseMachineTimes(string(b))
+}
+
+// shares returns the idle and stolen percentages of the machine's time
+// from m to after; 0, 0 when no tick passed (or a counter went back).
+func (m machineTimes) shares(after machineTimes) (idlePct, stealPct float64) {
+	total := after.total - m.total
+	idle, steal := after.idle-m.idle, after.steal-m.steal
+	if total <= 0 || idle < 0 || steal < 0 {
+		return 0, 0
+	}
+	return 100 * float64(idle) / float64(total), 100 * float64(steal) / float64(total)
+}

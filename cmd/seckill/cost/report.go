@@ -59,6 +59,14 @@ type Result struct {
 	// every connection carried one. Their latencies count the wait; this
 	// column says how much of a p99 it was.
 	WaitP99MS float64 `json:"conn_wait_p99_ms,omitempty"`
+	// IdlePct and StealPct are the machine's idle and stolen time (its
+	// /proc/stat, every CPU) over the same window as the CPU per buy, in
+	// per cent of all its CPUs' time: what the round left unused, and
+	// what a virtual machine's hypervisor took for others. A latency
+	// measured with little idle was measured on a saturated machine; with
+	// steal, in part on CPUs that were not running at all.
+	IdlePct  float64 `json:"machine_idle_pct"`
+	StealPct float64 `json:"machine_steal_pct"`
 
 	CatchUpS   float64  `json:"catch_up_s"`   // from the load's end until every order was in the database
 	OrdersInDB int      `json:"orders_in_db"` // of the measured load
@@ -74,6 +82,7 @@ func (r *Result) account(before, after snapshot, pg func() (ours, all float64)) 
 	ours, all := pg()
 	r.PostgresUS, r.PostgresAllUS = perBuy(ours, r.Buys), perBuy(all, r.Buys)
 	r.TotalUS = r.ServiceUS + r.RedisUS + r.PostgresUS
+	r.IdlePct, r.StealPct = before.machine.shares(after.machine)
 	r.EvalshaCalls = d.EvalshaCalls
 	if d.EvalshaCalls > 0 {
 		r.BuysPerEvalsha = float64(r.Buys) / float64(d.EvalshaCalls)
@@ -176,6 +185,8 @@ var columns = []column{
 	{"p99 ms", "%.2f", func(r *Result) float64 { return r.P99MS }, func(r *Result, v float64) { r.P99MS = v }},
 	{"lag p99 ms", "%.2f", func(r *Result) float64 { return r.LagP99MS }, func(r *Result, v float64) { r.LagP99MS = v }},
 	{"wait p99 ms", "%.2f", func(r *Result) float64 { return r.WaitP99MS }, func(r *Result, v float64) { r.WaitP99MS = v }},
+	{"idle %", "%.1f", func(r *Result) float64 { return r.IdlePct }, func(r *Result, v float64) { r.IdlePct = v }},
+	{"steal %", "%.1f", func(r *Result) float64 { return r.StealPct }, func(r *Result, v float64) { r.StealPct = v }},
 	{"non-2xx", "%.0f", func(r *Result) float64 { return float64(r.Non2xx + r.Errors) }, func(r *Result, v float64) { r.Non2xx = int(math.Round(v)) }},
 	{"catch-up s", "%.2f", func(r *Result) float64 { return r.CatchUpS }, func(r *Result, v float64) { r.CatchUpS = v }},
 }
@@ -299,6 +310,7 @@ func PrintText(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "\nµs: CPU per buy. PG: the round database's backends and PostgreSQL's background processes; PG all: every postgres process (other clients' too).")
 	fmt.Fprintln(w, "Redis and PG are server-wide counters: other work on a shared server shows in them. EVALSHA µs: commandstats usec per buy.")
 	fmt.Fprintln(w, "Redis in/out B: bytes its clients sent it / it sent them, per buy.")
+	fmt.Fprintln(w, "idle %, steal %: the whole machine's idle time and the time its hypervisor took for others (/proc/stat), in per cent of all its CPUs', over the same window.")
 	fmt.Fprintln(w, "Open loop: lag p99 ms, how far the generator sent behind its schedule; wait p99 ms, how long due requests waited for a free connection (both count in the latencies, from each request's scheduled send).")
 	printCommands(w, rep)
 	for _, r := range rep.Results {

@@ -197,6 +197,7 @@ func quietGenerator() { runtime.GC() }
 type snapshot struct {
 	serviceTicks int64
 	redis        redisStats
+	machine      machineTimes
 }
 
 func (r *round) snapshot(ctx context.Context, first bool) (snapshot, error) {
@@ -211,7 +212,11 @@ func (r *round) snapshot(ctx context.Context, first bool) (snapshot, error) {
 	if err := r.sampler.sample(first); err != nil {
 		return snapshot{}, fmt.Errorf("read PostgreSQL's CPU: %w", err)
 	}
-	return snapshot{serviceTicks: st.Ticks, redis: rs}, nil
+	m, err := readMachineTimes()
+	if err != nil {
+		return snapshot{}, fmt.Errorf("read the machine's CPU: %w", err)
+	}
+	return snapshot{serviceTicks: st.Ticks, redis: rs, machine: m}, nil
 }
 
 func (r *round) buyURL() string { return r.base + "/v1/sales/" + saleID + "/orders" }

@@ -79,6 +79,19 @@ func TestAccount(t *testing.T) {
 	if r.PostgresAllUS != want.PostgresAllUS {
 		t.Errorf("PG all = %v, want %v", r.PostgresAllUS, want.PostgresAllUS)
 	}
+	if len(r.Problems) != 0 {
+		t.Errorf("problems %q, want none", r.Problems)
+	}
+	// The machine's counters went back (a CPU taken offline): its idle %
+	// and steal % are not measured, and the round says so rather than
+	// show a saturated machine's 0 % idle.
+	back := after
+	back.machine.idle = before.machine.idle - 1
+	r = Result{Buys: 25_000}
+	r.account(before, back, func() (float64, float64) { return 0.9e6, 1.5e6 })
+	if r.IdlePct != 0 || r.StealPct != 0 || len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "idle % and steal % not measured") {
+		t.Errorf("counters back: idle %v, steal %v, problems %q; want 0, 0 and the problem", r.IdlePct, r.StealPct, r.Problems)
+	}
 	// No buys: no figure (shown as "-"), not a division by zero.
 	none := Result{}
 	none.account(before, after, func() (float64, float64) { return 1, 1 })
@@ -105,11 +118,16 @@ func TestMachineTimes(t *testing.T) {
 		}
 	}
 	before := machineTimes{total: 1000, idle: 500, steal: 10}
-	if idle, steal := before.shares(machineTimes{total: 1400, idle: 600, steal: 30}); idle != 25 || steal != 5 {
-		t.Errorf("shares = %v%% idle, %v%% steal; want 25, 5", idle, steal)
+	if idle, steal, ok := before.shares(machineTimes{total: 1400, idle: 600, steal: 30}); idle != 25 || steal != 5 || !ok {
+		t.Errorf("shares = %v%% idle, %v%% steal, %v; want 25, 5, true", idle, steal, ok)
 	}
-	if idle, steal := before.shares(before); idle != 0 || steal != 0 {
-		t.Errorf("no time passed: %v, %v; want 0, 0", idle, steal)
+	// No time passed, or a counter went back: not measured (and not 0 %
+	// idle, a saturated machine's figure, passed off as one).
+	for _, after := range []machineTimes{before, {total: 1400, idle: 499, steal: 30}, {total: 1400, idle: 600, steal: 9},
+		{total: 900, idle: 500, steal: 10}, {total: 1010, idle: 510, steal: 20}} {
+		if idle, steal, ok := before.shares(after); idle != 0 || steal != 0 || ok {
+			t.Errorf("%+v to %+v: %v, %v, %v; want 0, 0, false", before, after, idle, steal, ok)
+		}
 	}
 	if m, err := readMachineTimes(); err != nil || m.total <= 0 {
 		t.Errorf("this machine's /proc/stat: %+v, %v", m, err)

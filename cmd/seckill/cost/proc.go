@@ -202,12 +202,15 @@ func readMachineTimes() (machineTimes, error) {
 }
 
 // shares returns the idle and stolen percentages of the machine's time
-// from m to after; 0, 0 when no tick passed (or a counter went back).
-func (m machineTimes) shares(after machineTimes) (idlePct, stealPct float64) {
+// from m to after; ok is false, and they 0, 0, when no tick passed or a
+// counter went back (a CPU taken offline, a virtual machine migrated):
+// then they say nothing, and a 0 % idle must not pass for a saturated
+// machine.
+func (m machineTimes) shares(after machineTimes) (idlePct, stealPct float64, ok bool) {
 	total := after.total - m.total
 	idle, steal := after.idle-m.idle, after.steal-m.steal
-	if total <= 0 || idle < 0 || steal < 0 {
-		return 0, 0
+	if total <= 0 || idle < 0 || steal < 0 || idle+steal > total {
+		return 0, 0, false
 	}
-	return 100 * float64(idle) / float64(total), 100 * float64(steal) / float64(total)
+	return 100 * float64(idle) / float64(total), 100 * float64(steal) / float64(total), true
 }

@@ -82,7 +82,12 @@ func (r *Result) account(before, after snapshot, pg func() (ours, all float64)) 
 	ours, all := pg()
 	r.PostgresUS, r.PostgresAllUS = perBuy(ours, r.Buys), perBuy(all, r.Buys)
 	r.TotalUS = r.ServiceUS + r.RedisUS + r.PostgresUS
-	r.IdlePct, r.StealPct = before.machine.shares(after.machine)
+	var machineOK bool
+	if r.IdlePct, r.StealPct, machineOK = before.machine.shares(after.machine); !machineOK {
+		r.Problems = append(r.Problems, fmt.Sprintf("idle %% and steal %% not measured (0): /proc/stat's cpu counters went back or stood still "+
+			"(%d ticks in all, %d idle, %d stolen, from the window's start to its end)",
+			after.machine.total-before.machine.total, after.machine.idle-before.machine.idle, after.machine.steal-before.machine.steal))
+	}
 	r.EvalshaCalls = d.EvalshaCalls
 	if d.EvalshaCalls > 0 {
 		r.BuysPerEvalsha = float64(r.Buys) / float64(d.EvalshaCalls)

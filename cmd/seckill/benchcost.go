@@ -34,7 +34,8 @@ Measures what one buy through the HTTP API costs: CPU µs per accepted buy of
 the service process (/proc/PID/stat), of Redis (INFO cpu) and of PostgreSQL
 (its processes in /proc), with buys/s, p50/p99 latency, Redis's EVALSHA calls,
 every Redis command's calls and usec per buy (INFO commandstats deltas) and
-the bytes Redis read and wrote per buy, and the order consumer's catch-up. Each round
+the bytes Redis read and wrote per buy, the order consumer's catch-up, and the
+machine's idle and stolen time (/proc/stat) over the same window. Each round
 starts "<bin> serve" on real Redis and PostgreSQL with a database and key
 prefix of its own (removed at its end, Ctrl-C included), creates a sale of
 per-user limit 1 and stock far above what sells, and loads it from this

@@ -185,7 +185,7 @@ func (s *Service) fastError(c *fasthttp.RequestCtx, err error) {
 // Made once from replyHeaders: ResponseHeader.Set copies and normalizes
 // each name on every reply, twice the cost of SetCanonical for the seven
 // headers of a buy's reply.
-var fastReplyHeaders, fastRequestID, fastCacheControl = func() (hs [][2][]byte, id []byte, cc [2][]byte) {
+var fastReplyHeaders, fastRequestID = func() (hs [][2][]byte, id []byte) {
 	replyHeaders([]string{""}, func(name string, value []string) {
 		if name == "X-Request-Id" {
 			id = []byte(http.CanonicalHeaderKey(name))
@@ -193,7 +193,7 @@ var fastReplyHeaders, fastRequestID, fastCacheControl = func() (hs [][2][]byte, 
 		}
 		hs = append(hs, [2][]byte{[]byte(http.CanonicalHeaderKey(name)), []byte(value[0])})
 	})
-	return hs, id, [2][]byte{[]byte("Cache-Control"), []byte(cacheControlNoStore[0])}
+	return hs, id
 }()
 
 // setFastReplyHeaders sets every reply's headers (replyHeaders) on h, the
@@ -255,8 +255,9 @@ func (x *fastExchange) setHeader(name, value string) { x.c.Response.Header.Set(n
 
 func (x *fastExchange) replyJSON(status int, body []byte) {
 	h := &x.c.Response.Header
+	// Cache-Control: no-store is among the reply headers every
+	// fastExchange's reply got first (setFastReplyHeaders).
 	h.SetContentType(contentTypeJSON[0])
-	h.SetCanonical(fastCacheControl[0], fastCacheControl[1])
 	x.c.SetStatusCode(status)
 	x.c.SetBody(body)
 	x.wrote, x.status = true, status

@@ -9,7 +9,7 @@ import (
 	"github.com/seckill/seckill/inventory"
 )
 
-// idSpec is the contract's id rule, as api.md writes it.
+// idSpec is the contract's id rule, as docs/api.md writes it.
 var idSpec = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
 // FuzzValidID: ValidID, of a string or of bytes, is the contract's rule.

@@ -762,7 +762,7 @@ end
 -- and more under load) in a background thread. Left to expire, it would
 -- be freed in Redis's one thread, which stood still for 19-44 ms every
 -- window under a load of 25,000-30,000 fresh buyers a second
--- (docs/performance.md, "The open loop's bursts"). Its expiry, two windows
+-- (docs/performance.md, "Latency: the open loop"). Its expiry, two windows
 -- after its end, removes it when no call comes to do so (an UNLINK of an
 -- expired key would free it in this thread too).
 if tw then

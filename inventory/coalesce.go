@@ -42,7 +42,7 @@ type Coalesce struct {
 	// carries; a crowd arrives in waves, right after the replies of the
 	// call before, so with any free slot taken at once the first buy of
 	// each wave went alone, and over HTTP more than half the calls carried
-	// one buy (docs/performance.md, 2026-11-26, branch rcost). A crowd
+	// one buy (measured on 2026-11-26). A crowd
 	// that keeps Redis busy queues 48 buys in well under a millisecond.
 	Overlap int
 	// Pipelines bounds the pipelines in flight at once to each Redis node,

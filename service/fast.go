@@ -23,7 +23,7 @@ import (
 // httpExchange); every other request goes through fasthttpadaptor to the
 // service's http.Handler (routes), unchanged. Why: net/http costs ~10 µs
 // more CPU per request than fasthttp at a buy's rate on this kind of
-// machine (docs/performance.md, 2026-11-26, branch fast).
+// machine (docs/performance.md, "seckill bench --cost").
 
 // fastMaxBody is the largest body fasthttp reads before a handler sees it:
 // what net/http reads of a request at most (the handler's maxBody, then

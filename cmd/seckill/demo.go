@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/cmd/seckill/demo"
+	"github.com/seckill/seckill/service"
 )
 
 // runDemo runs `seckill demo`: the whole service in process, on the
@@ -17,7 +18,7 @@ import (
 func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seckill demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := configFlags(fs, getenv)
+	where := storeFlags(fs, getenv, false)
 	logger := logFlags(fs, getenv)
 	var cfg demo.Config
 	fs.IntVar(&cfg.Buyers, "buyers", 3000, "simulated buyers")
@@ -30,11 +31,8 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	svc, err := config()
-	if err != nil {
-		fmt.Fprintln(stderr, "seckill demo:", err)
-		return 2
-	}
+	var svc service.Config
+	where.set(&svc)
 	if svc.DatabaseURL == "" { // a fresh embedded database each run, not ./seckill.db
 		dir, err := os.MkdirTemp("", "seckill-demo-")
 		if err != nil {
@@ -45,10 +43,12 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		svc.DatabaseURL = "sqlite://" + filepath.Join(dir, "demo.db")
 	}
 	if *verbose {
-		if svc.Logger, err = logger(stderr); err != nil {
+		l, err := logger(stderr)
+		if err != nil {
 			fmt.Fprintln(stderr, "seckill demo:", err)
 			return 2
 		}
+		svc.Logger = l
 	} else {
 		fmt.Fprintln(stderr, "seckill demo: the service runs in this process; embedded Redis and SQLite unless --redis / --db name real ones")
 	}

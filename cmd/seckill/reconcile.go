@@ -12,6 +12,7 @@ import (
 	"github.com/seckill/seckill/internal/clusterclient"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/service"
 	"github.com/seckill/seckill/store"
 )
 
@@ -24,18 +25,17 @@ import (
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seckill reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := configFlags(fs, getenv)
+	where := storeFlags(fs, getenv, true)
+	prefix := keyPrefixFlag(fs, getenv)
 	sale := fs.String("sale", "", "the sale to reconcile (required)")
 	repair := fs.Bool("repair", false,
 		"repair drift: set the sale's state in Redis to the database's, journaled in its repairs table; never while orders are in flight to the database")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := config()
+	var cfg service.Config
+	where.set(&cfg)
 	switch {
-	case err != nil:
-		fmt.Fprintln(stderr, "seckill reconcile:", err)
-		return 2
 	case !inventory.ValidID(*sale):
 		fmt.Fprintln(stderr, "seckill reconcile: --sale is required and must be a sale id")
 		return 2
@@ -55,13 +55,13 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 		rdb = redis.NewClient(opts)
 	}
 	defer rdb.Close()
-	db, err := store.Open(ctx, cfg.DatabaseURL)
+	db, err := store.OpenSchema(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill reconcile:", err)
 		return 1
 	}
 	defer db.Close()
-	eng := inventory.New(rdb, inventory.Options{Prefix: cfg.KeyPrefix})
+	eng := inventory.New(rdb, inventory.Options{Prefix: *prefix})
 	if st, err := db.Archive(ctx, *sale); err == nil && !st.ArchivedAt.IsZero() {
 		fmt.Fprintf(stdout, "sale %s is archived (%s): its keys are gone from Redis and the database alone holds it; nothing to compare\n",
 			*sale, st.ArchivedAt.Format(time.RFC3339))

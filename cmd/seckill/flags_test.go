@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seckill/seckill/internal/dbtest"
 )
 
 // TestSubcommandFlags: each subcommand's -h lists exactly the flags it
@@ -68,5 +71,19 @@ func TestDBSchemaFlag(t *testing.T) {
 		if cfg, err := config(); err != nil || cfg.DatabaseSchema != c.want {
 			t.Errorf("env %q, args %q: DatabaseSchema %q, %v; want %q", c.env, c.args, cfg.DatabaseSchema, err, c.want)
 		}
+	}
+}
+
+// TestDemoRefusesSQLiteFile: the demo does not leave its sale in an SQLite
+// file it was given; it refuses, and creates no file.
+func TestDemoRefusesSQLiteFile(t *testing.T) {
+	url := dbtest.SQLiteURL(t)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--db", url}, func(string) string { return "" }, &out, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), "SQLite") {
+		t.Errorf("demo --db %s: exit %d, stderr %q; want 2 and why", url, code, errOut.String())
+	}
+	if _, err := os.Stat(strings.TrimPrefix(url, "sqlite://")); !os.IsNotExist(err) {
+		t.Errorf("the file was created: %v", err)
 	}
 }

@@ -87,3 +87,18 @@ func TestDemoRefusesSQLiteFile(t *testing.T) {
 		t.Errorf("the file was created: %v", err)
 	}
 }
+
+// TestReconcileNeedsDatabase: reconcile does not open (and so create and
+// migrate) ./seckill.db when no database is named; it refuses.
+func TestReconcileNeedsDatabase(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"reconcile", "--sale", "s", "--redis", "redis://127.0.0.1:1/0"},
+		func(string) string { return "" }, &out, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), "--db") {
+		t.Errorf("reconcile without --db: exit %d, stderr %q; want 2 and why", code, errOut.String())
+	}
+	if _, err := os.Stat("seckill.db"); !os.IsNotExist(err) {
+		t.Errorf("seckill.db: %v; want it not created", err)
+	}
+}

@@ -42,6 +42,9 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	case cfg.RedisURL == "" && len(cfg.RedisClusterAddrs) == 0:
 		fmt.Fprintln(stderr, "seckill reconcile: needs the service's Redis (--redis or SECKILL_REDIS_URL, or --redis-cluster); an embedded one lives only inside its serve process")
 		return 2
+	case cfg.DatabaseURL == "":
+		fmt.Fprintln(stderr, "seckill reconcile: needs the service's database (--db or SECKILL_DATABASE_URL; sqlite://seckill.db for serve's default file)")
+		return 2
 	}
 	var rdb redis.UniversalClient
 	if len(cfg.RedisClusterAddrs) > 0 {

@@ -26,6 +26,8 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	fs := flag.NewFlagSet("seckill reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	where := storeFlags(fs, getenv, true)
+	fs.Lookup("redis").Usage = "the service's Redis URL redis://[user:pass@]host:port/db (env SECKILL_REDIS_URL); required, or --redis-cluster"
+	fs.Lookup("db").Usage = "the service's database URL postgres://... or sqlite://PATH (env SECKILL_DATABASE_URL); required"
 	prefix := keyPrefixFlag(fs, getenv)
 	sale := fs.String("sale", "", "the sale to reconcile (required)")
 	repair := fs.Bool("repair", false,

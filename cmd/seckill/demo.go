@@ -37,7 +37,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	var svc service.Config
 	where.set(&svc)
 	if strings.HasPrefix(svc.DatabaseURL, "sqlite://") {
-		fmt.Fprintln(stderr, "seckill demo: --db names an SQLite file, which the demo would leave its sale in: leave --db unset for a temporary file, or name a PostgreSQL database")
+		fmt.Fprintln(stderr, "seckill demo: --db (or SECKILL_DATABASE_URL) names an SQLite file, which the demo would leave its sale in: leave --db unset for a temporary file, or name a PostgreSQL database")
 		return 2
 	}
 	if svc.DatabaseURL == "" { // a fresh embedded database each run, not ./seckill.db

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -133,20 +136,42 @@ func TestEveryApproachEmbedded(t *testing.T) {
 	checkEvery(t, s)
 }
 
-// TestDefaultsFallBackToEmbedded: with no URL and nothing answering at the
-// defaults, a run uses the embedded stores and says why.
-func TestDefaultsFallBackToEmbedded(t *testing.T) {
-	defer func(r, d string) { probeRedisURL, probeDatabaseURL = r, d }(probeRedisURL, probeDatabaseURL)
-	probeRedisURL = "redis://127.0.0.1:1/0"
-	probeDatabaseURL = "postgres://postgres@127.0.0.1:1/test?sslmode=disable"
-	s := openStores(t, Target{NeedRedis: true, NeedDB: true, Concurrency: 2})
-	if !s.RedisEmbedded || !s.DBEmbedded || !strings.Contains(s.RedisNote, "127.0.0.1:1") || !strings.Contains(s.DBNote, "127.0.0.1:1") {
-		t.Errorf("redis %q (%q), database %q (%q)", s.RedisVersion, s.RedisNote, s.DBVersion, s.DBNote)
+// TestDefaultsAreOwn: with no URL a run writes to no server it was not
+// told of: it starts a redis-server of its own, stopped at Close, and uses
+// SQLite in a temp dir, removed at Close; without redis-server on PATH it
+// uses the embedded server, and says why.
+func TestDefaultsAreOwn(t *testing.T) {
+	s, err := Open(t.Context(), Target{NeedRedis: true, NeedDB: true, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.RedisOwn || s.RedisEmbedded || s.RedisAddr == "127.0.0.1:6379" || !strings.HasPrefix(s.RedisVersion, "Redis ") {
+		t.Errorf("redis %q at %s (own %v, embedded %v); want a redis-server of the run's own", s.RedisVersion, s.RedisAddr, s.RedisOwn, s.RedisEmbedded)
+	}
+	if !s.DBEmbedded || s.Dialect != "sqlite" || !strings.Contains(s.DBNote, "--db") {
+		t.Errorf("database %q (%q); want SQLite in a temp dir", s.DBVersion, s.DBNote)
 	}
 	var out bytes.Buffer
 	PrintText(&out, Report{Machine: s.machine(), Config: Config{Concurrency: 2}})
-	if !strings.Contains(out.String(), "no Redis answered at redis://127.0.0.1:1/0") || !strings.Contains(out.String(), "SQLite") {
+	if !strings.Contains(out.String(), "of this run's own") || !strings.Contains(out.String(), "pass --db URL") {
 		t.Errorf("header does not say so:\n%s", out.String())
+	}
+	addr, path := s.RedisAddr, s.DBAddr
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the run's redis-server at %s still answers after Close", addr)
+	}
+	if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+		t.Errorf("the SQLite file's dir %s: %v; want it removed", filepath.Dir(path), err)
+	}
+
+	t.Setenv("PATH", t.TempDir())
+	s = openStores(t, Target{NeedRedis: true, Concurrency: 2})
+	if !s.RedisEmbedded || !strings.Contains(s.RedisNote, "redis-server") {
+		t.Errorf("without redis-server on PATH: redis %q (%q); want the embedded server and why", s.RedisVersion, s.RedisNote)
 	}
 	// A URL given explicitly must answer.
 	if _, err := Open(t.Context(), Target{RedisURL: "redis://127.0.0.1:1/0", NeedRedis: true}); err == nil {

@@ -20,35 +20,24 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/seckill/seckill/internal/ownredis"
 )
 
-// The stores a run uses when it is not told which: the machine's own Redis
-// and PostgreSQL, if they answer.
-const (
-	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
-	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	// Embedded, as a Redis or database URL, asks for the in-process server
-	// (miniredis) or an SQLite file in a temp directory.
-	Embedded = "embedded"
-)
+// Embedded, as a Redis or database URL, asks for the in-process server
+// (miniredis) or an SQLite file in a temp directory.
+const Embedded = "embedded"
 
-// The defaults Open tries (tests point them at closed ports).
-var (
-	probeRedisURL    = DefaultRedisURL
-	probeDatabaseURL = DefaultDatabaseURL
-)
+// dialTimeout bounds how long Open waits for a server to answer.
+const dialTimeout = 2 * time.Second
 
-// probeTimeout bounds how long Open waits for a default store to answer
-// before it falls back to the embedded one.
-const probeTimeout = 2 * time.Second
-
-// errUnreachable marks a store that did not answer at all: only then does
-// a default give way to the embedded store.
-var errUnreachable = errors.New("cannot reach")
-
-// Target names the stores to open. An empty URL means the default store if
-// it answers within probeTimeout, else the embedded one; Embedded means the
-// embedded one; anything else must answer.
+// Target names the stores to open. A run writes only to stores of its own
+// unless told which: an empty Redis URL means a redis-server the run
+// starts on a free loopback port and stops at Close (the embedded server
+// if redis-server is not on PATH); an empty database URL, an SQLite file
+// in a temp directory. Embedded means the embedded store; anything else
+// must answer, and the run's keys and tables there carry its id and are
+// removed at Close.
 type Target struct {
 	RedisURL    string // redis://...
 	DatabaseURL string // postgres://..., postgresql://... or sqlite://PATH
@@ -67,6 +56,7 @@ type Stores struct {
 	RedisVersion  string        // "Redis 7.0.15", "miniredis (embedded, in this process)"
 	RedisAddr     string
 	RedisEmbedded bool
+	RedisOwn      bool   // a redis-server of the run's own
 	RedisNote     string // why the embedded server is used, unless asked for
 
 	DB         *sql.DB // nil when no approach needs it
@@ -124,12 +114,22 @@ func (s *Stores) onClose(f func() error) { s.closers = append(s.closers, f) }
 
 func (s *Stores) openRedis(ctx context.Context, rawURL string, conc int) error {
 	if rawURL == "" {
-		err := s.dialRedis(ctx, probeRedisURL, conc)
-		if !errors.Is(err, errUnreachable) {
-			return err
+		srv, err := ownredis.Start(ctx)
+		switch {
+		case err == nil:
+			s.onClose(func() error { srv.Stop(); return nil })
+			s.RedisOwn = true
+			if err := s.dialRedis(ctx, srv.URL, conc); err != nil {
+				return err
+			}
+			s.RedisVersion += " (a redis-server of this run's own)"
+			return nil
+		case errors.Is(err, ownredis.ErrNoServer):
+			s.RedisNote = "no --redis given and redis-server is not on PATH"
+			rawURL = Embedded
+		default:
+			return fmt.Errorf("bench: %w", err)
 		}
-		s.RedisNote = "no Redis answered at " + probeRedisURL
-		rawURL = Embedded
 	}
 	if rawURL == Embedded {
 		m := miniredis.NewMiniRedis()
@@ -155,20 +155,20 @@ func (s *Stores) dialRedis(ctx context.Context, rawURL string, conc int) error {
 	// One connection per client, for single calls and for pipelines alike.
 	opts.PoolSize = conc + 8
 	opts.PipelinePoolSize = conc
-	opts.DialTimeout = probeTimeout
+	opts.DialTimeout = dialTimeout
 	// A plain dial first: an absent server is then one clear error, not
 	// go-redis's logged dial retries.
-	conn, err := net.DialTimeout(opts.Network, opts.Addr, probeTimeout)
+	conn, err := net.DialTimeout(opts.Network, opts.Addr, dialTimeout)
 	if err != nil {
-		return fmt.Errorf("bench: %w: redis at %s: %w", errUnreachable, opts.Addr, err)
+		return fmt.Errorf("bench: cannot reach redis at %s: %w", opts.Addr, err)
 	}
 	conn.Close()
 	rdb := redis.NewClient(opts)
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		return fmt.Errorf("bench: %w: redis at %s: %w", errUnreachable, opts.Addr, err)
+		return fmt.Errorf("bench: cannot reach redis at %s: %w", opts.Addr, err)
 	}
 	version := "?"
 	if info, err := rdb.Info(pctx, "server").Result(); err == nil { // miniredis has no such section
@@ -212,11 +212,7 @@ func infoField(info, name string) string {
 
 func (s *Stores) openDB(ctx context.Context, rawURL string, conc int) error {
 	if rawURL == "" {
-		err := s.openPostgres(ctx, probeDatabaseURL, conc)
-		if !errors.Is(err, errUnreachable) {
-			return err
-		}
-		s.DBNote = "no PostgreSQL answered at " + redactURL(probeDatabaseURL)
+		s.DBNote = "no --db given"
 		rawURL = Embedded
 	}
 	switch {
@@ -242,7 +238,7 @@ func (s *Stores) openPostgres(ctx context.Context, rawURL string, conc int) erro
 		return fmt.Errorf("bench: %w", err) // pgx redacts the password
 	}
 	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = probeTimeout
+		cfg.ConnectTimeout = dialTimeout
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(conc)
@@ -250,7 +246,7 @@ func (s *Stores) openPostgres(ctx context.Context, rawURL string, conc int) erro
 	var version string
 	if err := db.QueryRowContext(ctx, "SHOW server_version").Scan(&version); err != nil {
 		db.Close()
-		return fmt.Errorf("bench: %w: PostgreSQL at %s: %w", errUnreachable, redactURL(rawURL), err)
+		return fmt.Errorf("bench: cannot reach PostgreSQL at %s: %w", redactURL(rawURL), err)
 	}
 	schema := "seckill_bench_" + s.run
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {

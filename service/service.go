@@ -38,6 +38,7 @@ type Config struct {
 	RedisURL          string   // redis://...; empty and no cluster: embedded server
 	RedisClusterAddrs []string // seeds of a Redis Cluster
 	DatabaseURL       string   // postgres://... or sqlite://PATH; empty: sqlite file seckill.db
+	DatabaseSchema    string   // PostgreSQL schema of the tables (store.OpenSchema); empty: the URL's search_path, else store.DefaultSchema
 	AdminToken        string   // empty: generated and logged once
 	JWTSecret         string   // empty: generated and logged once
 	KeyPrefix         string   // default "seckill"
@@ -206,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.connectRedis(ctx); err != nil {
 		return nil, err
 	}
-	db, err := store.Open(ctx, s.cfg.DatabaseURL)
+	db, err := store.OpenSchema(ctx, s.cfg.DatabaseURL, s.cfg.DatabaseSchema)
 	if err != nil {
 		return nil, err
 	}

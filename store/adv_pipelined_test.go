@@ -49,7 +49,7 @@ func openTracedPostgres(t *testing.T, url string, tracer pgx.QueryTracer) *Store
 	cfg, err := pgx.ParseConfig(url)
 	must(t, err)
 	cfg.Tracer = tracer
-	s := &Store{db: stdlib.OpenDB(*cfg), dialect: Postgres, maxParams: 65535}
+	s := &Store{db: stdlib.OpenDB(*cfg), dialect: Postgres, maxParams: 65535, schema: cfg.RuntimeParams["search_path"]}
 	must(t, s.migrate(context.Background()))
 	t.Cleanup(func() {
 		checkOrderCounts(t, s)
@@ -146,7 +146,7 @@ func TestAdvPipelinedCommitReplyLost(t *testing.T) {
 		}
 		return &lossyConn{Conn: c, armed: &armed}, nil
 	}
-	s := &Store{db: stdlib.OpenDB(*cfg), dialect: Postgres, maxParams: 65535}
+	s := &Store{db: stdlib.OpenDB(*cfg), dialect: Postgres, maxParams: 65535, schema: cfg.RuntimeParams["search_path"]}
 	bg := context.Background()
 	must(t, s.migrate(bg))
 	t.Cleanup(func() { s.Close() })

@@ -60,10 +60,16 @@ func migrations(dialect string) ([]migration, error) {
 // transaction first takes an advisory lock (per schema), so two processes
 // opening the same database at once apply each migration once; the second
 // waits, then finds it recorded. On SQLite, BEGIN IMMEDIATE does the same.
+// On PostgreSQL the schema is made ready first (prepareSchema).
 func (s *Store) migrate(ctx context.Context) error {
 	ms, err := migrations(s.dialect)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
+	}
+	if s.dialect == Postgres {
+		if err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.prepareSchema(ctx, tx) }); err != nil {
+			return fmt.Errorf("store: schema %s: %w", s.schema, err)
+		}
 	}
 	for _, m := range ms {
 		if err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.applyMigration(ctx, tx, m) }); err != nil {
@@ -74,12 +80,13 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // migrationLockKey is the first key of the advisory lock migrations take;
-// the second is a hash of the schema they run in.
+// the second is a hash of the schema's name (lockMigrations). Releases
+// before schemas hashed current_schema(), the same name.
 const migrationLockKey = 0x5ec4111
 
 func (s *Store) applyMigration(ctx context.Context, tx *sql.Tx, m migration) error {
 	if s.dialect == Postgres {
-		if _, err := s.exec(ctx, tx, "SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", migrationLockKey); err != nil {
+		if err := s.lockMigrations(ctx, tx, s.schema); err != nil {
 			return err
 		}
 	}

@@ -50,6 +50,11 @@ type Store struct {
 	maxParams int
 	// txs counts the transactions begun (for tests).
 	txs atomic.Int64
+	// schema is the PostgreSQL schema of the tables ("" on SQLite);
+	// movePublic: an older release's tables in "public" move there
+	// (prepareSchema), unless the URL's search_path named it.
+	schema     string
+	movePublic bool
 }
 
 // Open opens and migrates the database named by url:
@@ -61,15 +66,31 @@ type Store struct {
 //
 // Anything else is an error naming the accepted forms. Open pings the
 // database ("cannot reach database: ...") and applies the migrations not
-// applied yet.
+// applied yet. On PostgreSQL the tables are in the schema the URL's
+// search_path begins with, if it sets one, else in DefaultSchema
+// (OpenSchema).
 func Open(ctx context.Context, url string) (*Store, error) {
+	return OpenSchema(ctx, url, "")
+}
+
+// OpenSchema is Open with the PostgreSQL schema that holds the tables:
+// the first entry of the URL's search_path if it sets one (schema must
+// then be "" or the same), else schema, else DefaultSchema. Every
+// connection works in it (search_path), and the migrations create it if
+// it is missing. Unless the URL's search_path named it, an older
+// release's tables in "public" (those its migrations made, as the
+// migrations table there records) move into it once, in one transaction,
+// when it holds none yet. SQLite has no schemas: schema must be "" there.
+func OpenSchema(ctx context.Context, url, schema string) (*Store, error) {
 	var (
 		s   *Store
 		err error
 	)
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		s, err = openPostgres(url)
+		s, err = openPostgres(url, schema)
+	case schema != "":
+		return nil, fmt.Errorf("store: schema %q: only PostgreSQL has schemas, not SQLite", schema)
 	case strings.HasPrefix(url, "sqlite://"):
 		s, err = openSQLite(strings.TrimPrefix(url, "sqlite://"))
 	case url == "":
@@ -116,12 +137,21 @@ func (s *Store) whileBusy(ctx context.Context, f func(context.Context) error) er
 	}
 }
 
-func openPostgres(url string) (*Store, error) {
+func openPostgres(url, schema string) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		// Not pgx's message: its redaction misses some malformed URLs, and
 		// they would print the password.
 		return nil, errors.New("store: bad database url: want postgres://user:password@host:port/db?options, special characters percent-encoded")
+	}
+	schema, fromURL, err := pickSchema(cfg.RuntimeParams["search_path"], schema)
+	if err != nil {
+		return nil, err
+	}
+	if !fromURL {
+		// Every connection of the pool, from its first statement: the
+		// queries name tables without a schema.
+		cfg.RuntimeParams["search_path"] = schema
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeout
@@ -132,7 +162,7 @@ func openPostgres(url string) (*Store, error) {
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(16)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	return &Store{db: db, dialect: Postgres, maxParams: 65535}, nil
+	return &Store{db: db, dialect: Postgres, maxParams: 65535, schema: schema, movePublic: !fromURL}, nil
 }
 
 func openSQLite(path string) (*Store, error) {

@@ -43,7 +43,7 @@ func openMigratedBelow(t *testing.T, dialect, url string, version int) (*Store, 
 	if dialect == SQLite {
 		s, err = openSQLite(strings.TrimPrefix(url, "sqlite://"))
 	} else {
-		s, err = openPostgres(url)
+		s, err = openPostgres(url, "")
 	}
 	must(t, err)
 	t.Cleanup(func() { s.Close() })

@@ -60,7 +60,7 @@ curl -fs -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
   "http://127.0.0.1:$PORT/v1/admin/sales" >/dev/null
 SECKILL_JWT_SECRET=$secret "$work/seckill" token --user buyer --count "$BUYERS" --ttl 1h >"$work/tokens"
 
-orders() { psql "$PG/$db" -Atc "SELECT count(*) FROM orders"; }
+orders() { psql "$PG/$db" -Atc "SELECT count(*) FROM seckill.orders"; }  # serve keeps its tables in schema seckill
 TOKENS="$work/tokens" wrk -t2 -c128 -d"$DURATION" --latency -s bench/http/buy.lua \
   "http://127.0.0.1:$PORT/v1/sales/hot/orders" | tee "$work/wrk.txt"
 rps=$(awk '/^Requests\/sec/ {print $2}' "$work/wrk.txt")

@@ -31,9 +31,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	quick := fs.Bool("quick", false, "2s per approach instead of 5s (about half a minute in all)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
 	redisURL := fs.String("redis", getenv("SECKILL_REDIS_URL"),
-		`Redis URL (env SECKILL_REDIS_URL); unset: `+bench.DefaultRedisURL+` if it answers, else embedded; "embedded" for the in-process server`)
+		`Redis URL to measure on (env SECKILL_REDIS_URL): the run's keys there carry its id and are removed at its end; unset: a redis-server of this run's own on a free loopback port, stopped at its end (the embedded server if redis-server is not on PATH); "embedded" for the in-process server`)
 	dbURL := fs.String("db", getenv("SECKILL_DATABASE_URL"),
-		`database URL postgres://... or sqlite://PATH (env SECKILL_DATABASE_URL); unset: local PostgreSQL if it answers, else SQLite in a temp dir; "embedded" for that`)
+		`database URL postgres://... or sqlite://PATH to measure on (env SECKILL_DATABASE_URL): the run's tables there are in a schema of its own, dropped at its end; unset or "embedded": SQLite in a temp dir`)
 	concurrency := fs.Int("concurrency", 64, "clients buying at once")
 	stock := fs.Int64("stock", 0, "units of the hot item, the same for every approach, each running until sold out or for --duration; 0: sized per approach by a calibration run to sell out in about --duration")
 	duration := fs.Duration("duration", 5*time.Second, "how long each approach runs")
@@ -99,6 +99,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill bench:", err)
 		return 1
+	}
+	if stores.RedisOwn {
+		fmt.Fprintf(stderr, "seckill bench: no --redis given: using a redis-server of this run's own at %s\n", stores.RedisAddr)
 	}
 	if stores.RedisNote != "" {
 		fmt.Fprintf(stderr, "seckill bench: %s: using an embedded in-process Redis-compatible server (miniredis)\n", stores.RedisNote)

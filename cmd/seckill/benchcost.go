@@ -36,11 +36,13 @@ the service process (/proc/PID/stat), of Redis (INFO cpu) and of PostgreSQL
 every Redis command's calls and usec per buy (INFO commandstats deltas) and
 the bytes Redis read and wrote per buy, the order consumer's catch-up, and the
 machine's idle and stolen time (/proc/stat) over the same window. Each round
-starts "<bin> serve" on real Redis and PostgreSQL with a database and key
-prefix of its own (removed at its end, Ctrl-C included), creates a sale of
-per-user limit 1 and stock far above what sells, and loads it from this
-process with a fresh buyer (own JWT) per request. --against B runs rounds of
-A and B alternately and prints their medians and B/A.
+starts "<bin> serve" with a database of its own on the PostgreSQL --pg names
+and a key prefix of its own on Redis (both removed at its end, Ctrl-C
+included), creates a sale of per-user limit 1 and stock far above what
+sells, and loads it from this process with a fresh buyer (own JWT) per
+request. The Redis is a redis-server this run starts and stops, unless
+--redis names a real one. --against B runs rounds of A and B alternately and
+prints their medians and B/A.
 
 flags:
 `
@@ -64,8 +66,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	openRate := fs.Float64("open-rate", 0, "measure an open loop at this many requests/s instead of the closed loop; latencies from each request's scheduled send time")
 	openFraction := fs.Float64("open-fraction", 0, "like --open-rate at this fraction (0..1] of the round's own closed-loop buys/s, measured first in the same round")
 	maxRate := fs.Float64("max-rate", 50000, "buys/s the pre-signed tokens (one per buyer) must last for in the closed loop (a round that runs out says so)")
-	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (a real Redis: its CPU is measured)")
-	ownRedis := fs.Bool("own-redis", false, "start a redis-server of this run's own on a free loopback port (needs redis-server on PATH) instead of --redis: its CPU and commandstats then count only this run")
+	redisURL := fs.String("redis", "", "URL of a real Redis to measure on instead of one of this run's own (its CPU is measured; the run's keys carry a prefix of their own and are removed at its end)")
+	ownRedis := fs.Bool("own-redis", false, "start a redis-server of this run's own on a free loopback port (needs redis-server on PATH): the default unless --redis is given; its CPU and commandstats then count only this run")
 	pgURL := fs.String("pg", "postgres://postgres@127.0.0.1:5432/postgres", "PostgreSQL server URL; each round creates and drops a database there")
 	catchUp := fs.Duration("catch-up-timeout", 2*time.Minute, "how long the database may take to hold every accepted order after the load")
 	timeline := fs.String("timeline", "", "an existing directory: each open-loop round writes there one CSV line per request (scheduled send as Unix ms, send lag, latency, status), named after the round")
@@ -83,6 +85,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	switch {
 	case fs.NArg() > 0:
 		return usage("unexpected argument %q", fs.Arg(0))
+	case *redisURL != "" && *ownRedis:
+		return usage("--redis names a Redis and --own-redis starts one: give one of them")
 	case *rounds < 1 || *rounds > 100:
 		return usage("--rounds must be 1..100")
 	case *conns < 1 || *conns > 10_000:
@@ -114,7 +118,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return usage("%s is not an executable: %v", b, err)
 		}
 	}
-	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *ownRedis, PostgresURL: *pgURL, Conns: *conns,
+	// A Redis of its own unless one is named: never one nobody named.
+	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *redisURL == "", PostgresURL: *pgURL, Conns: *conns,
 		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
 		MaxRate: *maxRate, CatchUpTimeout: *catchUp, TimelineDir: *timeline, Progress: stderr}
 	rep, runErr := cost.Run(ctx, cfg)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -110,5 +111,28 @@ func TestBenchCost(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "round 1 build A") {
 		t.Errorf("no progress line on stderr: %q", stderr.String())
+	}
+}
+
+// TestBenchCostOwnRedisByDefault: without --redis, --cost measures on a
+// redis-server of its own, not on a Redis nobody named; --redis and
+// --own-redis together are refused.
+func TestBenchCostOwnRedisByDefault(t *testing.T) {
+	_, pgURL := realServers(t)
+	bin := seckillBinary(t)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--cost", "--json", "--serve-bin", bin,
+		"--duration", "1s", "--conns", "4", "--max-rate", "20000", "--pg", pgURL}, os.Getenv, &stdout, &stderr)
+	var rep cost.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, report %v; stderr:\n%s\nstdout:\n%s", code, err, stderr.String(), stdout.String())
+	}
+	if !strings.HasPrefix(rep.Redis, "a redis-server of this run's own at 127.0.0.1:") || strings.HasSuffix(rep.Redis, ":6379") {
+		t.Errorf("measured on Redis %q, want one of the run's own", rep.Redis)
+	}
+	stderr.Reset()
+	if code := run(context.Background(), []string{"bench", "--cost", "--redis", "redis://127.0.0.1:6379/0", "--own-redis"},
+		os.Getenv, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--own-redis") {
+		t.Errorf("--redis with --own-redis: exit %d, %q; want 2 and why", code, stderr.String())
 	}
 }

@@ -10,21 +10,55 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/store"
 )
 
-// configFlags defines the contract's flags on fs, and seckill's own, each
-// defaulting to its environment variable: a flag wins over the environment.
-// The returned function reads them once fs is parsed; its errors are one
-// line each.
+// The flags of each command are only those it uses: serve's are
+// configFlags, logFlags and the loop periods below; demo's storeFlags (no schema: it makes its own)
+// and logFlags; reconcile's storeFlags and keyPrefixFlag. Each defaults
+// to its environment variable: a flag wins over the environment.
+
+// stores are the --redis, --redis-cluster, --db and --db-schema flags.
+type stores struct {
+	redis, cluster, db, schema *string
+}
+
+// storeFlags defines where the service's state lives: its Redis (--redis,
+// --redis-cluster) and its database (--db, and --db-schema if withSchema).
+func storeFlags(fs *flag.FlagSet, getenv func(string) string, withSchema bool) *stores {
+	env := func(k, def string) string { return orEnv(getenv, k, def) }
+	s := &stores{schema: new(string)}
+	s.redis = fs.String("redis", env("SECKILL_REDIS_URL", ""), "Redis URL redis://[user:pass@]host:port/db (env SECKILL_REDIS_URL); unset: embedded in-process server")
+	s.cluster = fs.String("redis-cluster", env("SECKILL_REDIS_CLUSTER_ADDRS", ""), "comma-separated host:port seeds of a Redis Cluster (env SECKILL_REDIS_CLUSTER_ADDRS)")
+	s.db = fs.String("db", env("SECKILL_DATABASE_URL", ""), "database URL postgres://... or sqlite://PATH (env SECKILL_DATABASE_URL); unset: SQLite file seckill.db")
+	if withSchema {
+		s.schema = fs.String("db-schema", env("SECKILL_DB_SCHEMA", ""),
+			"PostgreSQL schema of seckill's tables, created if missing (env SECKILL_DB_SCHEMA); unset: the URL's search_path if it sets one, else "+store.DefaultSchema)
+	}
+	return s
+}
+
+// set copies the flags into cfg.
+func (s *stores) set(cfg *service.Config) {
+	cfg.RedisURL, cfg.RedisClusterAddrs, cfg.DatabaseURL, cfg.DatabaseSchema = *s.redis, list(*s.cluster), *s.db, *s.schema
+}
+
+// keyPrefixFlag defines --key-prefix.
+func keyPrefixFlag(fs *flag.FlagSet, getenv func(string) string) *string {
+	return fs.String("key-prefix", orEnv(getenv, "SECKILL_KEY_PREFIX", "seckill"), "prefix of every Redis key (env SECKILL_KEY_PREFIX)")
+}
+
+// configFlags defines serve's flags of the contract and seckill's own
+// (storeFlags with the schema, keyPrefixFlag and the rest); the returned
+// function reads them into a service.Config once fs is parsed; its errors
+// are one line each.
 func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.Config, error) {
 	env := func(k, def string) string { return orEnv(getenv, k, def) }
+	where := storeFlags(fs, getenv, true)
+	prefix := keyPrefixFlag(fs, getenv)
 	addr := fs.String("addr", env("SECKILL_ADDR", "127.0.0.1:8080"), "listen address (env SECKILL_ADDR)")
-	redisURL := fs.String("redis", env("SECKILL_REDIS_URL", ""), "Redis URL redis://[user:pass@]host:port/db (env SECKILL_REDIS_URL); unset: embedded in-process server")
-	cluster := fs.String("redis-cluster", env("SECKILL_REDIS_CLUSTER_ADDRS", ""), "comma-separated host:port seeds of a Redis Cluster (env SECKILL_REDIS_CLUSTER_ADDRS)")
-	db := fs.String("db", env("SECKILL_DATABASE_URL", ""), "database URL postgres://... or sqlite://PATH (env SECKILL_DATABASE_URL); unset: SQLite file seckill.db")
 	admin := fs.String("admin-token", env("SECKILL_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env SECKILL_ADMIN_TOKEN); unset: generated")
 	jwt := fs.String("jwt-secret", env("SECKILL_JWT_SECRET", ""), "HS256 secret of buyers' tokens (env SECKILL_JWT_SECRET); unset: generated")
-	prefix := fs.String("key-prefix", env("SECKILL_KEY_PREFIX", "seckill"), "prefix of every Redis key (env SECKILL_KEY_PREFIX)")
 	rateUser := fs.String("rate-limit-user", env("SECKILL_RATE_LIMIT_USER", service.DefaultRateLimitUser),
 		"each buyer's limit on buys and on purchase tokens, like 5/s,burst=10, or off (env SECKILL_RATE_LIMIT_USER)")
 	rateIP := fs.String("rate-limit-ip", env("SECKILL_RATE_LIMIT_IP", "off"),
@@ -52,10 +86,11 @@ func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.C
 		if err != nil || total < 1 {
 			return service.Config{}, fmt.Errorf("--live-streams must be a whole number of 1 or more, is %q", *streams)
 		}
-		return service.Config{Addr: *addr, RedisURL: *redisURL, RedisClusterAddrs: list(*cluster), DatabaseURL: *db,
-			AdminToken: *admin, JWTSecret: *jwt, KeyPrefix: *prefix,
+		cfg := service.Config{Addr: *addr, KeyPrefix: *prefix, AdminToken: *admin, JWTSecret: *jwt,
 			RateLimitUser: *rateUser, RateLimitIP: *rateIP, RateLimitSale: *rateSale, TrustedProxies: list(*proxies), Instances: n,
-			LiveStreamsPerClient: perClient, LiveStreams: total}, nil
+			LiveStreamsPerClient: perClient, LiveStreams: total}
+		where.set(&cfg)
+		return cfg, nil
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/seckill/seckill/cmd/seckill/demo"
+	"github.com/seckill/seckill/service"
 )
 
 // runDemo runs `seckill demo`: the whole service in process, on the
@@ -17,7 +19,9 @@ import (
 func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seckill demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := configFlags(fs, getenv)
+	where := storeFlags(fs, getenv, false)
+	fs.Lookup("redis").Usage = "Redis URL redis://[user:pass@]host:port/db (env SECKILL_REDIS_URL): the demo's keys there carry a prefix of its own and are deleted at its end; unset: embedded in-process server"
+	fs.Lookup("db").Usage = "PostgreSQL URL postgres://... (env SECKILL_DATABASE_URL): the demo's tables there are in a schema of its own, dropped at its end; unset: a temporary SQLite file"
 	logger := logFlags(fs, getenv)
 	var cfg demo.Config
 	fs.IntVar(&cfg.Buyers, "buyers", 3000, "simulated buyers")
@@ -30,9 +34,10 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	svc, err := config()
-	if err != nil {
-		fmt.Fprintln(stderr, "seckill demo:", err)
+	var svc service.Config
+	where.set(&svc)
+	if strings.HasPrefix(svc.DatabaseURL, "sqlite://") {
+		fmt.Fprintln(stderr, "seckill demo: --db (or SECKILL_DATABASE_URL) names an SQLite file, which the demo would leave its sale in: leave --db unset for a temporary file, or name a PostgreSQL database")
 		return 2
 	}
 	if svc.DatabaseURL == "" { // a fresh embedded database each run, not ./seckill.db
@@ -45,12 +50,14 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		svc.DatabaseURL = "sqlite://" + filepath.Join(dir, "demo.db")
 	}
 	if *verbose {
-		if svc.Logger, err = logger(stderr); err != nil {
+		l, err := logger(stderr)
+		if err != nil {
 			fmt.Fprintln(stderr, "seckill demo:", err)
 			return 2
 		}
+		svc.Logger = l
 	} else {
-		fmt.Fprintln(stderr, "seckill demo: the service runs in this process; embedded Redis and SQLite unless --redis / --db name real ones")
+		fmt.Fprintln(stderr, "seckill demo: the service runs in this process; embedded Redis and SQLite unless --redis / --db name real ones, where it removes what it made at its end")
 	}
 	if f, ok := stdout.(*os.File); ok && isTerminal(f) {
 		cfg.Progress = stderr

@@ -12,6 +12,7 @@ import (
 	"github.com/seckill/seckill/internal/clusterclient"
 	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/reconcile"
+	"github.com/seckill/seckill/service"
 	"github.com/seckill/seckill/store"
 )
 
@@ -24,23 +25,27 @@ import (
 func runReconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seckill reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := configFlags(fs, getenv)
+	where := storeFlags(fs, getenv, true)
+	fs.Lookup("redis").Usage = "the service's Redis URL redis://[user:pass@]host:port/db (env SECKILL_REDIS_URL); required, or --redis-cluster"
+	fs.Lookup("db").Usage = "the service's database URL postgres://... or sqlite://PATH (env SECKILL_DATABASE_URL); required"
+	prefix := keyPrefixFlag(fs, getenv)
 	sale := fs.String("sale", "", "the sale to reconcile (required)")
 	repair := fs.Bool("repair", false,
 		"repair drift: set the sale's state in Redis to the database's, journaled in its repairs table; never while orders are in flight to the database")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := config()
+	var cfg service.Config
+	where.set(&cfg)
 	switch {
-	case err != nil:
-		fmt.Fprintln(stderr, "seckill reconcile:", err)
-		return 2
 	case !inventory.ValidID(*sale):
 		fmt.Fprintln(stderr, "seckill reconcile: --sale is required and must be a sale id")
 		return 2
 	case cfg.RedisURL == "" && len(cfg.RedisClusterAddrs) == 0:
 		fmt.Fprintln(stderr, "seckill reconcile: needs the service's Redis (--redis or SECKILL_REDIS_URL, or --redis-cluster); an embedded one lives only inside its serve process")
+		return 2
+	case cfg.DatabaseURL == "":
+		fmt.Fprintln(stderr, "seckill reconcile: needs the service's database (--db or SECKILL_DATABASE_URL; sqlite://seckill.db for serve's default file)")
 		return 2
 	}
 	var rdb redis.UniversalClient
@@ -55,13 +60,13 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 		rdb = redis.NewClient(opts)
 	}
 	defer rdb.Close()
-	db, err := store.Open(ctx, cfg.DatabaseURL)
+	db, err := store.OpenSchema(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill reconcile:", err)
 		return 1
 	}
 	defer db.Close()
-	eng := inventory.New(rdb, inventory.Options{Prefix: cfg.KeyPrefix})
+	eng := inventory.New(rdb, inventory.Options{Prefix: *prefix})
 	if st, err := db.Archive(ctx, *sale); err == nil && !st.ArchivedAt.IsZero() {
 		fmt.Fprintf(stdout, "sale %s is archived (%s): its keys are gone from Redis and the database alone holds it; nothing to compare\n",
 			*sale, st.ArchivedAt.Format(time.RFC3339))

@@ -66,6 +66,48 @@ func PostgresURL(tb testing.TB) string {
 	return u.String()
 }
 
+// DatabaseURL creates a database of its own for the test ("t_" and 10
+// random lowercase letters and digits) on the machine's PostgreSQL and
+// returns a URL to it that sets no search_path: its connections see the
+// database as a deployment would, "public" first. It is for tests of what
+// lives outside one schema (where tables go by default, moving them out of
+// "public"); the shared database's own schemas are never touched. The
+// database is dropped in tb.Cleanup, its connections closed by force; close
+// what uses it with a cleanup registered after this call.
+func DatabaseURL(tb testing.TB) string {
+	tb.Helper()
+	base := ServerURL()
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		tb.Fatalf("dbtest: $%s (or the default) must be a postgres:// URL, got %q", URLEnv, base)
+	}
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		tb.Fatalf("dbtest: open PostgreSQL %s: %v", u.Redacted(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := "t_" + randomName(10)
+	// The name is ours (letters and digits only): safe to splice in.
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		db.Close()
+		tb.Fatalf("dbtest: cannot create a database in PostgreSQL %s: %v", u.Redacted(), err)
+	}
+	tb.Cleanup(func() {
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			tb.Logf("dbtest: drop database %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // ServerURL is the machine's PostgreSQL the tests use: $SECKILL_TEST_DATABASE_URL, or DefaultURL.
 func ServerURL() string {
 	if u := os.Getenv(URLEnv); u != "" {

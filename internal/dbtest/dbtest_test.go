@@ -85,3 +85,47 @@ func TestDialects(t *testing.T) {
 		t.Fatalf("Dialects = %+v", ds)
 	}
 }
+
+func TestDatabaseURL(t *testing.T) {
+	ctx := context.Background()
+	var name string
+	t.Run("inside", func(t *testing.T) {
+		u := DatabaseURL(t)
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = strings.TrimPrefix(parsed.Path, "/")
+		if !regexp.MustCompile(`^t_[a-z0-9]{10}$`).MatchString(name) || parsed.Query().Has("search_path") {
+			t.Fatalf("DatabaseURL = %q, want database t_ and 10 lowercase letters or digits, no search_path", u)
+		}
+		db, err := sql.Open("pgx", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		var current, schema string
+		if err := db.QueryRowContext(ctx, "SELECT current_database(), current_schema()").Scan(&current, &schema); err != nil {
+			t.Fatal(err)
+		}
+		if current != name || schema != "public" {
+			t.Fatalf("connected to %s, schema %s; want %s, public", current, schema, name)
+		}
+		// An open connection does not keep the database from being dropped.
+		if _, err := db.ExecContext(ctx, "CREATE TABLE probe (id INT)"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	db, err := sql.Open("pgx", ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("database %s still exists after the test", name)
+	}
+}

@@ -13,12 +13,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/keyspace"
 )
 
 // DefaultURL is the shared Redis used by Standalone unless
@@ -108,53 +109,9 @@ func newPrefix() string {
 }
 
 // deletePrefixed unlinks every key containing "{"+prefix+":" and returns how
-// many keys it removed.
+// many keys it removed (keyspace.Delete).
 func deletePrefixed(ctx context.Context, c redis.UniversalClient, prefix string) (int64, error) {
-	pattern := "*{" + prefix + ":*"
-	cc, ok := c.(*redis.ClusterClient)
-	if !ok {
-		return scanUnlink(ctx, c, pattern)
-	}
-	var n atomic.Int64
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		k, err := scanUnlink(ctx, node, pattern)
-		n.Add(k)
-		return err
-	})
-	return n.Load(), err
-}
-
-// scanUnlink walks one server's keyspace with SCAN and unlinks the matches
-// batch by batch. Each key gets its own UNLINK (pipelined): keys of different
-// sales live in different cluster slots, and a multi-key UNLINK across slots
-// would fail with CROSSSLOT.
-func scanUnlink(ctx context.Context, c redis.Cmdable, pattern string) (int64, error) {
-	var cursor uint64
-	var n int64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
-		if err != nil {
-			return n, err
-		}
-		if len(keys) > 0 {
-			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range keys {
-					p.Unlink(ctx, k)
-				}
-				return nil
-			})
-			for _, cmd := range cmds {
-				n += cmd.(*redis.IntCmd).Val()
-			}
-			if err != nil {
-				return n, err
-			}
-		}
-		if next == 0 {
-			return n, nil
-		}
-		cursor = next
-	}
+	return keyspace.Delete(ctx, c, prefix)
 }
 
 // DropOrder removes order id's record from a sale's orders hash (key), as a

@@ -42,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/ownredis"
 	"github.com/seckill/seckill/service"
 )
 
@@ -76,7 +77,7 @@ type Config struct {
 type env struct {
 	redis      *redis.Client
 	redisURL   string
-	ownRedis   *ownRedis
+	ownRedis   *ownredis.Server
 	admin      *pgx.Conn
 	pgURL      *url.URL
 	postmaster int
@@ -97,6 +98,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer e.close()
+	rep.Redis = e.redis.Options().Addr
+	if e.ownRedis != nil {
+		rep.Redis = "a redis-server of this run's own at " + rep.Redis
+	}
 	for n := 1; n <= cfg.Rounds; n++ {
 		for i, bin := range cfg.Builds {
 			build := string(rune('A' + i))
@@ -122,7 +127,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 func open(ctx context.Context, cfg Config) (*env, error) {
 	e := &env{runID: randomHex(4), secret: randomHex(24), adminToken: randomHex(24), redisURL: cfg.RedisURL}
 	if cfg.OwnRedis {
-		o, err := startOwnRedis(ctx)
+		o, err := ownredis.Start(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +143,7 @@ func open(ctx context.Context, cfg Config) (*env, error) {
 	conn, err := net.DialTimeout(opt.Network, opt.Addr, 3*time.Second)
 	if err != nil {
 		e.close()
-		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another, --own-redis starts one): %v", e.redisURL, err)
+		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another, and without it a redis-server of the run's own is started): %v", e.redisURL, err)
 	}
 	conn.Close()
 	e.redis = redis.NewClient(opt)
@@ -146,7 +151,7 @@ func open(ctx context.Context, cfg Config) (*env, error) {
 	defer cancel()
 	if err := e.redis.Ping(pctx).Err(); err != nil {
 		e.close()
-		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another, --own-redis starts one): %v", e.redisURL, err)
+		return nil, fmt.Errorf("no Redis at %s (this mode needs a real Redis; --redis names another, and without it a redis-server of the run's own is started): %v", e.redisURL, err)
 	}
 	if e.pgURL, err = url.Parse(cfg.PostgresURL); err != nil || (e.pgURL.Scheme != "postgres" && e.pgURL.Scheme != "postgresql") {
 		e.close()
@@ -197,7 +202,7 @@ func (e *env) close() {
 		_ = e.redis.Close()
 	}
 	if e.ownRedis != nil {
-		e.ownRedis.stop()
+		e.ownRedis.Stop()
 	}
 }
 

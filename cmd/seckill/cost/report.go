@@ -156,6 +156,7 @@ func medianCommands(rs []*Result) []CommandCost {
 // each figure over its rounds; with two builds, B's medians over A's.
 type Report struct {
 	Builds       []string `json:"builds"`
+	Redis        string   `json:"redis"` // the address measured, and whether it is the run's own
 	Conns        int      `json:"conns"`
 	DurationS    float64  `json:"duration_s"`
 	OpenRate     float64  `json:"open_rate,omitempty"`
@@ -273,6 +274,7 @@ func PrintText(w io.Writer, rep Report) {
 	case rep.OpenFraction > 0:
 		load = fmt.Sprintf("open loop at %.2f of each round's closed-loop buys/s", rep.OpenFraction)
 	}
+	fmt.Fprintf(w, "redis: %s\n", rep.Redis)
 	fmt.Fprintf(w, "load: %s for %gs, a fresh buyer per request; CPU per accepted buy, until the database holds every order\n\n", load, rep.DurationS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	heads := []string{"round", "build"}

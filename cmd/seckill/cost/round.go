@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seckill/seckill/bench/http/loadgen"
+	"github.com/seckill/seckill/store"
 )
 
 // The sale every round sells from: per-user limit 1 and a stock far above
@@ -254,7 +255,16 @@ func (r *round) start(ctx context.Context) error {
 	if err := r.waitReady(ctx); err != nil {
 		return err
 	}
-	if r.orders, err = pgx.Connect(ctx, r.env.dbURL(r.db)); err != nil {
+	cc, err := pgx.ParseConfig(r.env.dbURL(r.db))
+	if err != nil {
+		return fmt.Errorf("the round's database: %w", err)
+	}
+	if cc.RuntimeParams["search_path"] == "" {
+		// Where serve keeps its tables, or "public" for a build from
+		// before they had a schema of their own.
+		cc.RuntimeParams["search_path"] = store.DefaultSchema + ", public"
+	}
+	if r.orders, err = pgx.ConnectConfig(ctx, cc); err != nil {
 		return fmt.Errorf("connect to the round's database: %w", err)
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/v1/admin/sales", strings.NewReader(saleJSON))

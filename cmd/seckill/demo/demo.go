@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -110,9 +111,28 @@ const (
 )
 
 // Run starts the service with svcCfg (listening on a free loopback port),
-// runs the sale, and returns the result.
+// runs the sale, and returns the result. On the Redis and the PostgreSQL
+// database svcCfg names it works under a key prefix and in a schema of its
+// own (svcCfg's KeyPrefix, DatabaseSchema and the URL's search_path are
+// not used), and removes both at its end, failed or not; an SQLite file
+// svcCfg names is the caller's, and an embedded Redis goes with the
+// service.
 func Run(ctx context.Context, svcCfg service.Config, cfg Config) (Result, error) {
 	cfg.defaults()
+	o, err := takeOwn(&svcCfg)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := run(ctx, svcCfg, cfg)
+	if rerr := o.remove(ctx); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove what the demo made: %w", rerr))
+	}
+	return res, err
+}
+
+// run is Run on the servers svcCfg names; the service is shut down when it
+// returns.
+func run(ctx context.Context, svcCfg service.Config, cfg Config) (Result, error) {
 	svcCfg.Addr = "127.0.0.1:0"
 	svcCfg.ReconcileEvery = -1
 	svcCfg.Pipeline.Block = 50 * time.Millisecond

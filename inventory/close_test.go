@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +195,111 @@ func (r *rig) keysOf(pattern string) []string {
 		r.t.Fatal(err)
 	}
 	return out
+}
+
+// settle makes the sale's stream settled as a consumer that stored and
+// acknowledged every entry leaves it: one group, delivered up to the end.
+func (r *rig) settle(sale string) {
+	r.t.Helper()
+	key := r.eng.EventsKey(sale)
+	if err := r.rdb.XGroupDestroy(r.ctx, key, "orders").Err(); err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+		r.t.Fatal(err)
+	}
+	if err := r.rdb.XGroupCreate(r.ctx, key, "orders", "$").Err(); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// lastEventID is the last id the sale's stream generated.
+func (r *rig) lastEventID(sale string) string {
+	r.t.Helper()
+	info, err := r.rdb.XInfoStream(r.ctx, r.eng.EventsKey(sale)).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return info.LastGeneratedID
+}
+
+// A sale that has ended with its stream settled keeps its keys while a
+// reservation of it awaits payment (archive.lua looks at the deadlines
+// itself: nothing else in the check would see it); once it is paid and
+// the stream settled again, the sale is archived.
+func TestArchiveRefusesASaleAwaitingPayment(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, time.Hour)
+		ids := r.buyEach("s", "u1")
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || chk.Ready || chk.Reason != "awaiting" {
+			t.Fatalf("check with a payment awaiting: %+v, %v; want not ready, awaiting", chk, err)
+		}
+		last := r.lastEventID("s")
+		if res, err := r.eng.Archive(r.ctx, "s", last); err != nil || res.Ready || res.Gone || res.Reason != "awaiting" {
+			t.Fatalf("archive with a payment awaiting: %+v, %v; want nothing removed, awaiting", res, err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale"), r.key("s", "deadlines")).Result(); err != nil || n != 2 {
+			t.Fatalf("%d of the sale hash and its deadlines left (%v), want both", n, err)
+		}
+
+		if _, _, err := r.eng.Pay(r.ctx, ids[0], "u1", "ref"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		chk, err = r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check once paid: %+v, %v", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", chk.Last); err != nil || !res.Ready {
+			t.Fatalf("archive once paid: %+v, %v", res, err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale")).Result(); err != nil || n != 0 {
+			t.Fatalf("the sale hash is left after the archive (%d, %v)", n, err)
+		}
+	})
+}
+
+// An event that reaches the stream after the caller looked keeps the keys
+// even once it is delivered and acknowledged (the stream settled again):
+// the system of record was found to hold the stream up to the id the
+// caller passes, not the event after it. Archive names the stream's new
+// last id; with it, the sale is archived.
+func TestArchiveRefusesAStreamThatMovedSinceTheLook(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		ids := r.buyEach("s", "u1", "u2")
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check: %+v, %v", chk, err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, ids[0], ""); err != nil { // a late cancel
+			t.Fatal(err)
+		}
+		r.settle("s")
+		moved := r.lastEventID("s")
+		if moved == chk.Last {
+			t.Fatalf("the cancel did not move the stream from %s", chk.Last)
+		}
+		res, err := r.eng.Archive(r.ctx, "s", chk.Last)
+		if err != nil || res.Ready || res.Gone || res.Reason != "stream moved to "+moved {
+			t.Fatalf("archive at the old look %s: %+v, %v; want nothing removed, the stream moved to %s", chk.Last, res, err, moved)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale"), r.key("s", "orders")).Result(); err != nil || n != 2 {
+			t.Fatalf("%d of the sale hash and its orders left (%v), want both", n, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", moved); err != nil || !res.Ready || res.Last != moved {
+			t.Fatalf("archive at %s: %+v, %v", moved, res, err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale")).Result(); err != nil || n != 0 {
+			t.Fatalf("the sale hash is left after the archive (%d, %v)", n, err)
+		}
+	})
 }

@@ -369,3 +369,57 @@ func TestAdvArchiveWaitsForAReservationRedisLost(t *testing.T) {
 		t.Fatalf("the paid order in the database: %+v, %v", o, err)
 	}
 }
+
+// A sale whose stream is settled (every entry delivered and acknowledged)
+// while the database holds it only up to an event before the stream's
+// last keeps its keys: the archiver compares the two itself, and archives
+// the sale once the database holds the last event too.
+func TestArchiveRefusesADatabaseBehindTheStream(t *testing.T) {
+	r := realRig(t)
+	r.sale("behind", 3)
+	if _, _, err := r.eng.Close(r.ctx, "behind"); err != nil {
+		t.Fatal(err)
+	}
+	key := r.eng.EventsKey("behind")
+	msgs, err := r.rdb.XRange(r.ctx, key, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := inventory.ParseEntries("behind", msgs)
+	if err != nil || len(events) < 2 {
+		t.Fatalf("events %v, %v", events, err)
+	}
+	// The database gets all but the last (the close); the group is
+	// settled as if it had stored them all.
+	if err := r.db.Apply(r.ctx, "behind", events[:len(events)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.XGroupCreate(r.ctx, key, "orders", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if chk, err := r.eng.CheckArchive(r.ctx, "behind"); err != nil || !chk.Ready || chk.Last != msgs[len(msgs)-1].ID {
+		t.Fatalf("check: %+v, %v; want ready at %s", chk, err, msgs[len(msgs)-1].ID)
+	}
+	arch := archive.New(r.eng, r.db, archive.Options{})
+	done, why, err := arch.Sale(r.ctx, "behind")
+	if err != nil || done || !strings.HasPrefix(why, "database at "+events[len(events)-2].ID) {
+		t.Fatalf("archive with the database behind: done %v, %q, %v; want not done, the database at %s",
+			done, why, err, events[len(events)-2].ID)
+	}
+	if !r.hasSale("behind") {
+		t.Fatal("keys removed while the database is behind the stream")
+	}
+	if st, err := r.db.Archive(r.ctx, "behind"); err != nil || st.Archiving() {
+		t.Fatalf("marked archiving while the database is behind: %+v, %v", st, err)
+	}
+
+	if err := r.db.Apply(r.ctx, "behind", events[len(events)-1:]); err != nil {
+		t.Fatal(err)
+	}
+	if done, why, err := arch.Sale(r.ctx, "behind"); err != nil || !done || why != "" {
+		t.Fatalf("archive with the database level: done %v, %q, %v", done, why, err)
+	}
+	if r.hasSale("behind") {
+		t.Fatal("keys left after the archive: " + r.state("behind"))
+	}
+}

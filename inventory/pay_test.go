@@ -525,3 +525,32 @@ func TestExpiryTakesAReservationAtPayByNotBefore(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelTakesAReservationOffTheDeadlines: a cancelled reservation
+// leaves the sale's deadlines at once: its sale is not due at its pay_by
+// and, ended, is not held back as awaiting payment.
+func TestCancelTakesAReservationOffTheDeadlines(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, 10*time.Second)
+		ids := r.buyEach("s", "u1")
+		payBy := r.payment(ids[0]).PayBy
+		if _, err := r.eng.Cancel(r.ctx, ids[0], "u1"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.rdb.ZCard(r.ctx, r.key("s", "deadlines")).Result(); err != nil || n != 0 {
+			t.Fatalf("%d deadlines left after the cancel (%v), want none", n, err)
+		}
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		if chk, err := r.eng.CheckArchive(r.ctx, "s"); err != nil || !chk.Ready {
+			t.Fatalf("check of the closed sale: %+v, %v; want ready, nothing awaiting", chk, err)
+		}
+		r.clock.Set(payBy)
+		if due, _, err := r.eng.DueSales(r.ctx, []string{"s"}); err != nil || len(due) != 0 {
+			t.Fatalf("at the cancelled order's pay_by: DueSales = %v, %v; want none", due, err)
+		}
+	})
+}

@@ -303,3 +303,101 @@ func TestArchiveRefusesAStreamThatMovedSinceTheLook(t *testing.T) {
 		}
 	})
 }
+
+// A sale is archivable at its end, not a millisecond before it.
+func TestArchiveWaitsForTheEnd(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		end := r.clock.Now().Add(time.Hour).Truncate(time.Millisecond)
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, EndsAt: end, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		r.buyEach("s", "u1")
+		r.settle("s")
+		r.clock.Set(end.Add(-time.Millisecond))
+		if chk, err := r.eng.CheckArchive(r.ctx, "s"); err != nil || chk.Ready || chk.Reason != "active" {
+			t.Fatalf("check 1 ms before the end: %+v, %v; want active", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", r.lastEventID("s")); err != nil || res.Ready || res.Reason != "active" {
+			t.Fatalf("archive 1 ms before the end: %+v, %v; want nothing removed, active", res, err)
+		}
+		r.clock.Set(end)
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check at the end: %+v, %v", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", chk.Last); err != nil || !res.Ready {
+			t.Fatalf("archive at the end: %+v, %v", res, err)
+		}
+	})
+}
+
+// A sale whose hash is gone while its stream still holds events (entries
+// no consumer may have stored) is "stray": nothing is removed, neither by
+// a look nor by a removal meant for what is left of an archived sale.
+func TestArchiveLeavesAStrayStream(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		r.buyEach("s", "u1")
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.Del(r.ctx, r.key("s", "sale")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		n := len(r.events("s"))
+		if chk, err := r.eng.CheckArchive(r.ctx, "s"); err != nil || chk.Gone || chk.Ready || chk.Reason != "stray" {
+			t.Fatalf("check of a stray stream: %+v, %v; want stray", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", "-"); err != nil || res.Gone || res.Ready || res.Reason != "stray" {
+			t.Fatalf("archive of a stray stream: %+v, %v; want nothing removed, stray", res, err)
+		}
+		if got := len(r.events("s")); got != n {
+			t.Fatalf("the stray stream holds %d events, had %d", got, n)
+		}
+	})
+}
+
+// A rebuild under way (its lock held while it loads) is not cut short: the
+// archiver's look and removal wait ("rebuilding"), and the rebuild brings
+// the sale back.
+func TestArchiveWaitsForARebuild(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		loading, release := make(chan struct{}, 1), make(chan struct{})
+		snap := inventory.Snapshot{Sale: inventory.Sale{ID: "s", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}},
+			EventsApplied: inventory.EventsIgnored}
+		r := newRig(t, b, inventory.Options{InitLockTTL: time.Hour, InitTimeout: time.Minute,
+			Loader: inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+				select {
+				case loading <- struct{}{}:
+				default:
+				}
+				<-release
+				return snap, nil
+			})})
+		r.create(snap.Sale)
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.Del(r.ctx, r.key("s", "sale"), r.eng.EventsKey("s")).Err(); err != nil { // lost with Redis
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := r.eng.Stock(r.ctx, "s"); done <- err }()
+		<-loading
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		res, err2 := r.eng.Archive(r.ctx, "s", "-")
+		close(release)
+		if err != nil || chk.Gone || chk.Ready || chk.Reason != "rebuilding" {
+			t.Fatalf("check during a rebuild: %+v, %v; want rebuilding", chk, err)
+		}
+		if err2 != nil || res.Gone || res.Ready || res.Reason != "rebuilding" {
+			t.Fatalf("archive during a rebuild: %+v, %v; want nothing removed, rebuilding", res, err2)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("the rebuild: %v", err)
+		}
+		if rem := r.remaining("s"); rem["A"] != 10 {
+			t.Fatalf("the rebuilt sale: remaining %v, want A: 10", rem)
+		}
+	})
+}

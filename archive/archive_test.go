@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -421,5 +422,56 @@ func TestArchiveRefusesADatabaseBehindTheStream(t *testing.T) {
 	}
 	if r.hasSale("behind") {
 		t.Fatal("keys left after the archive: " + r.state("behind"))
+	}
+}
+
+// beginHook is the database with a hook run as a sale is marked archiving.
+type beginHook struct {
+	*store.Store
+	onBegin func()
+}
+
+func (h beginHook) BeginArchive(ctx context.Context, saleID string, at time.Time) error {
+	err := h.Store.BeginArchive(ctx, saleID, at)
+	h.onBegin()
+	return err
+}
+
+// Redis found not to sell (degraded mode begins, or Redis restarted)
+// while the archiver marks a sale archiving: the keys stay and the sale is
+// not marked archived; once Redis sells again, it is archived.
+func TestArchivePausedAfterTheMarkRemovesNothing(t *testing.T) {
+	r := realRig(t)
+	r.sale("halt", 3)
+	if _, _, err := r.eng.Close(r.ctx, "halt"); err != nil {
+		t.Fatal(err)
+	}
+	r.consume("c")
+	var paused atomic.Bool
+	arch := archive.New(r.eng, beginHook{Store: r.db, onBegin: func() { paused.Store(true) }},
+		archive.Options{Paused: paused.Load})
+	waitfor.Until(t, waitfor.Patience, "the sale to be marked archiving", func() error {
+		done, why, err := arch.Sale(r.ctx, "halt")
+		if err != nil || done {
+			t.Fatalf("archive while redis does not sell: done %v, %q, %v", done, why, err)
+		}
+		if why != "paused" {
+			return errors.New("not yet: " + why)
+		}
+		return nil
+	})
+	if !r.hasSale("halt") {
+		t.Fatal("keys removed while redis does not sell")
+	}
+	if st, err := r.db.Archive(r.ctx, "halt"); err != nil || !st.Archiving() || !st.ArchivedAt.IsZero() {
+		t.Fatalf("archive state %+v, %v; want archiving, not archived", st, err)
+	}
+	arch = archive.New(r.eng, r.db, archive.Options{Paused: paused.Load})
+	paused.Store(false)
+	if done, why, err := arch.Sale(r.ctx, "halt"); err != nil || !done || why != "" {
+		t.Fatalf("archive once redis sells again: done %v, %q, %v", done, why, err)
+	}
+	if r.hasSale("halt") {
+		t.Fatal("keys left after the archive: " + r.state("halt"))
 	}
 }

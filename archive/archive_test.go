@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,5 +368,110 @@ func TestAdvArchiveWaitsForAReservationRedisLost(t *testing.T) {
 	})
 	if o, err := r.db.Order(r.ctx, rc.Order.ID); err != nil || o.Payment != inventory.PaymentPaid {
 		t.Fatalf("the paid order in the database: %+v, %v", o, err)
+	}
+}
+
+// A sale whose stream is settled (every entry delivered and acknowledged)
+// while the database holds it only up to an event before the stream's
+// last keeps its keys: the archiver compares the two itself, and archives
+// the sale once the database holds the last event too.
+func TestArchiveRefusesADatabaseBehindTheStream(t *testing.T) {
+	r := realRig(t)
+	r.sale("behind", 3)
+	if _, _, err := r.eng.Close(r.ctx, "behind"); err != nil {
+		t.Fatal(err)
+	}
+	key := r.eng.EventsKey("behind")
+	msgs, err := r.rdb.XRange(r.ctx, key, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := inventory.ParseEntries("behind", msgs)
+	if err != nil || len(events) < 2 {
+		t.Fatalf("events %v, %v", events, err)
+	}
+	// The database gets all but the last (the close); the group is
+	// settled as if it had stored them all.
+	if err := r.db.Apply(r.ctx, "behind", events[:len(events)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rdb.XGroupCreate(r.ctx, key, "orders", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if chk, err := r.eng.CheckArchive(r.ctx, "behind"); err != nil || !chk.Ready || chk.Last != msgs[len(msgs)-1].ID {
+		t.Fatalf("check: %+v, %v; want ready at %s", chk, err, msgs[len(msgs)-1].ID)
+	}
+	arch := archive.New(r.eng, r.db, archive.Options{})
+	done, why, err := arch.Sale(r.ctx, "behind")
+	if err != nil || done || !strings.HasPrefix(why, "database at "+events[len(events)-2].ID) {
+		t.Fatalf("archive with the database behind: done %v, %q, %v; want not done, the database at %s",
+			done, why, err, events[len(events)-2].ID)
+	}
+	if !r.hasSale("behind") {
+		t.Fatal("keys removed while the database is behind the stream")
+	}
+	if st, err := r.db.Archive(r.ctx, "behind"); err != nil || st.Archiving() {
+		t.Fatalf("marked archiving while the database is behind: %+v, %v", st, err)
+	}
+
+	if err := r.db.Apply(r.ctx, "behind", events[len(events)-1:]); err != nil {
+		t.Fatal(err)
+	}
+	if done, why, err := arch.Sale(r.ctx, "behind"); err != nil || !done || why != "" {
+		t.Fatalf("archive with the database level: done %v, %q, %v", done, why, err)
+	}
+	if r.hasSale("behind") {
+		t.Fatal("keys left after the archive: " + r.state("behind"))
+	}
+}
+
+// beginHook is the database with a hook run as a sale is marked archiving.
+type beginHook struct {
+	*store.Store
+	onBegin func()
+}
+
+func (h beginHook) BeginArchive(ctx context.Context, saleID string, at time.Time) error {
+	err := h.Store.BeginArchive(ctx, saleID, at)
+	h.onBegin()
+	return err
+}
+
+// Redis found not to sell (degraded mode begins, or Redis restarted)
+// while the archiver marks a sale archiving: the keys stay and the sale is
+// not marked archived; once Redis sells again, it is archived.
+func TestArchivePausedAfterTheMarkRemovesNothing(t *testing.T) {
+	r := realRig(t)
+	r.sale("halt", 3)
+	if _, _, err := r.eng.Close(r.ctx, "halt"); err != nil {
+		t.Fatal(err)
+	}
+	r.consume("c")
+	var paused atomic.Bool
+	arch := archive.New(r.eng, beginHook{Store: r.db, onBegin: func() { paused.Store(true) }},
+		archive.Options{Paused: paused.Load})
+	waitfor.Until(t, waitfor.Patience, "the sale to be marked archiving", func() error {
+		done, why, err := arch.Sale(r.ctx, "halt")
+		if err != nil || done {
+			t.Fatalf("archive while redis does not sell: done %v, %q, %v", done, why, err)
+		}
+		if why != "paused" {
+			return errors.New("not yet: " + why)
+		}
+		return nil
+	})
+	if !r.hasSale("halt") {
+		t.Fatal("keys removed while redis does not sell")
+	}
+	if st, err := r.db.Archive(r.ctx, "halt"); err != nil || !st.Archiving() || !st.ArchivedAt.IsZero() {
+		t.Fatalf("archive state %+v, %v; want archiving, not archived", st, err)
+	}
+	arch = archive.New(r.eng, r.db, archive.Options{Paused: paused.Load})
+	paused.Store(false)
+	if done, why, err := arch.Sale(r.ctx, "halt"); err != nil || !done || why != "" {
+		t.Fatalf("archive once redis sells again: done %v, %q, %v", done, why, err)
+	}
+	if r.hasSale("halt") {
+		t.Fatal("keys left after the archive: " + r.state("halt"))
 	}
 }

@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +195,209 @@ func (r *rig) keysOf(pattern string) []string {
 		r.t.Fatal(err)
 	}
 	return out
+}
+
+// settle makes the sale's stream settled as a consumer that stored and
+// acknowledged every entry leaves it: one group, delivered up to the end.
+func (r *rig) settle(sale string) {
+	r.t.Helper()
+	key := r.eng.EventsKey(sale)
+	if err := r.rdb.XGroupDestroy(r.ctx, key, "orders").Err(); err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+		r.t.Fatal(err)
+	}
+	if err := r.rdb.XGroupCreate(r.ctx, key, "orders", "$").Err(); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// lastEventID is the last id the sale's stream generated.
+func (r *rig) lastEventID(sale string) string {
+	r.t.Helper()
+	info, err := r.rdb.XInfoStream(r.ctx, r.eng.EventsKey(sale)).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return info.LastGeneratedID
+}
+
+// A sale that has ended with its stream settled keeps its keys while a
+// reservation of it awaits payment (archive.lua looks at the deadlines
+// itself: nothing else in the check would see it); once it is paid and
+// the stream settled again, the sale is archived.
+func TestArchiveRefusesASaleAwaitingPayment(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, time.Hour)
+		ids := r.buyEach("s", "u1")
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || chk.Ready || chk.Reason != "awaiting" {
+			t.Fatalf("check with a payment awaiting: %+v, %v; want not ready, awaiting", chk, err)
+		}
+		last := r.lastEventID("s")
+		if res, err := r.eng.Archive(r.ctx, "s", last); err != nil || res.Ready || res.Gone || res.Reason != "awaiting" {
+			t.Fatalf("archive with a payment awaiting: %+v, %v; want nothing removed, awaiting", res, err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale"), r.key("s", "deadlines")).Result(); err != nil || n != 2 {
+			t.Fatalf("%d of the sale hash and its deadlines left (%v), want both", n, err)
+		}
+
+		if _, _, err := r.eng.Pay(r.ctx, ids[0], "u1", "ref"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		chk, err = r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check once paid: %+v, %v", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", chk.Last); err != nil || !res.Ready {
+			t.Fatalf("archive once paid: %+v, %v", res, err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale")).Result(); err != nil || n != 0 {
+			t.Fatalf("the sale hash is left after the archive (%d, %v)", n, err)
+		}
+	})
+}
+
+// An event that reaches the stream after the caller looked keeps the keys
+// even once it is delivered and acknowledged (the stream settled again):
+// the system of record was found to hold the stream up to the id the
+// caller passes, not the event after it. Archive names the stream's new
+// last id; with it, the sale is archived.
+func TestArchiveRefusesAStreamThatMovedSinceTheLook(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		ids := r.buyEach("s", "u1", "u2")
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check: %+v, %v", chk, err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, ids[0], ""); err != nil { // a late cancel
+			t.Fatal(err)
+		}
+		r.settle("s")
+		moved := r.lastEventID("s")
+		if moved == chk.Last {
+			t.Fatalf("the cancel did not move the stream from %s", chk.Last)
+		}
+		res, err := r.eng.Archive(r.ctx, "s", chk.Last)
+		if err != nil || res.Ready || res.Gone || res.Reason != "stream moved to "+moved {
+			t.Fatalf("archive at the old look %s: %+v, %v; want nothing removed, the stream moved to %s", chk.Last, res, err, moved)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale"), r.key("s", "orders")).Result(); err != nil || n != 2 {
+			t.Fatalf("%d of the sale hash and its orders left (%v), want both", n, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", moved); err != nil || !res.Ready || res.Last != moved {
+			t.Fatalf("archive at %s: %+v, %v", moved, res, err)
+		}
+		if n, err := r.rdb.Exists(r.ctx, r.key("s", "sale")).Result(); err != nil || n != 0 {
+			t.Fatalf("the sale hash is left after the archive (%d, %v)", n, err)
+		}
+	})
+}
+
+// A sale is archivable at its end, not a millisecond before it.
+func TestArchiveWaitsForTheEnd(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		end := r.clock.Now().Add(time.Hour).Truncate(time.Millisecond)
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, EndsAt: end, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		r.buyEach("s", "u1")
+		r.settle("s")
+		r.clock.Set(end.Add(-time.Millisecond))
+		if chk, err := r.eng.CheckArchive(r.ctx, "s"); err != nil || chk.Ready || chk.Reason != "active" {
+			t.Fatalf("check 1 ms before the end: %+v, %v; want active", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", r.lastEventID("s")); err != nil || res.Ready || res.Reason != "active" {
+			t.Fatalf("archive 1 ms before the end: %+v, %v; want nothing removed, active", res, err)
+		}
+		r.clock.Set(end)
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		if err != nil || !chk.Ready {
+			t.Fatalf("check at the end: %+v, %v", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", chk.Last); err != nil || !res.Ready {
+			t.Fatalf("archive at the end: %+v, %v", res, err)
+		}
+	})
+}
+
+// A sale whose hash is gone while its stream still holds events (entries
+// no consumer may have stored) is "stray": nothing is removed, neither by
+// a look nor by a removal meant for what is left of an archived sale.
+func TestArchiveLeavesAStrayStream(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		r.buyEach("s", "u1")
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.Del(r.ctx, r.key("s", "sale")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		n := len(r.events("s"))
+		if chk, err := r.eng.CheckArchive(r.ctx, "s"); err != nil || chk.Gone || chk.Ready || chk.Reason != "stray" {
+			t.Fatalf("check of a stray stream: %+v, %v; want stray", chk, err)
+		}
+		if res, err := r.eng.Archive(r.ctx, "s", "-"); err != nil || res.Gone || res.Ready || res.Reason != "stray" {
+			t.Fatalf("archive of a stray stream: %+v, %v; want nothing removed, stray", res, err)
+		}
+		if got := len(r.events("s")); got != n {
+			t.Fatalf("the stray stream holds %d events, had %d", got, n)
+		}
+	})
+}
+
+// A rebuild under way (its lock held while it loads) is not cut short: the
+// archiver's look and removal wait ("rebuilding"), and the rebuild brings
+// the sale back.
+func TestArchiveWaitsForARebuild(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		loading, release := make(chan struct{}, 1), make(chan struct{})
+		snap := inventory.Snapshot{Sale: inventory.Sale{ID: "s", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 10}}},
+			EventsApplied: inventory.EventsIgnored}
+		r := newRig(t, b, inventory.Options{InitLockTTL: time.Hour, InitTimeout: time.Minute,
+			Loader: inventory.LoaderFunc(func(ctx context.Context, saleID string) (inventory.Snapshot, error) {
+				select {
+				case loading <- struct{}{}:
+				default:
+				}
+				<-release
+				return snap, nil
+			})})
+		r.create(snap.Sale)
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.Del(r.ctx, r.key("s", "sale"), r.eng.EventsKey("s")).Err(); err != nil { // lost with Redis
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := r.eng.Stock(r.ctx, "s"); done <- err }()
+		<-loading
+		chk, err := r.eng.CheckArchive(r.ctx, "s")
+		res, err2 := r.eng.Archive(r.ctx, "s", "-")
+		close(release)
+		if err != nil || chk.Gone || chk.Ready || chk.Reason != "rebuilding" {
+			t.Fatalf("check during a rebuild: %+v, %v; want rebuilding", chk, err)
+		}
+		if err2 != nil || res.Gone || res.Ready || res.Reason != "rebuilding" {
+			t.Fatalf("archive during a rebuild: %+v, %v; want nothing removed, rebuilding", res, err2)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("the rebuild: %v", err)
+		}
+		if rem := r.remaining("s"); rem["A"] != 10 {
+			t.Fatalf("the rebuilt sale: remaining %v, want A: 10", rem)
+		}
+	})
 }

@@ -2,7 +2,9 @@ package inventory_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/inventory"
 )
@@ -67,6 +69,47 @@ func TestFence(t *testing.T) {
 		}
 		if _, err := f.eng.Stock(f.ctx, "nope"); !errors.Is(err, inventory.ErrNotFound) {
 			t.Fatalf("fencing created the missing sale: %v", err)
+		}
+	})
+}
+
+// TestFencedSaleIsNeitherClosedNorExpired: while the database sells a sale
+// (fenced in Redis), a close is refused with ErrFenced and changes
+// nothing, and a reservation past its pay_by waits (the recovery brings
+// Redis back to the database first); once the fence is lifted both go
+// ahead.
+func TestFencedSaleIsNeitherClosedNorExpired(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s", PerUserLimit: 2, PaymentTimeout: 10 * time.Second,
+			EndsAt: r.clock.Now().Add(time.Hour), Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		ids := r.buyEach("s", "u1")
+		payBy := r.payment(ids[0]).PayBy
+		if ok, err := r.eng.Fence(r.ctx, "s", 1); err != nil || !ok {
+			t.Fatalf("fence: %v, %v", ok, err)
+		}
+		before := len(r.events("s"))
+		r.clock.Set(payBy)
+		if _, _, err := r.eng.Close(r.ctx, "s"); !errors.Is(err, inventory.ErrFenced) {
+			t.Fatalf("close of a fenced sale: %v, want ErrFenced", err)
+		}
+		if got, more, err := r.eng.ExpireDue(r.ctx, "s", 10); err != nil || more || len(got) != 0 {
+			t.Fatalf("expiry of a fenced sale: %v, %v, %v; want nothing expired", got, more, err)
+		}
+		if o := r.payment(ids[0]); o.Payment != inventory.PaymentAwaiting {
+			t.Fatalf("the fenced sale's reservation: %+v, want awaiting", o)
+		}
+		if n := len(r.events("s")); n != before {
+			t.Fatalf("the fenced sale's stream grew from %d to %d events", before, n)
+		}
+		if err := r.eng.Unfence(r.ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err := r.eng.ExpireDue(r.ctx, "s", 10); err != nil || fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("expiry once unfenced: %v, %v; want %v", got, err, ids)
+		}
+		if _, end, err := r.eng.Close(r.ctx, "s"); err != nil || !end.Equal(payBy) {
+			t.Fatalf("close once unfenced: end %v, %v; want %v", end, err, payBy)
 		}
 	})
 }

@@ -482,3 +482,75 @@ func TestRepairOfARedisBehindOnAPay(t *testing.T) {
 		}
 	})
 }
+
+// TestExpiryTakesAReservationAtPayByNotBefore: a reservation is not due
+// 1 ms before its pay_by (DueSales leaves its sale out, ExpireDue takes
+// nothing and the order can still be paid) and is due at pay_by exactly.
+func TestExpiryTakesAReservationAtPayByNotBefore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, 10*time.Second)
+		ids := r.buyEach("s", "u1", "u2")
+		payBy := r.payment(ids[0]).PayBy
+		if payBy.IsZero() || !payBy.Equal(r.payment(ids[1]).PayBy) {
+			t.Fatalf("pay_by %v and %v, want one deadline for both", payBy, r.payment(ids[1]).PayBy)
+		}
+
+		r.clock.Set(payBy.Add(-time.Millisecond))
+		if due, _, err := r.eng.DueSales(r.ctx, []string{"s"}); err != nil || len(due) != 0 {
+			t.Fatalf("1 ms before pay_by: DueSales = %v, %v; want none", due, err)
+		}
+		if got, more, err := r.eng.ExpireDue(r.ctx, "s", 10); err != nil || more || len(got) != 0 {
+			t.Fatalf("1 ms before pay_by: ExpireDue = %v, %v, %v; want nothing expired", got, more, err)
+		}
+		if o := r.payment(ids[0]); o.Payment != inventory.PaymentAwaiting {
+			t.Fatalf("1 ms before pay_by: order %+v, want awaiting", o)
+		}
+		if _, _, err := r.eng.Pay(r.ctx, ids[1], "u2", "ref"); err != nil {
+			t.Fatalf("pay 1 ms before pay_by: %v", err)
+		}
+
+		r.clock.Set(payBy)
+		if due, _, err := r.eng.DueSales(r.ctx, []string{"s"}); err != nil || fmt.Sprint(due) != "[s]" {
+			t.Fatalf("at pay_by: DueSales = %v, %v; want [s]", due, err)
+		}
+		if got, _, err := r.eng.ExpireDue(r.ctx, "s", 10); err != nil || fmt.Sprint(got) != fmt.Sprint(ids[:1]) {
+			t.Fatalf("at pay_by: ExpireDue = %v, %v; want %v", got, err, ids[:1])
+		}
+		if o := r.payment(ids[0]); o.Payment != inventory.PaymentExpired {
+			t.Fatalf("at pay_by: order %+v, want expired", o)
+		}
+		if rem := r.remaining("s"); rem["A"] != 9 {
+			t.Fatalf("remaining %v, want A: 9 (the paid unit sold, the expired one back)", rem)
+		}
+	})
+}
+
+// TestCancelTakesAReservationOffTheDeadlines: a cancelled reservation
+// leaves the sale's deadlines at once: its sale is not due at its pay_by
+// and, ended, is not held back as awaiting payment.
+func TestCancelTakesAReservationOffTheDeadlines(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.paySale("s", 10, 10*time.Second)
+		ids := r.buyEach("s", "u1")
+		payBy := r.payment(ids[0]).PayBy
+		if _, err := r.eng.Cancel(r.ctx, ids[0], "u1"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.rdb.ZCard(r.ctx, r.key("s", "deadlines")).Result(); err != nil || n != 0 {
+			t.Fatalf("%d deadlines left after the cancel (%v), want none", n, err)
+		}
+		if _, _, err := r.eng.Close(r.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		r.settle("s")
+		if chk, err := r.eng.CheckArchive(r.ctx, "s"); err != nil || !chk.Ready {
+			t.Fatalf("check of the closed sale: %+v, %v; want ready, nothing awaiting", chk, err)
+		}
+		r.clock.Set(payBy)
+		if due, _, err := r.eng.DueSales(r.ctx, []string{"s"}); err != nil || len(due) != 0 {
+			t.Fatalf("at the cancelled order's pay_by: DueSales = %v, %v; want none", due, err)
+		}
+	})
+}

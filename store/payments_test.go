@@ -97,3 +97,34 @@ func TestPaymentSalesLeavesArchivedOut(t *testing.T) {
 		check(t, "PaymentSales", ids, []string{"live"})
 	})
 }
+
+// TestPaidEventNeverUndoesACancel: a paid order cancelled after (a refund)
+// stays cancelled when its paid event is applied after the cancel (a
+// crashed consumer's entry reclaimed late), whether the order was stored
+// by its bought event or by the cancel alone: the paid event records the
+// payment and leaves the status, and the unit stays unsold.
+func TestPaidEventNeverUndoesACancel(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		e := newEvents("p")
+		created := e.created(1, inventory.Item{SKU: "A", Stock: 10})
+		created.Sale.PaymentTimeout = time.Minute
+		b1, b2 := e.bought("u1", line("A", 1)), e.bought("u2", line("A", 1))
+		p1, p2 := e.paid(b1, "ref-1"), e.paid(b2, "ref-2")
+		c1, c2 := e.cancelled(b1), e.cancelled(b2)
+		must(t, s.Apply(ctx, "p", []inventory.Event{created, b1, c1}))
+		must(t, s.Apply(ctx, "p", []inventory.Event{c2}))
+		must(t, s.Apply(ctx, "p", []inventory.Event{p1, p2}))
+		must(t, s.Apply(ctx, "p", []inventory.Event{b2}))
+		for _, p := range []inventory.Event{p1, p2} {
+			o, err := s.Order(ctx, p.Order.ID)
+			must(t, err)
+			check(t, "order of "+p.Order.UserID+", paid then cancelled", [3]string{string(o.Status), string(o.Payment), o.PaymentRef},
+				[3]string{"cancelled", "paid", p.Order.PaymentRef})
+		}
+		totals, err := s.Totals(ctx, "p")
+		must(t, err)
+		check(t, "Totals", totals, []ItemTotals{{"A", 10, 0}})
+		checkOrderCounts(t, s)
+	})
+}

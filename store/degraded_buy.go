@@ -55,7 +55,7 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 			if len(prev) > 0 {
 				// A live order first: the key may also name one voided
 				// (an unsure buy that arrived, see MarkUnsure).
-				i := max(slices.IndexFunc(prev, func(o inventory.Order) bool { return o.Status == inventory.OrderConfirmed }), 0)
+				i := inventory.KeyedOrder(prev)
 				if !slices.Equal(prev[i].Items, lines) {
 					// Other lines under the key: a mismatch, as in Redis
 					// (buy.lua's code 14: lines and their order compared).

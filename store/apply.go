@@ -405,6 +405,9 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		if err != nil {
 			return err
 		}
+		if err := s.dropVoid(ctx, tx, saleID, o.ID); err != nil { // the buyer's cancel gives the units back now
+			return err
+		}
 		return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
 	case inventory.EventRestocked:
 		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)

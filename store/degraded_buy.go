@@ -196,17 +196,15 @@ func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string
 	}
 }
 
-// countDegradedStock counts every item's sold units from the sale's live
-// orders into degraded_stock for epoch.
+// countDegradedStock counts every item's units held (heldUnits: those of
+// the sale's live orders) into degraded_stock for epoch.
 func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID string, epoch int64) error {
 	if _, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID); err != nil {
 		return err
 	}
 	_, err := s.exec(ctx, tx, `INSERT INTO degraded_stock (sale_id, sku, epoch, sold)
-		SELECT i.sale_id, i.sku, ?, COALESCE(sold.qty, 0) FROM sale_items i LEFT JOIN (
-			SELECT l.sku AS sku, CAST(SUM(l.qty) AS BIGINT) AS qty FROM `+orderLines("o.sale_id = ? AND o.status = ?")+` l GROUP BY l.sku
-		) sold ON sold.sku = i.sku
-		WHERE i.sale_id = ?`, slices.Concat([]any{epoch}, twice(saleID, string(inventory.OrderConfirmed)), []any{saleID})...)
+		SELECT i.sale_id, i.sku, ?, COALESCE(held.qty, 0) FROM sale_items i LEFT JOIN (`+heldUnits()+`) held ON held.sku = i.sku
+		WHERE i.sale_id = ?`, slices.Concat([]any{epoch}, heldArgs(saleID), []any{saleID})...)
 	return err
 }
 

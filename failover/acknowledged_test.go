@@ -55,6 +55,9 @@ func TestAcknowledgedOnOneInstanceUnsureOnAnother(t *testing.T) {
 		f.Step(ctx)
 		return f
 	}
+	if err := engA.Preload(ctx); err != nil { // the buy's script runs by its SHA, not after a NOSCRIPT whose reply is lost
+		t.Fatal(err)
+	}
 	a, b := instance("a", engA, rA), instance("b", engB, rB)
 	buy := func(user, key string) inventory.CheckedBuy {
 		c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: user, IdempotencyKey: key, Lines: []inventory.Line{{SKU: "A", Qty: 1}}})

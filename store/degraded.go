@@ -285,11 +285,24 @@ func (s *Store) MarkUnsure(ctx context.Context, orders []inventory.Order) error 
 	return nil
 }
 
-// SettleUnsure forgets the sale's records of buys of unknown outcome: the
-// stream holds nothing more of the sale (the recovery drained it), so an
-// order that did not arrive was not made, or was lost with Redis.
+// SettleUnsure forgets the sale's records of buys and moves out of unknown
+// outcome: the stream holds nothing more of the sale (the recovery drained
+// it), so an order or a move that did not arrive was not made, or was lost
+// with Redis.
 func (s *Store) SettleUnsure(ctx context.Context, saleID string) error {
-	if _, err := s.exec(ctx, s.db, "DELETE FROM unsure_orders WHERE sale_id = ?", saleID); err != nil {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, "DELETE FROM unsure_orders WHERE sale_id = ?", saleID); err != nil {
+			return err
+		}
+		// Moves out of unknown outcome too (AdoptMoves): one that did not
+		// arrive took nothing, or was lost with Redis.
+		if err := s.forgetDegradedStock(ctx, tx, saleID); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, "DELETE FROM unsure_moves WHERE sale_id = ?", saleID)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("store: settle buys of unknown outcome of sale %s: %w", saleID, err)
 	}
 	return nil

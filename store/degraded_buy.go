@@ -147,9 +147,9 @@ func (s *Store) forShare() string {
 }
 
 // degradedRemaining returns each line's remaining stock as degraded mode
-// counts it: stocked minus the units of live orders (-1 unlimited), from
-// the degraded_stock counters of epoch, which it first counts from the
-// orders when the sale has none of that epoch. An unknown sku is an error
+// counts it: stocked minus the units held (heldUnits), never below 0 (-1
+// unlimited), from the degraded_stock counters of epoch, which it first
+// counts when the sale has none of that epoch. An unknown sku is an error
 // matching inventory.ErrNotFound. The caller holds the sale's row lock.
 func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string, epoch int64, lines []inventory.Line) ([]int64, error) {
 	for counted := false; ; counted = true {
@@ -183,10 +183,12 @@ func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string
 			switch {
 			case !ok:
 				unknown = append(unknown, l.SKU)
-			case t[0] == -1:
-				out[i] = -1
+			case t[0] == inventory.Unlimited:
+				out[i] = inventory.Unlimited
 			default:
-				out[i] = t[0] - t[1]
+				// Never below 0: held past its stock (a move's in half not
+				// here yet), an item is sold out, not -1, unlimited.
+				out[i] = max(t[0]-t[1], 0)
 			}
 		}
 		if len(unknown) > 0 {

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -10,7 +12,9 @@ import (
 )
 
 // The hand-over of degraded mode, beyond AdoptOrders and MarkUnsure
-// (degraded.go): an order an instance acknowledged is never voided.
+// (degraded.go): an order an instance acknowledged is never voided, and
+// the moves between segments an instance made are handed over as its
+// orders are.
 
 // voidEvent is the journal's event id of the void of an order
 // (voidArrivedUnsure). Its row exists exactly while the void alone
@@ -98,14 +102,22 @@ func (s *Store) settleVoided(ctx context.Context, tx *sql.Tx, orders []inventory
 }
 
 // heldUnits is a query of (sku, qty) rows, one per sku, of a sale's units
-// that are stocked and not for sale: those of its live orders. Its
-// parameters are heldArgs.
+// that are stocked and not for sale: those of its live orders, and those
+// an out half of a move of unknown outcome may have taken out of it
+// (AdoptMoves) while its moved event has not arrived. Its parameters are
+// heldArgs.
 func heldUnits() string {
-	return `SELECT l.sku AS sku, CAST(SUM(l.qty) AS BIGINT) AS qty FROM ` + orderLines("o.sale_id = ? AND o.status = ?") + ` l GROUP BY l.sku`
+	return `SELECT h.sku AS sku, CAST(SUM(h.qty) AS BIGINT) AS qty FROM (
+		SELECT l.sku AS sku, l.qty AS qty FROM ` + orderLines("o.sale_id = ? AND o.status = ?") + ` l
+		UNION ALL SELECT u.sku, -u.units FROM unsure_moves u WHERE u.sale_id = ?
+			AND NOT EXISTS (SELECT 1 FROM moves m WHERE m.sale_id = u.sale_id AND m.move_id = u.move_id)
+	) h GROUP BY h.sku`
 }
 
 // heldArgs are the parameters of heldUnits for a sale.
-func heldArgs(saleID string) []any { return twice(saleID, string(inventory.OrderConfirmed)) }
+func heldArgs(saleID string) []any {
+	return append(twice(saleID, string(inventory.OrderConfirmed)), saleID)
+}
 
 // freeUnits returns what is for sale of each item of a sale: its stocked
 // total less the units held (heldUnits), or inventory.Unlimited.
@@ -127,4 +139,71 @@ func (s *Store) freeUnits(ctx context.Context, tx *sql.Tx, saleID string) (map[s
 		return err
 	})
 	return free, err
+}
+
+// AdoptMoves writes the halves of moves between a sale's segments that
+// Redis acknowledged and that may not have reached the database through
+// the streams yet (an instance hands over the ones it made, with its
+// orders, before the database starts selling), and records the out halves
+// it sent whose outcome it never learned (unsure). Each half is applied
+// once per sale and move, whoever brings it, a hand-over or the stream's
+// moved event (the moves table's key): the stream's events for them,
+// should Redis return with them, then change nothing. An unsure out half
+// holds the units it may have taken out of its sale (heldUnits) until its
+// moved event arrives, or the recovery has drained the stream
+// (SettleUnsure): the database never sells units that may be on their way
+// to another segment. A half of a sale the database has no item of (a
+// sale created in Redis alone, whose created event is still in its
+// stream) is left to that stream.
+func (s *Store) AdoptMoves(ctx context.Context, moves, unsure []inventory.MoveHalf) error {
+	if len(moves)+len(unsure) == 0 {
+		return nil
+	}
+	sales := map[string]bool{}
+	for _, h := range slices.Concat(moves, unsure) {
+		sales[h.SaleID] = true
+	}
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		for _, id := range slices.Sorted(maps.Keys(sales)) { // in order: two hand-overs never deadlock
+			if err := s.forgetDegradedStock(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		for _, h := range moves {
+			var n int
+			if err := s.queryRow(ctx, tx, "SELECT COUNT(*) FROM sale_items WHERE sale_id = ? AND sku = ?", h.SaleID, h.SKU).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				continue
+			}
+			if _, err := s.applyMove(ctx, tx, h); err != nil {
+				return err
+			}
+		}
+		for _, h := range unsure {
+			if _, err := s.exec(ctx, tx, `INSERT INTO unsure_moves (sale_id, move_id, peer, sku, units) VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (sale_id, move_id) DO NOTHING`, h.SaleID, h.ID, h.Peer, h.SKU, h.Units); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: adopt %d halves of moves (%d unsure): %w", len(moves)+len(unsure), len(unsure), err)
+	}
+	return nil
+}
+
+// applyMove applies a half of a move to its sale once per move: its row
+// in moves and, if the row is new, its units added to (or taken from) the
+// item's stocked total. It reports whether the row was new.
+func (s *Store) applyMove(ctx context.Context, tx *sql.Tx, h inventory.MoveHalf) (bool, error) {
+	fresh := false
+	err := s.insertRows(ctx, tx, "INSERT INTO moves (sale_id, move_id, peer, sku, units)", 5, []any{h.SaleID, h.ID, h.Peer, h.SKU, h.Units},
+		"ON CONFLICT (sale_id, move_id) DO NOTHING RETURNING move_id", func(string) { fresh = true })
+	if err != nil || !fresh {
+		return false, err
+	}
+	return true, s.restock(ctx, tx, h.SaleID, h.SKU, h.Units)
 }

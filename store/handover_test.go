@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -108,5 +109,102 @@ func TestAcknowledgedOrderIsNeverVoided(t *testing.T) {
 			must(t, err)
 			check(t, "units sold of 3", totals[0].Sold, int64(3))
 		})
+	})
+}
+
+// halfOf is the half of a move a moved event records.
+func halfOf(ev inventory.Event) inventory.MoveHalf {
+	return inventory.MoveHalf{SaleID: ev.SaleID, Move: inventory.Move{ID: ev.MoveID, Peer: ev.Peer, SKU: ev.SKU, Units: ev.Qty}}
+}
+
+// TestHandedOverMovesCountOnce: the two halves of a move between segments
+// p:0 and p:1 (3 units each), handed over by the instance that made them
+// while their events were still in the streams, count before the database
+// sells; the events arriving after (or before) change nothing more. An out
+// half of unknown outcome holds the units it may have taken until its
+// event arrives (with what it really took) or the stream is settled; a
+// half of a sale the database has no item of waits for its stream.
+func TestHandedOverMovesCountOnce(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		for _, id := range []string{"p:0", "p:1"} {
+			must(t, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: id, PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 3}}}}))
+		}
+		m, err := s.SellMode(ctx)
+		must(t, err)
+		m, err = s.SwitchMode(ctx, m.Epoch, ModeDB, now, now, "test")
+		must(t, err)
+		buys := func(sale string) (n int64) {
+			for {
+				_, err := s.Buy(ctx, DegradedBuy{Epoch: m.Epoch, Now: now,
+					Buy: checked(inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprintf("b%d", orderSeq.Add(1)), Lines: []inventory.Line{line("A", 1)}})})
+				if errors.Is(err, inventory.ErrSoldOut) {
+					return n
+				}
+				must(t, err)
+				n++
+			}
+		}
+		stocked := func(sale string) int64 {
+			totals, err := s.Totals(ctx, sale)
+			must(t, err)
+			return totals[0].Stocked
+		}
+		e0, e1 := newEvents("p:0"), newEvents("p:1")
+		out := e1.moved(t, "A", -2, "p:0")
+		in := e0.moved(t, "A", 2, "p:1")
+		in.MoveID = out.MoveID
+		must(t, s.Apply(ctx, "p:0", []inventory.Event{in})) // the in half's stream was read, the out half's not
+		must(t, s.AdoptMoves(ctx, []inventory.MoveHalf{halfOf(out), halfOf(in)}, nil))
+		must(t, s.AdoptMoves(ctx, []inventory.MoveHalf{halfOf(out), halfOf(in)}, nil)) // handed over twice
+		check(t, "stocked after the hand-over", [2]int64{stocked("p:0"), stocked("p:1")}, [2]int64{5, 1})
+		check(t, "units the database sells in p:1", buys("p:1"), int64(1))
+		must(t, s.Apply(ctx, "p:1", []inventory.Event{out}))
+		check(t, "stocked after the events", [2]int64{stocked("p:0"), stocked("p:1")}, [2]int64{5, 1})
+		check(t, "journaled in p:1", len(movedRows(t, s, "p:1")), 1)
+
+		// Out of p:0, outcome unknown: up to 3 units held.
+		lost := e0.moved(t, "A", -2, "p:1")
+		asked := halfOf(lost)
+		asked.Units = -3
+		never := halfOf(e0.moved(t, "A", -1, "p:1"))
+		must(t, s.AdoptMoves(ctx, nil, []inventory.MoveHalf{asked, never}))
+		check(t, "units the database sells in p:0 while 4 may be moving", buys("p:0"), int64(1))
+		must(t, s.Apply(ctx, "p:0", []inventory.Event{lost})) // it took 2
+		check(t, "stocked once the move arrived", stocked("p:0"), int64(3))
+		check(t, "units the database sells in p:0 then", buys("p:0"), int64(1))
+		must(t, s.SettleUnsure(ctx, "p:0"))
+		check(t, "units the database sells in p:0 once settled", buys("p:0"), int64(1))
+		totals, err := s.Totals(ctx, "p:0")
+		must(t, err)
+		check(t, "p:0 sold of stocked", [2]int64{totals[0].Sold, totals[0].Stocked}, [2]int64{3, 3})
+
+		// A half of a sale the database has no item of: left to its stream.
+		must(t, s.AdoptMoves(ctx, []inventory.MoveHalf{{SaleID: "p:9", Move: inventory.Move{ID: "mv-x", Peer: "p:0", SKU: "A", Units: 1}}}, nil))
+		moves, err := s.readMoves(ctx, s.db, "p:9")
+		must(t, err)
+		check(t, "moves of a sale without a row", len(moves), 0)
+	})
+}
+
+// TestDegradedBuyOfAnItemHeldPastItsStock: an item whose units held are
+// more than its stock in the database (a move's in half not there yet) is
+// sold out, not taken for unlimited.
+func TestDegradedBuyOfAnItemHeldPastItsStock(t *testing.T) {
+	onBoth(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(1_795_000_000_000).UTC()
+		epoch := degradedSale(t, s, now) // A: 5 units
+		var orders []inventory.Order
+		for i := range 6 {
+			orders = append(orders, inventory.Order{ID: inventory.NewOrderID("s1"), SaleID: "s1", UserID: fmt.Sprintf("r%d", i),
+				Status: inventory.OrderConfirmed, Items: []inventory.Line{line("A", 1)}, CreatedAt: now})
+		}
+		must(t, s.AdoptOrders(ctx, orders))
+		_, err := s.Buy(ctx, DegradedBuy{Epoch: epoch, Now: now, Buy: checked(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: []inventory.Line{line("A", 1)}})})
+		if !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("a buy of an item held past its stock: %v", err)
+		}
 	})
 }

@@ -20,8 +20,9 @@ import (
 // (voidArrivedUnsure). Its row exists exactly while the void alone
 // cancels the order: a cancel of the buyer's that comes after (the
 // stream's cancelled or expired event, or a hand-over of the cancel)
-// removes it, its own row then giving the units back, and an
-// acknowledgement that comes after makes the order live again (unvoid).
+// removes it, the units then given back by the cancel's own journal row
+// (the stream's event's), and an acknowledgement that comes after makes
+// the order live again (settleVoided).
 func voidEvent(orderID string) string { return voidPrefix + orderID }
 
 const voidPrefix = "void:"

@@ -217,6 +217,10 @@ func (s *adoptStore) AdoptOrders(_ context.Context, o []inventory.Order) error {
 
 func (s *adoptStore) MarkUnsure(context.Context, []inventory.Order) error { return nil }
 
+func (s *adoptStore) AdoptMoves(context.Context, []inventory.MoveHalf, []inventory.MoveHalf) error {
+	return nil
+}
+
 // TestFlushWithABadRecordDoesNotHandOver: a record that does not decode
 // stops this instance's hand-over (its epoch is not marked handed over, so
 // the database does not sell without its orders) and is logged as an error.

@@ -12,7 +12,9 @@ import (
 // (bought or cancelled): the ones that may still be on their way to the
 // database through the stream when Redis goes away. Beside them, up to as
 // many buys whose outcome this instance never learned (unsure), oldest
-// first, until a recovery has settled them.
+// first, until a recovery has settled them; and likewise the halves of
+// moves between segments Redis acknowledged, and the out halves of unknown
+// outcome.
 //
 // The acknowledged orders are kept encoded (ackcodec.go), each in a byte
 // slice that holds no pointer: the collector then marks one object per
@@ -28,34 +30,84 @@ type ackRing struct {
 	// scratch encodes an order before the ring has a slot for it to reuse
 	scratch []byte
 
-	unsure []inventory.Order
-	handed int // how many of unsure the last hand-over took
+	unsure      unsureList[inventory.Order]
+	moves       []inventory.MoveHalf // the last size halves acknowledged; a slot is reused from next
+	nextMove    int
+	unsureMoves unsureList[inventory.MoveHalf]
+}
+
+// unsureList is what this instance sent to Redis without learning the
+// outcome, oldest first, up to a size, until a recovery settles it.
+type unsureList[T any] struct {
+	items  []T
+	handed int // how many of items the last hand-over took
+}
+
+func (u *unsureList[T]) add(x T, size int) {
+	if len(u.items) >= size {
+		u.items = slices.Delete(u.items, 0, 1)
+		u.handed = max(u.handed-1, 0)
+	}
+	u.items = append(u.items, x)
 }
 
 func (r *ackRing) addUnsure(o inventory.Order) {
 	r.mu.Lock()
-	if len(r.unsure) >= r.size {
-		r.unsure = slices.Delete(r.unsure, 0, 1)
-		r.handed = max(r.handed-1, 0)
-	}
-	r.unsure = append(r.unsure, o)
+	r.unsure.add(o, r.size)
 	r.mu.Unlock()
 }
 
-// handedOver records that a hand-over took the first n unsure buys.
-func (r *ackRing) handedOver(n int) {
+// addMove keeps a half of a move Redis acknowledged.
+func (r *ackRing) addMove(h inventory.MoveHalf) {
 	r.mu.Lock()
-	r.handed = max(r.handed, min(n, len(r.unsure)))
+	if len(r.moves) < r.size {
+		r.moves = append(r.moves, h)
+	} else {
+		r.moves[r.nextMove] = h
+		r.nextMove = (r.nextMove + 1) % r.size
+	}
 	r.mu.Unlock()
 }
 
-// settle forgets the unsure buys the last hand-over took: a recovery has
-// drained the stream since (one that arrived was voided).
+// addUnsureMove keeps an out half of a move whose outcome is unknown.
+func (r *ackRing) addUnsureMove(h inventory.MoveHalf) {
+	r.mu.Lock()
+	r.unsureMoves.add(h, r.size)
+	r.mu.Unlock()
+}
+
+// handedOver records that a hand-over took the first n unsure buys and
+// the first m unsure moves.
+func (r *ackRing) handedOver(n, m int) {
+	r.mu.Lock()
+	r.unsure.handed = max(r.unsure.handed, min(n, len(r.unsure.items)))
+	r.unsureMoves.handed = max(r.unsureMoves.handed, min(m, len(r.unsureMoves.items)))
+	r.mu.Unlock()
+}
+
+// settle forgets the unsure buys and moves the last hand-over took: a
+// recovery has drained the streams since (a buy that arrived was voided, a
+// move that arrived counted).
 func (r *ackRing) settle() {
 	r.mu.Lock()
-	r.unsure = slices.Delete(r.unsure, 0, r.handed)
-	r.handed = 0
+	r.unsure.items, r.unsure.handed = slices.Delete(r.unsure.items, 0, r.unsure.handed), 0
+	r.unsureMoves.items, r.unsureMoves.handed = slices.Delete(r.unsureMoves.items, 0, r.unsureMoves.handed), 0
 	r.mu.Unlock()
+}
+
+// moveSnapshot returns the halves of moves held, once each, and the unsure
+// out halves.
+func (r *ackRing) moveSnapshot() (acked, unsure []inventory.MoveHalf) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := make(map[[2]string]bool, len(r.moves))
+	for _, h := range r.moves {
+		if k := [2]string{h.SaleID, h.ID}; !seen[k] {
+			seen[k] = true
+			acked = append(acked, h)
+		}
+	}
+	return acked, slices.Clone(r.unsureMoves.items)
 }
 
 func (r *ackRing) add(o inventory.Order) {
@@ -79,7 +131,7 @@ func (r *ackRing) add(o inventory.Order) {
 func (r *ackRing) snapshot() (acked, unsure []inventory.Order, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	unsure = slices.Clone(r.unsure)
+	unsure = slices.Clone(r.unsure.items)
 	at := make(map[string]int, len(r.buf))
 	out := make([]inventory.Order, 0, len(r.buf))
 	for i := range r.buf {

@@ -24,7 +24,9 @@
 //     Redis and those on their way have ended, and the database sells only
 //     once every live instance has handed over. A buy whose outcome is
 //     unknown (its replies lost) is handed over as unsure: not counted, and
-//     voided should its order come out of the stream (store.MarkUnsure).
+//     voided should its order come out of the stream (store.MarkUnsure),
+//     unless an instance acknowledged it (a replay of its key): an
+//     acknowledged hand-over wins, whatever order they come in.
 //   - Every database buy checks, in its own transaction, that the mode and
 //     epoch are still the ones it was routed by; a switch waits for the
 //     buys under way.

@@ -39,6 +39,9 @@ func (s *beatStore) AdoptOrders(context.Context, []inventory.Order) error {
 	return nil
 }
 func (s *beatStore) MarkUnsure(context.Context, []inventory.Order) error { return nil }
+func (s *beatStore) AdoptMoves(context.Context, []inventory.MoveHalf, []inventory.MoveHalf) error {
+	return nil
+}
 func (s *beatStore) TrustedRedis(context.Context) (map[string]store.RedisNode, error) {
 	return nil, nil
 }

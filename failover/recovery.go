@@ -26,10 +26,11 @@ func (f *Seller) fleetFlushed(ctx context.Context, epoch int64, now time.Time) b
 }
 
 // flush hands the database the orders this instance acknowledged from
-// Redis lately, and the buys whose outcome it never learned (unsure); the
-// database sells only after every instance has. It first waits for the
-// buys still on their way to Redis (none begins once the mode is not
-// redis): each one's order or unknown outcome is then in the hand-over.
+// Redis lately, and the buys whose outcome it never learned (unsure), and
+// likewise the halves of moves between segments; the database sells only
+// after every instance has. It first waits for the buys and moves still on
+// their way to Redis (none begins once the mode is not redis): each one's
+// order, move or unknown outcome is then in the hand-over.
 // For a recovery (recovering), it also waits for the order consumer's
 // rounds under way (Parts.Rounds): what they read is then in the database,
 // or still in a stream the recovery waits on. Not for a switch to the
@@ -65,11 +66,21 @@ func (f *Seller) flush(ctx context.Context, epoch int64, recovering bool) {
 		}
 		return
 	}
-	f.acks.handedOver(len(unsure))
+	// The moves between segments too: a half still in its stream is
+	// counted before the database sells the units it moved.
+	moves, unsureMoves := f.acks.moveSnapshot()
+	if err := f.db.AdoptMoves(ctx, moves, unsureMoves); err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("degraded mode: hand over moves", "moves", len(moves), "unsure", len(unsureMoves), "err", err)
+		}
+		return
+	}
+	f.acks.handedOver(len(unsure), len(unsureMoves))
 	f.mu.Lock()
 	f.flushed = max(f.flushed, epoch)
 	f.mu.Unlock()
-	f.log.Info("degraded mode: acknowledged orders handed to the database", "orders", len(orders), "unsure", len(unsure), "epoch", epoch)
+	f.log.Info("degraded mode: acknowledged orders handed to the database", "orders", len(orders), "unsure", len(unsure),
+		"moves", len(moves), "unsure_moves", len(unsureMoves), "epoch", epoch)
 }
 
 // fenceAll fences every sale off in Redis for the degraded epoch.

@@ -41,6 +41,7 @@ type Store interface {
 	Instances(ctx context.Context, since time.Time) ([]store.Instance, error)
 	AdoptOrders(ctx context.Context, orders []inventory.Order) error
 	MarkUnsure(ctx context.Context, orders []inventory.Order) error
+	AdoptMoves(ctx context.Context, moves, unsure []inventory.MoveHalf) error
 	SettleUnsure(ctx context.Context, saleID string) error
 	SaleIDs(ctx context.Context) ([]string, error)
 	Snapshot(ctx context.Context, saleID string) (inventory.Snapshot, error)
@@ -146,9 +147,9 @@ type Seller struct {
 	fleetEpoch  int64     // the degraded epoch every live instance has handed its acks over for
 	fencedEpoch int64     // the degraded epoch this instance fenced Redis for
 
-	// redisBuys counts this instance's buys on their way to Redis: a
-	// hand-over waits for them, so that each one's order (or unknown
-	// outcome) is in the acks it hands over.
+	// redisBuys counts this instance's buys, and halves of moves, on their
+	// way to Redis: a hand-over waits for them, so that each one's order or
+	// move (or unknown outcome) is in the acks it hands over.
 	redisBuys atomic.Int64
 	pinging   atomic.Bool // a tick's ping is under way
 

@@ -67,6 +67,9 @@ type Options struct {
 	Coalesce Coalesce
 	// SoldOut tunes the in-process sold-out flags.
 	SoldOut SoldOut
+	// Moves, if set, is told of every half of a move that changes a
+	// sale's stock, before and after it is sent (MoveWatch).
+	Moves MoveWatch
 	// EntryPerOrder makes a buy script call append one stream entry per
 	// order it buys, as before 2026-11-26, instead of one for all of them
 	// (see buy.lua and ParseEntry). The embedded server gets one per order
@@ -94,6 +97,7 @@ type Engine struct {
 	pipes      pipeliners
 	soldOut    *soldOutFlags
 	streamMode string // buy.lua's stream mode: "1" one entry a call, "0" one an order
+	moves      MoveWatch
 }
 
 // New returns an engine that keeps its sales in rdb.
@@ -110,6 +114,7 @@ func New(rdb Client, opts Options) *Engine {
 		coalesce:    opts.Coalesce.withDefaults(),
 		soldOut:     newSoldOutFlags(opts.SoldOut, opts.Clock),
 		streamMode:  "1",
+		moves:       opts.Moves,
 	}
 	if opts.EntryPerOrder {
 		e.streamMode = "0"

@@ -168,8 +168,19 @@ func (e *Engine) finishMove(ctx context.Context, fromSale, id, toSale, sku strin
 }
 
 // moveHalf runs one half of a move on saleID and returns the units it
-// moved and the item's remaining after it.
-func (e *Engine) moveHalf(ctx context.Context, saleID, half, id, peer, sku string, units int64) (int64, int64, error) {
+// moved and the item's remaining after it. The watcher (Options.Moves) is
+// told of an out or in half before and after.
+func (e *Engine) moveHalf(ctx context.Context, saleID, half, id, peer, sku string, units int64) (moved, rem int64, err error) {
+	if e.moves != nil && half != "done" {
+		h := MoveHalf{SaleID: saleID, Move: Move{ID: id, Peer: peer, SKU: sku, Units: units}}
+		if half == "out" {
+			h.Units = -units
+		}
+		if err := e.moves.BeginMove(ctx, h); err != nil {
+			return 0, 0, err
+		}
+		defer func() { e.moves.EndMove(h, moved, err) }()
+	}
 	k := e.keys(saleID)
 	keys := []string{k.sale, k.events}
 	args := []any{e.nowMs(), half, id, peer, sku, units, e.StockChannel(), saleID + "|" + sku}

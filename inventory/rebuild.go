@@ -212,6 +212,8 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 	}
 	held := map[string]int64{}
 	awaiting := map[string]int64{} // units of orders awaiting payment, by sku
+	keyed := map[string][]Order{}  // "<user>|<key>" -> its orders
+	var keys []string
 	st := saleState{}
 	for _, o := range snap.Orders {
 		if o.SaleID != saleID {
@@ -242,9 +244,15 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 		if s.PaymentTimeout > 0 {
 			st.addPayment(o, s.PaymentTimeout, awaiting)
 		}
-		if o.IdempotencyKey != "" {
-			st.idem = append(st.idem, o.UserID+"|"+o.IdempotencyKey, o.ID)
+		if k := o.UserID + "|" + o.IdempotencyKey; o.IdempotencyKey != "" {
+			if keyed[k] == nil {
+				keys = append(keys, k)
+			}
+			keyed[k] = append(keyed[k], o)
 		}
+	}
+	for _, k := range keys {
+		st.idem = append(st.idem, k, keyed[k][KeyedOrder(keyed[k])].ID)
 	}
 	st.sale = append(st.sale, "limit", limitOf(s), "start", unixMs(s.StartsAt), "end", unixMs(s.EndsAt),
 		"paused", flag(s.Paused), "items", formatItems(s.Items), "orders", len(st.orders)/2)

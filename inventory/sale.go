@@ -115,6 +115,21 @@ type Order struct {
 	PaymentRef string
 }
 
+// KeyedOrder returns which of orders, one buyer's under one idempotency
+// key in the order they were made, the key names: the first that is not
+// cancelled, else the first. A key names more than one order only after
+// degraded mode voided one (a buy whose outcome the instance never learned
+// reached Redis after all, while the buyer's retry had bought from the
+// database): the order its buyer holds is the live one. -1 for none.
+func KeyedOrder(orders []Order) int {
+	for i, o := range orders {
+		if o.Status != OrderCancelled {
+			return i
+		}
+	}
+	return min(len(orders), 1) - 1
+}
+
 // Receipt is the result of Buy or Cancel: the order and the remaining stock
 // of each of its items right after the call (-1 for unlimited items).
 type Receipt struct {

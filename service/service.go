@@ -217,7 +217,9 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.secrets()
 	s.auth = newAuth(s.cfg.JWTSecret, s.cfg.AdminToken)
-	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale)})
+	// The seller watches the moves between segments: a hand-over carries
+	// them with the orders (failover.Seller.BeginMove).
+	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale), Moves: s.seller})
 	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.directory}), s.db.SaleKind)
 	// Loading the scripts sells nothing, and the recovery of a Redis held
 	// back after a restart or a promotion needs them: allowed before the

@@ -56,7 +56,8 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 //     bought event has not been applied yet.
 //   - restocked: adds the units to the item's stocked total.
 //   - moved: adds the units (negative: moved out) to the item's stocked
-//     total.
+//     total, once per move and sale: not if an instance handed the half
+//     over already (AdoptMoves).
 //   - paid: marks the order paid with its ref (inserting it, confirmed, if
 //     its bought event has not been applied yet); expired: as cancelled,
 //     and marks the order's payment expired (see payments.go).
@@ -405,16 +406,15 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, saleID string, ev inve
 		if err != nil {
 			return err
 		}
+		if err := s.dropVoid(ctx, tx, saleID, o.ID); err != nil { // the buyer's cancel gives the units back now
+			return err
+		}
 		return s.insertOrderItems(ctx, tx, appendOrderItems(nil, o))
 	case inventory.EventRestocked:
 		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
 	case inventory.EventMoved:
-		_, err := s.exec(ctx, tx, `INSERT INTO moves (sale_id, move_id, peer, sku, units) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (sale_id, move_id) DO NOTHING`, saleID, ev.MoveID, ev.Peer, ev.SKU, ev.Qty)
-		if err != nil {
-			return err
-		}
-		return s.restock(ctx, tx, saleID, ev.SKU, ev.Qty)
+		_, err := s.applyMove(ctx, tx, inventory.MoveHalf{SaleID: saleID, Move: inventory.Move{ID: ev.MoveID, Peer: ev.Peer, SKU: ev.SKU, Units: ev.Qty}})
+		return err
 	case inventory.EventPaused, inventory.EventResumed:
 		return s.applyPause(ctx, tx, saleID, ev.ID, ev.Type == inventory.EventPaused)
 	case inventory.EventPaid, inventory.EventExpired:

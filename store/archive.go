@@ -152,12 +152,7 @@ func (s *Store) OrderByKey(ctx context.Context, saleID, user, key string) (o inv
 	if len(orders) == 0 {
 		return inventory.Order{}, false, nil
 	}
-	for _, o := range orders {
-		if o.Status == inventory.OrderConfirmed {
-			return o, true, nil
-		}
-	}
-	return orders[0], true, nil
+	return orders[inventory.KeyedOrder(orders)], true, nil
 }
 
 // ErrNotArchived: CancelArchived was given an order of a sale that still

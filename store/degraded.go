@@ -183,8 +183,10 @@ func (s *Store) Instances(ctx context.Context, since time.Time) ([]Instance, err
 // AdoptOrders writes orders Redis acknowledged that may not have reached
 // the database through the stream yet (an instance hands over the ones it
 // acknowledged before the database starts selling). An order already there
-// stays as it is; a cancelled one is marked cancelled. The stream's events
-// for them, should Redis return with them, then change nothing.
+// stays as it is, but one the database voided (another instance handed it
+// over as unsure first: settleVoided), which is live again; a cancelled
+// one is marked cancelled. The stream's events for them, should Redis
+// return with them, then change nothing.
 func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error {
 	if len(orders) == 0 {
 		return nil
@@ -220,6 +222,9 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 		if err := s.insertOrderItems(ctx, tx, items); err != nil {
 			return err
 		}
+		if err := s.settleVoided(ctx, tx, orders); err != nil {
+			return err
+		}
 		// An order acknowledged (a replay told its buyer of it) is no
 		// longer unsure, whoever handed it over as unsure.
 		for _, id := range slices.Sorted(maps.Keys(sales)) {
@@ -244,8 +249,11 @@ func (s *Store) AdoptOrders(ctx context.Context, orders []inventory.Order) error
 // recovery's drain applies it), Apply writes it cancelled — voided — so
 // that no unit and no buyer's quota is sold twice, and no idempotency key
 // has two live orders. An order the database has already (the consumer
-// applied it before the hand-over) stays as it is. SettleUnsure forgets a
-// sale's records once the stream holds nothing more of it.
+// applied it before the hand-over, or an instance handed it over as
+// acknowledged) stays as it is, and one voided that an instance hands over
+// as acknowledged afterwards is live again (AdoptOrders: an order any
+// instance acknowledged is never voided). SettleUnsure forgets a sale's
+// records once the stream holds nothing more of it.
 func (s *Store) MarkUnsure(ctx context.Context, orders []inventory.Order) error {
 	if len(orders) == 0 {
 		return nil
@@ -277,11 +285,24 @@ func (s *Store) MarkUnsure(ctx context.Context, orders []inventory.Order) error 
 	return nil
 }
 
-// SettleUnsure forgets the sale's records of buys of unknown outcome: the
-// stream holds nothing more of the sale (the recovery drained it), so an
-// order that did not arrive was not made, or was lost with Redis.
+// SettleUnsure forgets the sale's records of buys and moves out of unknown
+// outcome: the stream holds nothing more of the sale (the recovery drained
+// it), so an order or a move that did not arrive was not made, or was lost
+// with Redis.
 func (s *Store) SettleUnsure(ctx context.Context, saleID string) error {
-	if _, err := s.exec(ctx, s.db, "DELETE FROM unsure_orders WHERE sale_id = ?", saleID); err != nil {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, "DELETE FROM unsure_orders WHERE sale_id = ?", saleID); err != nil {
+			return err
+		}
+		// Moves out of unknown outcome too (AdoptMoves): one that did not
+		// arrive took nothing, or was lost with Redis.
+		if err := s.forgetDegradedStock(ctx, tx, saleID); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, "DELETE FROM unsure_moves WHERE sale_id = ?", saleID)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("store: settle buys of unknown outcome of sale %s: %w", saleID, err)
 	}
 	return nil
@@ -339,7 +360,7 @@ func (s *Store) voidArrivedUnsure(ctx context.Context, tx *sql.Tx, saleIDs []str
 			string(inventory.OrderCancelled), ms(now), a.order); err != nil {
 			return err
 		}
-		ev := inventory.Event{ID: "void:" + a.order, Type: inventory.EventCancelled, At: now, Order: o}
+		ev := inventory.Event{ID: voidEvent(a.order), Type: inventory.EventCancelled, At: now, Order: o}
 		if err := s.insertRows(ctx, tx, journalInsert, 8, appendJournalRows(nil, a.sale, ev), "ON CONFLICT (sale_id, event_id, sku) DO NOTHING", nil); err != nil {
 			return err
 		}

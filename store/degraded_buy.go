@@ -55,7 +55,7 @@ func (s *Store) Buy(ctx context.Context, b DegradedBuy) (inventory.Receipt, erro
 			if len(prev) > 0 {
 				// A live order first: the key may also name one voided
 				// (an unsure buy that arrived, see MarkUnsure).
-				i := max(slices.IndexFunc(prev, func(o inventory.Order) bool { return o.Status == inventory.OrderConfirmed }), 0)
+				i := inventory.KeyedOrder(prev)
 				if !slices.Equal(prev[i].Items, lines) {
 					// Other lines under the key: a mismatch, as in Redis
 					// (buy.lua's code 14: lines and their order compared).
@@ -147,9 +147,9 @@ func (s *Store) forShare() string {
 }
 
 // degradedRemaining returns each line's remaining stock as degraded mode
-// counts it: stocked minus the units of live orders (-1 unlimited), from
-// the degraded_stock counters of epoch, which it first counts from the
-// orders when the sale has none of that epoch. An unknown sku is an error
+// counts it: stocked minus the units held (heldUnits), never below 0 (-1
+// unlimited), from the degraded_stock counters of epoch, which it first
+// counts when the sale has none of that epoch. An unknown sku is an error
 // matching inventory.ErrNotFound. The caller holds the sale's row lock.
 func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string, epoch int64, lines []inventory.Line) ([]int64, error) {
 	for counted := false; ; counted = true {
@@ -183,10 +183,12 @@ func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string
 			switch {
 			case !ok:
 				unknown = append(unknown, l.SKU)
-			case t[0] == -1:
-				out[i] = -1
+			case t[0] == inventory.Unlimited:
+				out[i] = inventory.Unlimited
 			default:
-				out[i] = t[0] - t[1]
+				// Never below 0: held past its stock (a move's in half not
+				// here yet), an item is sold out, not -1, unlimited.
+				out[i] = max(t[0]-t[1], 0)
 			}
 		}
 		if len(unknown) > 0 {
@@ -196,17 +198,15 @@ func (s *Store) degradedRemaining(ctx context.Context, tx *sql.Tx, saleID string
 	}
 }
 
-// countDegradedStock counts every item's sold units from the sale's live
-// orders into degraded_stock for epoch.
+// countDegradedStock counts every item's units held (heldUnits: those of
+// the sale's live orders) into degraded_stock for epoch.
 func (s *Store) countDegradedStock(ctx context.Context, tx *sql.Tx, saleID string, epoch int64) error {
 	if _, err := s.exec(ctx, tx, "DELETE FROM degraded_stock WHERE sale_id = ?", saleID); err != nil {
 		return err
 	}
 	_, err := s.exec(ctx, tx, `INSERT INTO degraded_stock (sale_id, sku, epoch, sold)
-		SELECT i.sale_id, i.sku, ?, COALESCE(sold.qty, 0) FROM sale_items i LEFT JOIN (
-			SELECT l.sku AS sku, CAST(SUM(l.qty) AS BIGINT) AS qty FROM `+orderLines("o.sale_id = ? AND o.status = ?")+` l GROUP BY l.sku
-		) sold ON sold.sku = i.sku
-		WHERE i.sale_id = ?`, slices.Concat([]any{epoch}, twice(saleID, string(inventory.OrderConfirmed)), []any{saleID})...)
+		SELECT i.sale_id, i.sku, ?, COALESCE(held.qty, 0) FROM sale_items i LEFT JOIN (`+heldUnits()+`) held ON held.sku = i.sku
+		WHERE i.sale_id = ?`, slices.Concat([]any{epoch}, heldArgs(saleID), []any{saleID})...)
 	return err
 }
 

@@ -63,6 +63,9 @@ func (s *Store) applyPayment(ctx context.Context, tx *sql.Tx, saleID string, ev 
 			payment_status = excluded.payment_status`,
 			o.ID, saleID, o.UserID, string(inventory.OrderCancelled), o.IdempotencyKey, ms(o.CreatedAt),
 			ms(ev.At), string(inventory.PaymentExpired), sku, qty)
+		if err == nil {
+			err = s.dropVoid(ctx, tx, saleID, o.ID) // the expiry gives the units back now
+		}
 	}
 	if err != nil {
 		return err

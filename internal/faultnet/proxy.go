@@ -21,6 +21,7 @@ type Proxy struct {
 
 	dropReplies atomic.Bool
 	held        chan struct{} // closed when HoldReplies(false) releases the replies held; nil: none held
+	heldReqs    chan struct{} // closed when HoldRequests(false) releases the requests held; nil: none held
 }
 
 // Start listens on a free loopback port and forwards to target; it is
@@ -79,9 +80,26 @@ func (p *Proxy) HoldReplies(hold bool) {
 	}
 }
 
+// HoldRequests makes the proxy keep what clients send until it is called
+// with false, when the requests go on to the target, even those of
+// clients that gave up on them meanwhile: requests stuck in the network
+// that arrive late, after their callers' timeouts.
+func (p *Proxy) HoldRequests(hold bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case hold && p.heldReqs == nil:
+		p.heldReqs = make(chan struct{})
+	case !hold && p.heldReqs != nil:
+		close(p.heldReqs)
+		p.heldReqs = nil
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.HoldReplies(false)
+	p.HoldRequests(false)
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
@@ -115,19 +133,21 @@ func (p *Proxy) accept() {
 }
 
 // pipe copies src to dst until either side closes, or Cut closes both;
-// replies (what the target answers) are dropped or held as asked.
+// replies (what the target answers) are dropped or held as asked, and
+// requests held as asked.
 func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		p.mu.Lock()
+		held := p.heldReqs
 		if replies {
-			p.mu.Lock()
-			held := p.held
-			p.mu.Unlock()
-			if held != nil {
-				<-held
-			}
+			held = p.held
+		}
+		p.mu.Unlock()
+		if held != nil && (replies || n > 0) {
+			<-held
 		}
 		if n > 0 && (!replies || !p.dropReplies.Load()) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -202,5 +202,16 @@ func TestAdoptSpentTokens(t *testing.T) {
 		snap, err := s.Snapshot(ctx, "s1")
 		must(t, err)
 		check(t, "spent tokens of s1", snap.SpentTokens, []inventory.SpentToken{live})
+
+		// Archived, the sale is never rebuilt: its tokens go.
+		must(t, s.FinishArchive(ctx, "s1", now)) // not archiving: nothing changes
+		snap, err = s.Snapshot(ctx, "s1")
+		must(t, err)
+		check(t, "spent tokens of s1 not archiving", len(snap.SpentTokens), 1)
+		must(t, s.BeginArchive(ctx, "s1", now))
+		must(t, s.FinishArchive(ctx, "s1", now))
+		var left int
+		must(t, s.queryRow(ctx, s.db, "SELECT COUNT(*) FROM spent_tokens WHERE sale_id = ?", "s1").Scan(&left))
+		check(t, "rows of the archived sale's spent tokens", left, 0)
 	})
 }

@@ -53,8 +53,9 @@ type Options struct {
 	// Every is the time between passes; default 2s.
 	Every time.Duration
 	// Sweep is how long after archiving a sale is looked at again, to
-	// remove a stream a consumer made again (empty) by reading it a last
-	// time; default 2m.
+	// remove anything left of it (an empty stream, as a consumer of an
+	// older version made again by reading it a last time; today's never
+	// makes a stream); default 2m.
 	Sweep  time.Duration
 	Logger *slog.Logger
 	// OnPass, if set, is told after each pass how many sales it archived

@@ -13,8 +13,9 @@ import (
 // order, each string as a uvarint length and its bytes, Items as a uvarint
 // count plus one (0: nil) followed by each line's SKU and its Qty as a
 // varint, each time as its length (one byte, a uvarint below 128) and time.Time's
-// binary form. Only
-// this process reads it back, so it has no version.
+// binary form. An order whose buy spent a purchase token has the token
+// after it (appendSpent): a string and its time (until), nothing for the
+// others. Only this process reads it back, so it has no version.
 
 // errBadRecord is a ring record that does not decode.
 var errBadRecord = errors.New("failover: malformed record in the ring of acknowledged orders")
@@ -59,8 +60,22 @@ func appendTime(b []byte, t time.Time) []byte {
 	return out
 }
 
-// decodeOrder is appendOrder's inverse.
+// appendSpent appends, after its order's encoding, the token the order's
+// buy spent.
+func appendSpent(b []byte, t inventory.SpentToken) []byte {
+	b = appendString(b, t.Token)
+	return appendTime(b, t.Until)
+}
+
+// decodeOrder is appendOrder's inverse (a token after it is left aside).
 func decodeOrder(b []byte) (inventory.Order, error) {
+	o, _, err := decodeAck(b)
+	return o, err
+}
+
+// decodeAck decodes a record of the ring: an order, and the token its buy
+// spent (appendSpent) if the record has one (Token "" if not).
+func decodeAck(b []byte) (inventory.Order, inventory.SpentToken, error) {
 	d := decoder{b: b}
 	var o inventory.Order
 	o.ID = d.string()
@@ -69,7 +84,7 @@ func decodeOrder(b []byte) (inventory.Order, error) {
 	o.Status = inventory.OrderStatus(d.string())
 	if n := d.uvarint(); n > 0 && d.err == nil {
 		if n-1 > uint64(len(d.b)) { // each line takes two bytes at least
-			return inventory.Order{}, fmt.Errorf("%w: %d lines in %d bytes", errBadRecord, n-1, len(d.b))
+			return inventory.Order{}, inventory.SpentToken{}, fmt.Errorf("%w: %d lines in %d bytes", errBadRecord, n-1, len(d.b))
 		}
 		o.Items = make([]inventory.Line, n-1)
 		for i := range o.Items {
@@ -82,13 +97,21 @@ func decodeOrder(b []byte) (inventory.Order, error) {
 	o.Payment = inventory.PaymentStatus(d.string())
 	o.PayBy = d.time()
 	o.PaymentRef = d.string()
+	var t inventory.SpentToken
+	if d.err == nil && len(d.b) > 0 {
+		t = inventory.SpentToken{Token: d.string(), UserID: o.UserID, OrderID: o.ID}
+		t.Until = d.time()
+		if d.err == nil && t.Token == "" {
+			d.err = fmt.Errorf("%w: an empty token", errBadRecord)
+		}
+	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("%w: %d bytes left over", errBadRecord, len(d.b))
 	}
 	if d.err != nil {
-		return inventory.Order{}, d.err
+		return inventory.Order{}, inventory.SpentToken{}, d.err
 	}
-	return o, nil
+	return o, t, nil
 }
 
 // decoder reads a record; its first error sticks.

@@ -159,7 +159,7 @@ func TestSnapshotDoesNotAliasTheRing(t *testing.T) {
 	r.add(mk("a"))
 	r.add(mk("b"))
 	r.add(mk("c")) // full: slots now reused
-	acked, _, err := r.snapshot()
+	acked, _, _, err := r.snapshot()
 	if err != nil || len(acked) != 2 {
 		t.Fatalf("snapshot %+v, %v", acked, err)
 	}
@@ -187,7 +187,7 @@ func TestRingAddConcurrentWithSnapshot(t *testing.T) {
 		})
 	}
 	for range 200 {
-		acked, _, err := r.snapshot()
+		acked, _, _, err := r.snapshot()
 		if err != nil {
 			t.Fatal(err)
 		}

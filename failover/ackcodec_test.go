@@ -44,7 +44,7 @@ func TestRingReusesItsSlots(t *testing.T) {
 		r.add(order(id, inventory.OrderPending))
 	}
 	r.add(order("3", inventory.OrderCancelled))
-	acked, _, err := r.snapshot()
+	acked, _, _, err := r.snapshot()
 	want := []inventory.Order{order("3", inventory.OrderCancelled), order("4", inventory.OrderPending)}
 	if err != nil || !reflect.DeepEqual(acked, want) {
 		t.Fatalf("snapshot = %+v, %v; want %+v", acked, err, want)
@@ -54,7 +54,7 @@ func TestRingReusesItsSlots(t *testing.T) {
 		t.Errorf("add into a full ring allocates %v times, want 0", n)
 	}
 	r.buf[0] = r.buf[0][:len(r.buf[0])-1]
-	if _, _, err := r.snapshot(); !errors.Is(err, errBadRecord) {
+	if _, _, _, err := r.snapshot(); !errors.Is(err, errBadRecord) {
 		t.Errorf("snapshot of a truncated record: %v, want errBadRecord", err)
 	}
 }
@@ -75,7 +75,7 @@ func TestRingFillsInOneAllocationPerOrder(t *testing.T) {
 	}
 	o.UserID = "another"
 	r.add(o)
-	acked, _, err := r.snapshot()
+	acked, _, _, err := r.snapshot()
 	if err != nil || len(acked) != 1 || acked[0].UserID != "another" {
 		t.Fatalf("snapshot: %v, %+v", err, acked)
 	}

@@ -110,34 +110,50 @@ func (r *ackRing) moveSnapshot() (acked, unsure []inventory.MoveHalf) {
 	return acked, slices.Clone(r.unsureMoves.items)
 }
 
-func (r *ackRing) add(o inventory.Order) {
+func (r *ackRing) add(o inventory.Order) { r.put(o, nil) }
+
+// addSpent adds o, whose buy spent the purchase token t: the token is
+// handed over with it.
+func (r *ackRing) addSpent(o inventory.Order, t inventory.SpentToken) { r.put(o, &t) }
+
+func (r *ackRing) put(o inventory.Order, t *inventory.SpentToken) {
 	r.mu.Lock()
 	if len(r.buf) < r.size {
 		// A new slot: encoded in the scratch buffer, then copied once, at
 		// its size (appending to nil grew it four times for an order of one
 		// line).
 		r.scratch = appendOrder(r.scratch[:0], o)
+		if t != nil {
+			r.scratch = appendSpent(r.scratch, *t)
+		}
 		r.buf = append(r.buf, bytes.Clone(r.scratch))
 	} else {
 		r.buf[r.next] = appendOrder(r.buf[r.next][:0], o)
+		if t != nil {
+			r.buf[r.next] = appendSpent(r.buf[r.next], *t)
+		}
 		r.next = (r.next + 1) % r.size
 	}
 	r.mu.Unlock()
 }
 
-// snapshot returns the orders held, once each, in their last state, and
-// the unsure buys. Its error is a record that does not decode (a bug):
-// the hand-over must then not happen without it.
-func (r *ackRing) snapshot() (acked, unsure []inventory.Order, err error) {
+// snapshot returns the orders held, once each, in their last state, the
+// purchase tokens their buys spent, and the unsure buys. Its error is a
+// record that does not decode (a bug): the hand-over must then not happen
+// without it.
+func (r *ackRing) snapshot() (acked []inventory.Order, spent []inventory.SpentToken, unsure []inventory.Order, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	unsure = slices.Clone(r.unsure.items)
 	at := make(map[string]int, len(r.buf))
 	out := make([]inventory.Order, 0, len(r.buf))
 	for i := range r.buf {
-		o, err := decodeOrder(r.buf[(r.next+i)%len(r.buf)])
+		o, t, err := decodeAck(r.buf[(r.next+i)%len(r.buf)])
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
+		}
+		if t.Token != "" {
+			spent = append(spent, t)
 		}
 		if j, ok := at[o.ID]; ok {
 			out[j] = o
@@ -146,5 +162,5 @@ func (r *ackRing) snapshot() (acked, unsure []inventory.Order, err error) {
 		at[o.ID] = len(out)
 		out = append(out, o)
 	}
-	return out, unsure, nil
+	return out, spent, unsure, nil
 }

@@ -193,6 +193,11 @@ func (f *Seller) beginRedisBuy() bool {
 func (f *Seller) endRedisBuy(buy inventory.CheckedBuy, rc inventory.Receipt, err error) {
 	defer f.redisBuys.Add(-1)
 	switch {
+	case err == nil && buy.Token() != "" && !rc.Replayed:
+		// The token goes with its order (a replay's was spent by the buy
+		// that made the order, or by none).
+		f.acks.addSpent(rc.Order, inventory.SpentToken{Token: buy.Token(), UserID: rc.Order.UserID, OrderID: rc.Order.ID,
+			Until: rc.Order.CreatedAt.Add(buy.TokenTTL())})
 	case err == nil:
 		f.acks.add(rc.Order)
 	case inventory.OutcomeUnknown(err):

@@ -49,7 +49,7 @@ func (f *Seller) flush(ctx context.Context, epoch int64, recovering bool) {
 			return
 		}
 	}
-	orders, unsure, err := f.acks.snapshot()
+	orders, spent, unsure, err := f.acks.snapshot()
 	if err != nil {
 		f.log.Error("degraded mode: read the acknowledged orders; not handing over", "err", err)
 		return
@@ -59,6 +59,16 @@ func (f *Seller) flush(ctx context.Context, epoch int64, recovering bool) {
 			f.log.Warn("degraded mode: hand over acknowledged orders", "orders", len(orders), "err", err)
 		}
 		return
+	}
+	// The purchase tokens their buys spent stay spent, should Redis come
+	// back without them (and without the stream that carried them).
+	if len(spent) > 0 {
+		if err := f.db.AdoptSpentTokens(ctx, spent); err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn("degraded mode: hand over spent purchase tokens", "tokens", len(spent), "err", err)
+			}
+			return
+		}
 	}
 	if err := f.db.MarkUnsure(ctx, unsure); err != nil {
 		if ctx.Err() == nil {

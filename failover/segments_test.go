@@ -41,7 +41,7 @@ func TestSegmentedBuyIsMadeInTheHomeSegment(t *testing.T) {
 	}
 	eng.err = io.ErrUnexpectedEOF
 	_, _ = f.Buy(context.Background(), buy("u2"))
-	if _, unsure, err := f.acks.snapshot(); err != nil || len(unsure) != 1 || unsure[0].SaleID != "s1:2" || !strings.HasPrefix(unsure[0].ID, "s1:2.") {
+	if _, _, unsure, err := f.acks.snapshot(); err != nil || len(unsure) != 1 || unsure[0].SaleID != "s1:2" || !strings.HasPrefix(unsure[0].ID, "s1:2.") {
 		t.Fatalf("unsure %+v", unsure)
 	}
 	dbMode(f)

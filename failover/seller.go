@@ -40,6 +40,7 @@ type Store interface {
 	ConsumerSeen(ctx context.Context, consumer string) (last time.Time, ok bool, err error)
 	Instances(ctx context.Context, since time.Time) ([]store.Instance, error)
 	AdoptOrders(ctx context.Context, orders []inventory.Order) error
+	AdoptSpentTokens(ctx context.Context, tokens []inventory.SpentToken) error
 	MarkUnsure(ctx context.Context, orders []inventory.Order) error
 	AdoptMoves(ctx context.Context, moves, unsure []inventory.MoveHalf) error
 	SettleUnsure(ctx context.Context, saleID string) error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestBuyFromRedisIsAcked(t *testing.T) {
 	if err != nil || rc.Order.ID == "" || len(eng.buys) != 1 || eng.buys[0].OrderID() != rc.Order.ID || len(db.buys) != 0 {
 		t.Fatalf("Buy = %+v, %v; engine %+v, database %+v", rc, err, eng.buys, db.buys)
 	}
-	acked, unsure, err := f.acks.snapshot()
+	acked, _, unsure, err := f.acks.snapshot()
 	if err != nil || len(acked) != 1 || acked[0].ID != rc.Order.ID || len(unsure) != 0 {
 		t.Fatalf("hand-over: acked %+v, unsure %+v, %v", acked, unsure, err)
 	}
@@ -85,7 +86,7 @@ func TestBuyOfUnknownOutcomeIsUnsure(t *testing.T) {
 	if _, err := f.Buy(context.Background(), buy("u2")); !errors.Is(err, inventory.ErrSoldOut) {
 		t.Fatalf("a sold-out buy: %v", err)
 	}
-	acked, unsure, err := f.acks.snapshot()
+	acked, _, unsure, err := f.acks.snapshot()
 	if err != nil || len(acked) != 0 || len(unsure) != 1 || unsure[0].ID != eng.buys[0].OrderID() || unsure[0].UserID != "u1" {
 		t.Fatalf("hand-over: acked %+v, unsure %+v (sent %+v), %v", acked, unsure, eng.buys, err)
 	}
@@ -143,4 +144,33 @@ type liftless struct{ *fakeStore }
 
 func (l *liftless) SellMode(context.Context) (store.SellMode, error) {
 	return store.SellMode{Mode: store.ModeDB, Epoch: 2}, nil
+}
+
+// TestTokenBuyIsHandedOverWithItsToken: the purchase token an
+// acknowledged buy spent is handed over with its order, spent until its
+// life is over; a buy without a token leaves nothing more in the ring than
+// its order.
+func TestTokenBuyIsHandedOverWithItsToken(t *testing.T) {
+	eng, db := &fakeEngine{}, &fakeStore{}
+	f := newSeller(eng, db)
+	plain, err := f.Buy(context.Background(), buy("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(f.acks.buf[0]), len(appendOrder(nil, plain.Order)); got != want {
+		t.Fatalf("a buy without a token takes %d bytes of the ring, its order %d", got, want)
+	}
+	tok, err := buy("u2").WithToken("t2", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := f.Buy(context.Background(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, spent, _, err := f.acks.snapshot()
+	want := []inventory.SpentToken{{Token: "t2", UserID: "u2", OrderID: rc.Order.ID, Until: rc.Order.CreatedAt.Add(time.Minute)}}
+	if err != nil || len(acked) != 2 || !reflect.DeepEqual(spent, want) {
+		t.Fatalf("hand-over: acked %+v, spent %+v, %v; want spent %+v", acked, spent, err, want)
+	}
 }

@@ -109,7 +109,10 @@ type BuyRequest struct {
 	// repeat of an accepted buy (same idempotency key, or a resend after a
 	// lost reply) returns that buy's order, whatever the token. The token
 	// is kept spent for TokenTTL, which must then be at least 1ms (as long
-	// as the token can still be presented).
+	// as the token can still be presented). Its order's event carries it
+	// (Event.Spent): a system of record that keeps it with the order and
+	// returns it in Snapshot.SpentTokens keeps it spent across a loss of
+	// Redis's data too (spent.go).
 	Token    string
 	TokenTTL time.Duration
 	// OrderID, when set, is the id of the order the buy makes (from

@@ -117,6 +117,9 @@ func (c CheckedBuy) OrderID() string { return c.orderID }
 // Token is the purchase token the buy spends, "" for none.
 func (c CheckedBuy) Token() string { return c.token }
 
+// TokenTTL is how long the buy keeps its purchase token spent (0 for none).
+func (c CheckedBuy) TokenTTL() time.Duration { return time.Duration(c.tokenTTL) * time.Millisecond }
+
 // Throttled reports whether the buy has a throttle.
 func (c CheckedBuy) Throttled() bool { return c.throttle.Rate != 0 }
 

@@ -20,6 +20,12 @@
 -- KEYS[13] staging hash of the deadlines (order id -> pay_by, unix ms),
 --          made a zset at the commit    KEYS[14] staging hash of paid
 -- KEYS[15] the mark archive.lua leaves for a while once it removed the sale
+-- KEYS[16] staging hash of the spent tokens (token -> "<user>|<until, unix
+--          ms>", spent.go)
+-- KEYS[17] the start of the spent tokens' marks: KEYS[17] .. token (as
+--          buy.lua's KEYS[7]), set to the user until the token's life is
+--          over by the script's clock (none for a token whose life is
+--          over already)
 -- ARGV[1] owner token
 -- ARGV[2] id of the last event the snapshot reflects: every event up to it
 --         is in the snapshot ("" none, "+" do not check)
@@ -31,11 +37,15 @@
 --         up to the floor by adding an entry with the floor's id and
 --         deleting it at once (XSETID does the same, but the embedded
 --         server lacks it); the consumer group, if any, never sees it.
+-- ARGV[4] how many spent tokens are staged in KEYS[16]
+-- ARGV[5] now, unix µs, or "" to read the Redis server's clock (TIME), as
+--         buy.lua, which spent the tokens, reads it (script_now, prepended)
 --
 -- Reply: {0} live now, {1} the sale was there already (staging discarded),
 --        {12, id} the stream generated an event newer than the snapshot; id
 --        is its last generated id (staging discarded: reload and try again),
---        {13} the staged sale expired before the commit (try again),
+--        {13} the staged sale (or its spent tokens) expired before the
+--        commit (try again),
 --        {18} the sale was archived (its keys removed for good) since the
 --        snapshot was read: a snapshot read before that may predate its
 --        end (staging discarded).
@@ -44,11 +54,11 @@ local function release()
   if redis.call('GET', KEYS[6]) == ARGV[1] then redis.call('DEL', KEYS[6]) end
 end
 local function discard()
-  redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[13], KEYS[14])
+  redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[13], KEYS[14], KEYS[16])
   release()
 end
 
--- newer and stream_last: settled.lua, prepended.
+-- newer and stream_last: settled.lua, prepended; script_now: clock.lua, prepended.
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   discard()
@@ -65,10 +75,14 @@ if ARGV[2] ~= '+' and redis.call('EXISTS', KEYS[5]) == 1 then
     return {12, last}
   end
 end
-if redis.call('EXISTS', KEYS[7]) == 0 then
+if redis.call('EXISTS', KEYS[7]) == 0 or ARGV[4] ~= '0' and redis.call('EXISTS', KEYS[16]) == 0 then
   discard()
   return {13}
 end
+
+-- The clock a spent token's life is counted by, read before the first write.
+local now_ms = 0
+if ARGV[4] ~= '0' then now_ms = math.floor(script_now(ARGV[5]) / 1000) end
 
 -- The floor: the first write. Its id is above the stream's last, so the
 -- XADD cannot fail on it.
@@ -111,6 +125,17 @@ if redis.call('EXISTS', KEYS[13]) == 1 then
   end
   if #z > 0 then redis.call('ZADD', KEYS[11], unpack(z)) end
   redis.call('DEL', KEYS[13])
+end
+-- The marks of the tokens the sale's orders spent, for the rest of their
+-- life: buy.lua refuses them again from the moment the sale is live.
+if redis.call('EXISTS', KEYS[16]) == 1 then
+  local staged = redis.call('HGETALL', KEYS[16])
+  for i = 1, #staged, 2 do
+    local user, untl = string.match(staged[i + 1], '^(.*)|(%d+)$')
+    local left = untl and tonumber(untl) - now_ms
+    if left and left > 0 then redis.call('SET', KEYS[17] .. staged[i], user, 'PX', string.format('%d', left)) end
+  end
+  redis.call('DEL', KEYS[16])
 end
 release()
 return {0}

@@ -18,7 +18,8 @@ type EventType string
 // journals. A bought event is one field, "bought": "<order id>|<order
 // record>" (the record as the orders hash holds it, see record.go: status
 // "p", user, created (the event's time), lines, idempotency key), the
-// cheapest entry for the stream to take, one per order. Fields of every
+// cheapest entry for the stream to take, one per order; one whose buy
+// spent a single-use token also has "tokens" (see spent.go). Fields of every
 // other entry: "type" and "at" (unix ms) always; then
 //
 //	created:   items ("A=100,B=-1"), limit, start, end (unix ms, 0 none), paused ("1"/"0")
@@ -76,6 +77,10 @@ type Event struct {
 
 	// created: the definition with the initial stock of each item
 	Sale Sale
+
+	// bought: the single-use token the buy spent (BuyRequest.Token), kept
+	// spent as long as the order (see spent.go); Token "" for none
+	Spent SpentToken
 }
 
 // ParseEvent decodes one entry read from the stream at EventsKey(saleID)
@@ -87,9 +92,23 @@ func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
 			return Event{}, fmt.Errorf("%w: entry %s of sale %s holds %d orders (ParseEntry decodes it)",
 				ErrSeveralEvents, msg.ID, saleID, strings.Count(v, "\n")+1)
 		}
-		return parseBought(saleID, msg.ID, v)
+		return boughtSpending(saleID, msg, v)
 	}
 	return parseOne(saleID, msg)
+}
+
+// boughtSpending decodes the one bought event of the entry msg (v its
+// "<order id>|<record>") and the token it spent, if any.
+func boughtSpending(saleID string, msg redis.XMessage, v string) (Event, error) {
+	ev, err := parseBought(saleID, msg.ID, v)
+	if err != nil {
+		return Event{}, err
+	}
+	one := []Event{ev}
+	if err := attachSpent(one, msg); err != nil {
+		return Event{}, fmt.Errorf("event %s of sale %s: %w", msg.ID, saleID, err)
+	}
+	return one[0], nil
 }
 
 // HoldsOrders reports whether msg is a buy.lua call's entry of bought
@@ -146,6 +165,7 @@ func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event,
 		return append(dst, ev), nil
 	}
 	ms, seq, idOK := parseEntryID(msg.ID)
+	start := len(dst)
 	for k := uint64(0); ; k++ {
 		line, rest, more := strings.Cut(v, "\n")
 		id := msg.ID
@@ -166,10 +186,19 @@ func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event,
 			dst = append(dst, ev)
 		}
 		if !more {
-			return dst, bad
+			break
 		}
 		v = rest
 	}
+	// The tokens its orders spent: a field the engine writes right or not
+	// at all, so a wrong one makes every order of the entry a dead letter.
+	if err := attachSpent(dst[start:], msg); err != nil {
+		for _, ev := range dst[start:] {
+			bad = append(bad, BadEvent{ID: ev.ID, Values: OrderEntry(ev), Err: fmt.Errorf("event %s of sale %s: %w", ev.ID, saleID, err)})
+		}
+		dst = dst[:start]
+	}
+	return dst, bad
 }
 
 // ParseEntries decodes entries read from the stream at EventsKey(saleID),
@@ -201,7 +230,7 @@ func parseOne(saleID string, msg redis.XMessage) (Event, error) {
 	if packed, ok := msg.Values[fieldBought]; ok {
 		if _, typed := msg.Values["type"]; !typed {
 			v, _ := packed.(string)
-			return parseBought(saleID, msg.ID, v)
+			return boughtSpending(saleID, msg, v)
 		}
 	}
 	num := func(f string) (int64, error) {

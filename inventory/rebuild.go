@@ -66,6 +66,11 @@ type Snapshot struct {
 	// (FinishMoves): set Arrived on a move out once the other sale has
 	// applied its in half.
 	Moves []Move
+	// SpentTokens are the single-use tokens the sale's orders spent
+	// (Event.Spent) whose life is not over: a rebuilt or repaired sale
+	// refuses them as its buys did (ErrTokenSpent). Those whose life is
+	// over may be left out; they are not restored.
+	SpentTokens []SpentToken
 }
 
 // rebuild makes a missing sale live again from the Loader. Several instances
@@ -130,11 +135,11 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 	if snap.NewestEvent != "" && !isEventID(snap.NewestEvent) {
 		return false, fmt.Errorf("%w: snapshot of sale %s: newest event id %q", ErrCorrupt, saleID, snap.NewestEvent)
 	}
-	stageKeys := [6]string{k.stage(token, "sale"), k.stage(token, "bought"), k.stage(token, "orders"), k.stage(token, "idem"),
-		k.stage(token, "deadlines"), k.stage(token, "paid")}
+	stageKeys := [7]string{k.stage(token, "sale"), k.stage(token, "bought"), k.stage(token, "orders"), k.stage(token, "idem"),
+		k.stage(token, "deadlines"), k.stage(token, "paid"), k.stage(token, "spent")}
 	ttl := max(2*e.lockTTL, time.Minute).Milliseconds()
 	var calls []call
-	for i, fields := range [6][]any{state.sale, state.bought, state.orderGroups(), state.idem, state.deadlines, state.paid} {
+	for i, fields := range [7][]any{state.sale, state.bought, state.orderGroups(), state.idem, state.deadlines, state.paid, state.spentFields()} {
 		for len(fields) > 0 {
 			n := min(len(fields), 2*stageChunk)
 			calls = append(calls, call{s: stageScript, keys: []string{stageKeys[i]}, args: append([]any{ttl}, fields[:n]...)})
@@ -148,8 +153,8 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 	}
 	reply, err := e.run.run(ctx, commitScript,
 		[]string{k.sale, k.bought, k.orders, k.idem, k.events, k.initLock, stageKeys[0], stageKeys[1], stageKeys[2], stageKeys[3],
-			k.deadlines, k.paid, stageKeys[4], stageKeys[5], k.archivedMark()},
-		token, snap.EventsApplied, snap.NewestEvent)
+			k.deadlines, k.paid, stageKeys[4], stageKeys[5], k.archivedMark(), stageKeys[6], k.token},
+		token, snap.EventsApplied, snap.NewestEvent, len(state.spent), e.scriptNow())
 	if err != nil {
 		return false, err
 	}
@@ -170,10 +175,12 @@ const stageChunk = 500
 // saleState is a snapshot as the field/value pairs of the four live hashes,
 // and of the payment step: the deadlines (order id, pay_by ms; a zset once
 // live) and the paid hash. Its orders are order id, record pairs; the
-// orders hash holds them by group (orderGroups).
+// orders hash holds them by group (orderGroups). spent are the marks of the
+// spent tokens (spent.go).
 type saleState struct {
 	sale, bought, orders, idem []any
 	deadlines, paid            []any
+	spent                      []SpentToken
 }
 
 // orderGroups is the orders hash's field/value pairs: each group of the
@@ -273,6 +280,12 @@ func stateOf(saleID string, snap Snapshot) (saleState, error) {
 	}
 	for f, q := range held {
 		st.bought = append(st.bought, f, q)
+	}
+	for _, t := range snap.SpentTokens {
+		if err := validSpent(t); err != nil {
+			return bad("spent token: %v", err)
+		}
+		st.spent = append(st.spent, t)
 	}
 	for _, m := range snap.Moves {
 		if m.ID == "" || strings.Contains(m.ID, "|") || len(m.ID) > 64 || m.Units == 0 {

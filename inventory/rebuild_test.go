@@ -22,6 +22,7 @@ type recordDB struct {
 	applied string
 	loads   atomic.Int64
 	found   bool
+	spent   []inventory.SpentToken
 }
 
 // catchUp applies every event of the stream the DB has not applied yet.
@@ -50,6 +51,9 @@ func (db *recordDB) catchUp(r *rig, saleID string) {
 			db.sale, db.found = ev.Sale, true
 		case inventory.EventBought:
 			db.orders[ev.Order.ID] = ev.Order
+			if ev.Spent.Token != "" {
+				db.spent = append(db.spent, ev.Spent)
+			}
 		case inventory.EventCancelled:
 			o := db.orders[ev.Order.ID]
 			o.Status = inventory.OrderCancelled
@@ -74,7 +78,7 @@ func (db *recordDB) LoadSale(_ context.Context, saleID string) (inventory.Snapsh
 	if !db.found || db.sale.ID != saleID {
 		return inventory.Snapshot{}, inventory.ErrNotFound
 	}
-	snap := inventory.Snapshot{Sale: db.sale, EventsApplied: db.applied}
+	snap := inventory.Snapshot{Sale: db.sale, EventsApplied: db.applied, SpentTokens: db.spent}
 	snap.Sale.Items = append([]inventory.Item(nil), db.sale.Items...)
 	for _, o := range db.orders {
 		snap.Orders = append(snap.Orders, o)

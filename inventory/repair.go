@@ -71,9 +71,13 @@ const (
 	// RepairOrderRecords is the sale's count of the order records Redis
 	// holds (OrderCounts).
 	RepairOrderRecords RepairField = "orders"
-	RepairLimit        RepairField = "limit" // per-user limit
-	RepairStart        RepairField = "start" // starts at, unix ms (0 none)
-	RepairEnd          RepairField = "end"   // ends at, unix ms (0 none)
+	// RepairSpentTokens is how many single-use tokens the sale's orders
+	// spent whose life is not over (Snapshot.SpentTokens); Before is how
+	// many of them Redis held spent. A repair only ever adds marks.
+	RepairSpentTokens RepairField = "spent_tokens"
+	RepairLimit       RepairField = "limit" // per-user limit
+	RepairStart       RepairField = "start" // starts at, unix ms (0 none)
+	RepairEnd         RepairField = "end"   // ends at, unix ms (0 none)
 )
 
 // RepairChange is one quantity Repair changed: its value in Redis before
@@ -143,7 +147,7 @@ func (e *Engine) Repair(ctx context.Context, saleID string, from Loader) (Repair
 		return Repaired{}, errors.New("seckill: Repair needs a Loader to read the system of record")
 	}
 	k := e.keys(saleID)
-	keys := []string{k.sale, k.bought, k.orders, k.idem, k.events, k.deadlines, k.paid}
+	keys := []string{k.sale, k.bought, k.orders, k.idem, k.events, k.deadlines, k.paid, k.token}
 	for attempt := 1; ; attempt++ {
 		reply, err := e.run.run(ctx, repairScript, keys, "")
 		if err != nil {
@@ -172,6 +176,13 @@ func (e *Engine) Repair(ctx context.Context, saleID string, from Loader) (Repair
 		if err != nil {
 			return Repaired{SaleID: saleID}, err
 		}
+		spentOps, spent, err := e.spentRepair(ctx, k, want.spent)
+		if err != nil {
+			return Repaired{}, err
+		}
+		if len(spentOps) > 0 {
+			ops, changes = append(ops, spentOps...), append(changes, spent)
+		}
 		// The floor, as a rebuild raises it (Snapshot.NewestEvent): a
 		// stream that survived behind the database must not hand out its
 		// ids again.
@@ -184,7 +195,7 @@ func (e *Engine) Repair(ctx context.Context, saleID string, from Loader) (Repair
 		if len(ops) == 0 && floor == "" {
 			return Repaired{SaleID: saleID}, nil
 		}
-		reply, err = e.run.run(ctx, repairScript, keys, append([]any{settled, floor}, ops...)...)
+		reply, err = e.run.run(ctx, repairScript, keys, append([]any{settled, floor, e.scriptNow()}, ops...)...)
 		if err != nil {
 			var refused redis.Error // a reply: the script failed before its first write
 			if errors.As(err, &refused) || errors.Is(err, ErrCorrupt) {

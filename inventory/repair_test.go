@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/gcra"
 	"github.com/seckill/seckill/inventory"
 )
 
@@ -593,11 +594,11 @@ func (h *interleave) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // looks again, and finds nothing left to do: the repair is reported (and so
 // journaled) once, and the state is the system of record's.
 func TestConcurrentRepairsRepairOnce(t *testing.T) {
-	settled, err := os.ReadFile("settled.lua") // prepended (scripts.go)
+	settled, err := os.ReadFile("settled.lua") // prepended (scripts.go), after the clock
 	mustDo(t, err)
 	src, err := os.ReadFile("repair.lua")
 	mustDo(t, err)
-	sum := sha1.Sum(append(append(settled, '\n'), src...))
+	sum := sha1.Sum([]byte(gcra.ClockLua + "\n" + string(settled) + "\n" + string(src)))
 	forEachBackend(t, func(t *testing.T, b backend) {
 		r, db, _ := busySale(t, b)
 		good := r.liveState("s1")

@@ -221,7 +221,10 @@ func (c *Consumer) settleEnded(ctx context.Context, sales []*sale, got []batch) 
 		ended := !sl.endsAt.IsZero() && !now.Before(sl.endsAt)
 		wakes := sl.wakes
 		c.mu.Unlock()
-		if !ended || busy[sl] || sl.own || sl.trimDue || !sl.ready || now.Before(sl.checkIdle) || ctx.Err() != nil {
+		// A sale with no group has nothing of its own pending nor to
+		// trim: idle if its stream holds nothing (it has none: the sale is
+		// not in Redis; see createGroups).
+		if !ended || busy[sl] || (sl.ready && (sl.own || sl.trimDue)) || now.Before(sl.checkIdle) || ctx.Err() != nil {
 			continue
 		}
 		sl.checkIdle = now.Add(c.o.ClaimEvery)

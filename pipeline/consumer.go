@@ -114,7 +114,7 @@ type sale struct {
 	wakes     uint64    // guarded by Consumer.mu: Wake calls and sweeps
 	ready     bool      // the consumer group exists
 	own       bool      // read this consumer's own pending list first
-	retryAt   time.Time // after a failed write: not read before
+	retryAt   time.Time // after a failed write or group creation: not tried before
 	backoff   *backoff
 	trimDue   bool // acknowledged entries not trimmed yet
 	lastTrim  time.Time
@@ -397,11 +397,22 @@ func (c *Consumer) pause(ctx context.Context, r int, d time.Duration) {
 	}
 }
 
-// createGroups makes the consumer group of every sale that has none yet.
+// createGroups makes the consumer group of every sale that has none yet,
+// on the sale's stream as it is: never the stream itself (no MKSTREAM).
+// The sale's own scripts make its stream (create.lua writes an event at
+// once; a rebuild or a buy writes one again after a loss), and none of
+// them runs for a sale that is not in Redis. A sale whose stream is
+// missing (archived, lost and not rebuilt yet) has nothing to read, and a
+// stream made for it here would outlive it: an archived sale's keys are
+// never made again, whatever this consumer still believes of the sale (a
+// consumer that cannot reach the database keeps sweeping sales archived
+// meanwhile). Such a sale is tried again after its backoff; an ended one
+// goes idle (settleEnded) until something wakes it.
 func (c *Consumer) createGroups(ctx context.Context, sales []*sale) {
+	now := time.Now()
 	var todo []*sale
 	for _, sl := range sales {
-		if !sl.ready {
+		if !sl.ready && !now.Before(sl.retryAt) {
 			todo = append(todo, sl)
 		}
 	}
@@ -411,17 +422,25 @@ func (c *Consumer) createGroups(ctx context.Context, sales []*sale) {
 	cmds := make([]*redis.StatusCmd, len(todo))
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sl := range todo {
-			cmds[i] = p.XGroupCreateMkStream(ctx, sl.key, Group, "0")
+			cmds[i] = p.XGroupCreate(ctx, sl.key, Group, "0")
 		}
 		return nil
 	})
 	for i, sl := range todo {
 		err := cmds[i].Err()
-		if err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		switch {
+		case err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP"):
 			sl.ready, sl.own = true, true
-		} else if ctx.Err() == nil {
+			sl.backoff.reset()
+			continue
+		case ctx.Err() != nil:
+			return
+		case strings.Contains(err.Error(), "requires the key to exist"):
+			c.o.Logger.Debug("order pipeline: no stream: the sale is not in Redis", "sale", sl.id)
+		default:
 			c.o.Logger.Warn("order pipeline: create consumer group", "sale", sl.id, "err", err)
 		}
+		sl.retryAt = now.Add(sl.backoff.next())
 	}
 }
 
@@ -443,9 +462,9 @@ func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale) ([]batch, er
 	wait := c.o.Block
 	for _, sl := range sales {
 		switch {
-		case !sl.ready:
 		case now.Before(sl.retryAt):
 			wait = min(wait, sl.retryAt.Sub(now))
+		case !sl.ready:
 		default:
 			read = append(read, sl)
 			own = own || sl.own

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/seckill/seckill/inventory"
 )
 
 // TestPurchaseTokenSpentOnlyByAnAcceptedBuy: a token is spent by the buy
@@ -160,5 +162,42 @@ func TestSaleEndingBefore1970(t *testing.T) {
 		if r.status != http.StatusBadRequest || r.code(t) != "invalid_argument" {
 			t.Errorf("a sale ending in 1969: %d %s, want 400 invalid_argument", r.status, r.body)
 		}
+	})
+}
+
+// TestSpentTokenSurvivesRedisLoss: a purchase token is accepted once,
+// across a loss of Redis's data too. Alice's token buys once; Redis then
+// loses the sale, every key of it (the token's mark with them), once the
+// database has the order: the sale rebuilt from the database refuses the
+// token again (403 permission_denied) and makes no second order. A buy
+// without a token goes on as before.
+func TestSpentTokenSurvivesRedisLoss(t *testing.T) {
+	forEachStack(t, func(t *testing.T, a *app) {
+		mustStatus(t, a.admin("POST", "/v1/admin/sales", map[string]any{"id": "s1", "require_purchase_token": true,
+			"per_user_limit": 3, "items": []map[string]any{{"sku": "A", "stock": 5}}}), http.StatusCreated)
+		alice := a.token("alice")
+		r := a.call("POST", "/v1/sales/s1/purchase-tokens", alice, nil)
+		mustStatus(t, r, http.StatusCreated)
+		tok := r.json(t)["token"].(string)
+		body := map[string]any{"items": []map[string]any{{"sku": "A", "qty": 1}}}
+		mustStatus(t, a.call("POST", "/v1/sales/s1/orders", alice, body, "X-Purchase-Token", tok), http.StatusCreated)
+		if r := a.call("POST", "/v1/sales/s1/orders", alice, body, "X-Purchase-Token", tok); r.status != http.StatusForbidden {
+			t.Fatalf("the spent token before the loss: %d %s", r.status, r.body)
+		}
+		a.settle("s1")
+
+		if err := a.svc.Redis().Del(a.ctx, a.saleKeys("s1")...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r := a.call("POST", "/v1/sales/s1/orders", alice, body, "X-Purchase-Token", tok); r.status != http.StatusForbidden || r.code(t) != "permission_denied" {
+			t.Errorf("the spent token after Redis lost the sale: %d %s, want 403 permission_denied", r.status, r.body)
+		}
+		a.settle("s1")
+		if counts, err := a.svc.Store().CountOrders(a.ctx, "s1"); err != nil || counts[inventory.OrderConfirmed] != 1 {
+			t.Errorf("orders in the database %v (%v), want the token's one", counts, err)
+		}
+		r = a.call("POST", "/v1/sales/s1/purchase-tokens", alice, nil)
+		mustStatus(t, r, http.StatusCreated)
+		mustStatus(t, a.call("POST", "/v1/sales/s1/orders", alice, body, "X-Purchase-Token", r.json(t)["token"].(string)), http.StatusCreated)
 	})
 }

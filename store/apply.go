@@ -121,6 +121,9 @@ func checkEvent(saleID string, ev inventory.Event) string {
 		if sale, err := inventory.SaleOfOrder(o.ID); err != nil || sale != saleID {
 			return fmt.Sprintf("%q is not an order id of sale %s", truncate(o.ID, 80), saleID)
 		}
+		if t := ev.Spent; t.Token != "" && (ev.Type != inventory.EventBought || !inventory.ValidID(t.Token) || t.OrderID != o.ID || t.UserID != o.UserID) {
+			return fmt.Sprintf("spent token %q", truncate(t.Token, 80))
+		}
 	case inventory.EventRestocked:
 		if !inventory.ValidID(ev.SKU) {
 			return fmt.Sprintf("sku %q is not an id", truncate(ev.SKU, 80))
@@ -314,6 +317,17 @@ func (s *Store) applyBought(ctx context.Context, tx *sql.Tx, runs []SaleEvents, 
 		}
 	}
 	if err := s.insertColumns(ctx, tx, ordersInsert, orders.columns(), tail, got); err != nil {
+		return err
+	}
+	// The tokens the buys spent, whether their orders are new or not (an
+	// instance handed an order over before its event arrived).
+	var spent spentRows
+	for _, r := range runs {
+		for _, ev := range r.Events {
+			spent.add(r.SaleID, ev.Spent)
+		}
+	}
+	if err := s.insertSpent(ctx, tx, &spent); err != nil {
 		return err
 	}
 	var items itemRows

@@ -60,6 +60,7 @@ func (s *Store) applyPipelined(ctx context.Context, sales []SaleEvents) error {
 		ids    []string
 		orders orderRows
 		items  itemRows
+		spent  spentRows
 	)
 	for _, se := range sales {
 		if len(ids) == 0 || ids[len(ids)-1] != se.SaleID {
@@ -68,6 +69,7 @@ func (s *Store) applyPipelined(ctx context.Context, sales []SaleEvents) error {
 		for _, ev := range se.Events {
 			orders.add(se.SaleID, ev)
 			items.add(ev.Order)
+			spent.add(se.SaleID, ev.Spent)
 		}
 	}
 	b := &pgx.Batch{}
@@ -77,9 +79,12 @@ func (s *Store) applyPipelined(ctx context.Context, sales []SaleEvents) error {
 	for _, ins := range []struct {
 		head string
 		cols []any
-	}{{ordersInsert, orders.columns()}, {itemsInsert, items.columns()}} {
-		if columnLen(ins.cols[0]) > 0 { // no lines in order_items when every order has one (inlineLine)
-			b.Queue(unnestInsert(ins.head, ins.cols, ""), ins.cols...)
+		tail string
+	}{{ordersInsert, orders.columns(), ""}, {itemsInsert, items.columns(), ""}, {spentInsert, spent.columns(), spentTail}} {
+		// No lines in order_items when every order has one (inlineLine),
+		// no spent tokens when no buy had one.
+		if columnLen(ins.cols[0]) > 0 {
+			b.Queue(unnestInsert(ins.head, ins.cols, ins.tail), ins.cols...)
 		}
 	}
 	b.Queue(unsureArrivedSQL, ids)

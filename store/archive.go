@@ -94,9 +94,19 @@ func (s *Store) BeginArchive(ctx context.Context, saleID string, at time.Time) e
 }
 
 // FinishArchive marks an archiving sale archived at at: its keys are gone.
+// The tokens its orders spent go with them: nothing brings the sale back
+// to Redis, where they would be marked spent again.
 func (s *Store) FinishArchive(ctx context.Context, saleID string, at time.Time) error {
-	_, err := s.exec(ctx, s.db, "UPDATE sales SET archived_at = ? WHERE id = ? AND archiving_at <> 0 AND archived_at = 0",
-		ms(at), saleID)
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		_, err := s.exec(ctx, tx, "UPDATE sales SET archived_at = ? WHERE id = ? AND archiving_at <> 0 AND archived_at = 0",
+			ms(at), saleID)
+		if err != nil {
+			return err
+		}
+		_, err = s.exec(ctx, tx, "DELETE FROM spent_tokens WHERE sale_id = ? AND EXISTS (SELECT 1 FROM sales WHERE id = ? AND archived_at <> 0)",
+			saleID, saleID)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("store: finish archiving sale %s: %w", saleID, err)
 	}

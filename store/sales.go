@@ -230,6 +230,9 @@ func (s *Store) Snapshot(ctx context.Context, saleID string) (inventory.Snapshot
 		if snap.Moves, err = s.readMoves(ctx, tx, saleID); err != nil {
 			return err
 		}
+		if snap.SpentTokens, err = s.readSpentTokens(ctx, tx, saleID, time.Now()); err != nil {
+			return err
+		}
 		snap.NewestEvent, err = s.newestEvent(ctx, tx, saleID)
 		return err
 	})

@@ -238,6 +238,7 @@ func (e archiveEngine) Archive(ctx context.Context, saleID, last string) (invent
 	if err != nil || !res.Ready {
 		return res, err
 	}
+	e.s.salesList.changed() // GET /v1/sales lists it archived now
 	parent, perr := e.s.router.Parent(ctx, saleID)
 	if perr == nil && parent != "" {
 		if done, derr := e.s.allArchiving(ctx, parent); derr != nil || !done {

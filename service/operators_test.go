@@ -418,3 +418,73 @@ func TestSalesListLiveByDefaultArchivedPaged(t *testing.T) {
 		}
 	})
 }
+
+// TestSalesListIsBuiltOncePerPeriod: a crowd asking GET /v1/sales at once
+// costs one build of the list per salesListTTL (a second), not one per
+// request: the Redis commands that read a sale's keys are counted. An
+// operator's change on this instance shows at once all the same.
+func TestSalesListIsBuiltOncePerPeriod(t *testing.T) {
+	cfg := stacks[0].start(t)
+	cfg.SampleEvery, cfg.ArchiveEvery = -1, -1
+	a := startApp(t, cfg)
+	for i := range 40 {
+		a.createSale(fmt.Sprintf("c%02d", i), 1, "A", 5)
+	}
+	w := &keyWatch{counts: map[string]int{}}
+	a.svc.Redis().AddHook(w)
+	watched := a.svc.Engine().Key("c07", "")
+	reads := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		n := w.counts[watched]
+		w.counts = map[string]int{watched: 0}
+		return n
+	}
+	reads()
+	time.Sleep(1100 * time.Millisecond) // past the list built by the last create
+	mustStatus(t, a.call("GET", "/v1/sales", "", nil), http.StatusOK)
+	one := reads()
+	if one == 0 {
+		t.Fatal("a build of the list sent no command naming sale c07's keys")
+	}
+	const clients, each = 8, 4
+	began := time.Now()
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			for range each {
+				resp, err := http.Get(a.svc.URL() + "/v1/sales")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(began)
+	builds := float64(reads()) / float64(one)
+	t.Logf("%d requests over %v: %.1f builds of the list", clients*each, took, builds)
+	if most := 2 + took.Seconds(); builds > most {
+		t.Errorf("%d requests over %v built the list %.1f times, want at most %.0f (one a second)", clients*each, took, builds, most)
+	}
+	a.createSale("cnew", 1, "A", 5)
+	found := false
+	for _, s := range a.call("GET", "/v1/sales", "", nil).json(t)["sales"].([]any) {
+		found = found || s.(map[string]any)["id"] == "cnew"
+	}
+	if !found {
+		t.Error("a sale just made by this instance is not in its list")
+	}
+}

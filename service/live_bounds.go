@@ -139,16 +139,38 @@ func (s *Service) dropGone(ctx context.Context, st *samplerState, live map[strin
 	for _, id := range gone {
 		isGone[id] = true
 	}
+	// A gone segment's siblings this sampler has not seen end (archived
+	// before this instance started, say) are asked of the database too.
+	segsOf := map[string][]string{} // gone segment -> its sale's segments; nil: not known now
+	var ask []string
 	for _, id := range gone {
 		parent, err := s.router.Parent(ctx, id)
-		if err != nil {
+		if err == nil && parent == "" {
 			continue
 		}
-		if parent != "" {
-			segs, err := s.router.Segments(ctx, parent)
-			if err != nil || slices.ContainsFunc(segs, func(seg string) bool { return !isGone[seg] }) {
-				continue
+		var segs []string
+		if err == nil {
+			segs, _ = s.router.Segments(ctx, parent)
+		}
+		segsOf[id] = segs
+		for _, seg := range segs {
+			if _, seen := st.last[seg]; !seen && !live[seg] && !slices.Contains(ask, seg) {
+				ask = append(ask, seg)
 			}
+		}
+	}
+	if len(ask) > 0 {
+		more, err := s.db.Gone(ctx, ask)
+		if err != nil {
+			return
+		}
+		for _, id := range more {
+			isGone[id] = true
+		}
+	}
+	for _, id := range gone {
+		if segs, segment := segsOf[id]; segment && (segs == nil || slices.ContainsFunc(segs, func(seg string) bool { return !isGone[seg] })) {
+			continue // a segment whose siblings are not all gone, or not known now
 		}
 		s.forgetSale(st, id)
 	}

@@ -488,3 +488,63 @@ func TestSalesListIsBuiltOncePerPeriod(t *testing.T) {
 		t.Error("a sale just made by this instance is not in its list")
 	}
 }
+
+// TestPartlyArchivedSegmentedSaleLeavesALaterInstance: an instance started
+// after one segment of a sale was archived never samples that segment; once
+// the other is archived too, the sale still leaves its live view and
+// /metrics (its sampler asks the database about the segment it never saw).
+// Only the later instance expires reservations: the one left, in the other
+// segment, expires once it runs, and its expiry makes that segment live
+// there.
+func TestPartlyArchivedSegmentedSaleLeavesALaterInstance(t *testing.T) {
+	cfg := stacks[0].start(t)
+	cfg.SampleEvery, cfg.ArchiveEvery, cfg.ExpireEvery = 50*time.Millisecond, 20*time.Millisecond, -1
+	a := startApp(t, cfg)
+	a.createSegmentedPaySale("pa", 10, 2, 1)
+	var kept string // the one reservation, in segment pa:1
+	for u := 0; kept == ""; u++ {
+		if u == 50 {
+			t.Fatal("no buyer's home is segment pa:1")
+		}
+		user := fmt.Sprintf("u%d", u)
+		r := a.buyOne("pa", user)
+		mustStatus(t, r, http.StatusCreated)
+		id := r.json(t)["order_id"].(string)
+		if strings.HasPrefix(id, "pa:1.") {
+			kept = id
+			break
+		}
+		mustStatus(t, a.call("POST", "/v1/orders/"+id+"/cancel", a.token(user), nil), http.StatusOK)
+	}
+	mustStatus(t, a.admin("POST", "/v1/admin/sales/pa/close", nil), http.StatusOK)
+	waitfor.Until(t, waitfor.Patience, "segment pa:0 archived", func() error {
+		st, err := a.svc.Store().Archive(a.ctx, "pa:0")
+		if err != nil || st.ArchivedAt.IsZero() {
+			return fmt.Errorf("pa:0 %+v (%v)", st, err)
+		}
+		return nil
+	})
+	if st, err := a.svc.Store().Archive(a.ctx, "pa:1"); err != nil || st.Archiving() {
+		t.Fatalf("pa:1, a reservation awaiting payment, archived: %+v, %v", st, err)
+	}
+	cfg.ExpireEvery = 50 * time.Millisecond
+	b := startApp(t, cfg) // never sees pa:0 live
+	waitfor.Until(t, waitfor.Patience, "the sale in b's live view", func() error {
+		if live, _ := b.liveSales(); live["pa"] == nil {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	a.waitArchived("pa") // the reservation expired, pa:1 archived
+	if r := a.admin("GET", "/v1/orders/"+kept, nil); r.json(t)["payment_status"] != "expired" {
+		t.Fatalf("the reservation: %s", r.body)
+	}
+	waitfor.Until(t, waitfor.Patience, "the sale gone from b's live view and metrics", func() error {
+		m := b.scrape()
+		live, _ := b.liveSales()
+		if n := seriesOf(m, "pa") + seriesOf(m, "pa:0") + seriesOf(m, "pa:1"); n > 0 || live["pa"] != nil {
+			return fmt.Errorf("%d series left, in the live view: %v", n, live["pa"] != nil)
+		}
+		return nil
+	})
+}

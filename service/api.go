@@ -38,11 +38,19 @@ func (s *Service) routes() http.Handler {
 			}
 		})
 	}
-	handle("/v1/admin/sales", map[string]handler{"POST": s.createSale})
-	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": s.restock})
-	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": s.setPaused(true)})
-	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
-	handle("/v1/admin/sales/{sale}/close", map[string]handler{"POST": s.closeSale})
+	// An operator's change to a sale shows at once in GET /v1/sales
+	// (sales_list.go) on this instance.
+	changes := func(h handler) handler {
+		return func(w http.ResponseWriter, r *http.Request) error {
+			defer s.salesList.changed()
+			return h(w, r)
+		}
+	}
+	handle("/v1/admin/sales", map[string]handler{"POST": changes(s.createSale)})
+	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": changes(s.restock)})
+	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": changes(s.setPaused(true))})
+	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": changes(s.setPaused(false))})
+	handle("/v1/admin/sales/{sale}/close", map[string]handler{"POST": changes(s.closeSale)})
 	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
 	handle("/v1/admin/degraded", map[string]handler{"GET": s.getDegraded, "PUT": s.putDegraded})
 	handle("/v1/sales", map[string]handler{"GET": s.listSales})
@@ -348,25 +356,6 @@ func (s *Service) getSale(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, body)
-	return nil
-}
-
-// listSales lists every sale (for the dashboard).
-func (s *Service) listSales(w http.ResponseWriter, r *http.Request) error {
-	ids, err := s.db.SaleIDs(r.Context())
-	if err == nil {
-		ids, err = s.saleIDsAsOne(r.Context(), ids)
-	}
-	if err != nil {
-		return err
-	}
-	out := make([]saleJSON, 0, len(ids))
-	for _, id := range ids {
-		if body, err := s.saleBody(r.Context(), id); err == nil {
-			out = append(out, body)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sales": out})
 	return nil
 }
 

@@ -212,8 +212,7 @@ func (s *Service) runArchiver(ctx context.Context) {
 		// sells. (A new connection to such a Redis refuses the loop's
 		// commands too: only the consumer and the recovery may use it.)
 		Paused: func() bool { return !s.seller.RedisSells() },
-		OnPass: func(archived, waiting int) {
-			s.metrics.archived.Add(float64(archived))
+		OnPass: func(_, waiting int) { // the sales archived are counted by archiveEngine.Archive
 			s.metrics.archiveWaiting.Set(float64(waiting))
 		}})
 	_ = a.Run(ctx)
@@ -227,6 +226,29 @@ var _ archive.Store = (*store.Store)(nil)
 type archiveEngine struct {
 	*inventory.Engine
 	s *Service
+}
+
+// Archive is the engine's, and counts the sale archived when this call
+// removed its keys: an ordinary sale, or a segmented sale's segment that
+// leaves every segment of it archiving (a sale counts once, not once per
+// segment; two instances archiving its last two segments at the same
+// moment may both count it).
+func (e archiveEngine) Archive(ctx context.Context, saleID, last string) (inventory.ArchiveCheck, error) {
+	res, err := e.Engine.Archive(ctx, saleID, last)
+	if err != nil || !res.Ready {
+		return res, err
+	}
+	e.s.salesList.changed() // GET /v1/sales lists it archived now
+	parent, perr := e.s.router.Parent(ctx, saleID)
+	if perr == nil && parent != "" {
+		if done, derr := e.s.allArchiving(ctx, parent); derr != nil || !done {
+			return res, nil
+		}
+	}
+	if perr == nil {
+		e.s.metrics.archived.Inc()
+	}
+	return res, nil
 }
 
 // PurgeArchived is the engine's, and removes the directory of the

@@ -44,19 +44,26 @@ type liveSale struct {
 	Orders int64 `json:"orders"`
 	// OrdersPerSecond: orders accepted over the last period.
 	OrdersPerSecond float64 `json:"orders_per_second"`
-	// Confirmed orders are in the database and not cancelled; pending ones
-	// are accepted and not in the database yet.
+	// Confirmed orders are in the database, neither cancelled nor expired;
+	// pending ones are accepted and not in the database yet.
 	Confirmed int64 `json:"orders_confirmed"`
 	Pending   int64 `json:"orders_pending"`
+	// PaymentStep: the sale's orders are reservations. Of its confirmed
+	// orders in the database, Paid are paid and Awaiting await payment;
+	// Expired ones were not paid by their deadline (not confirmed). All
+	// three are 0 for a sale without a payment step.
+	PaymentStep bool  `json:"payment_step,omitempty"`
+	Paid        int64 `json:"orders_paid"`
+	Awaiting    int64 `json:"orders_awaiting_payment"`
+	Expired     int64 `json:"orders_expired"`
 	// Backlog is the order stream's entries not yet stored; LagSeconds the
 	// age of the oldest of them.
-	// Paid and Expired orders of a sale with a payment step, in the
-	// database (counted with Confirmed).
-	Paid       int64   `json:"orders_paid,omitempty"`
-	Expired    int64   `json:"orders_expired,omitempty"`
 	Backlog    int64   `json:"stream_backlog"`
 	LagSeconds float64 `json:"consumer_lag_seconds"`
 	Error      string  `json:"error,omitempty"` // the sale could not be read
+	// OtherItems sums the items the streamed sample leaves out of Items
+	// (a wide sale's, see live_bounds.go); nil when it shows every item.
+	OtherItems *liveItemsSum `json:"other_items,omitempty"`
 }
 
 type liveItem struct {
@@ -74,7 +81,7 @@ type liveItem struct {
 type live struct {
 	mu      sync.Mutex
 	view    liveView
-	encoded []byte // view as JSON
+	encoded []byte // view as streams get it (liveView.streamed), as JSON
 	subs    map[chan []byte]struct{}
 
 	latency latencyWindow
@@ -115,7 +122,7 @@ func (l *live) subscribe() (<-chan []byte, func()) {
 }
 
 func (l *live) publish(v liveView) {
-	b, err := json.Marshal(v)
+	b, err := json.Marshal(v.streamed()) // live_bounds.go: a wide sale's items bounded
 	if err != nil {
 		return
 	}
@@ -154,7 +161,6 @@ type samplerState struct {
 	prev    map[string]int64         // sale -> orders at the previous sample
 	skipped map[string]time.Duration // sale -> time since prev, over samples that did not read it (see fullReadsPerSample)
 	last    map[string]liveSale      // sale -> its latest sample
-	counted map[string]dbCount       // sale -> its orders as last counted in the database
 	read    map[string]saleRead      // sale -> when and as of what its state was last read
 	final   map[string]int           // sale no longer live -> its final reads (finalTries: its sample is final)
 }
@@ -172,23 +178,14 @@ type saleRead struct {
 	due, at time.Time
 }
 
-// dbCount is a sale's orders in the database, and what Redis said when
-// they were counted: they are counted again only when that changes.
-type dbCount struct {
-	orders, backlog      int64
-	confirmed, cancelled int64
-	paid, expired        int64
-	at                   time.Time
-}
-
-// recountEvery: a sale whose numbers in Redis stand still has its orders
-// counted in the database again this often all the same (orders the
-// database sold itself, in degraded mode, leave no trace in Redis).
+// recountEvery: a sale whose stream stands still is read in full again
+// this often all the same (orders the database sold itself, in degraded
+// mode, leave no trace in Redis; a repair by another process neither).
 const recountEvery = 30 * time.Second
 
 func newSamplerState() *samplerState {
 	return &samplerState{prev: map[string]int64{}, skipped: map[string]time.Duration{}, last: map[string]liveSale{},
-		counted: map[string]dbCount{}, read: map[string]saleRead{}, final: map[string]int{}}
+		read: map[string]saleRead{}, final: map[string]int{}}
 }
 
 // liveSaleIDs are the sales whose numbers can still change: the ones the
@@ -271,6 +268,7 @@ func (s *Service) sample(ctx context.Context, st *samplerState, since time.Durat
 		}
 		st.last[id] = ls
 	}
+	s.dropGone(ctx, st, live) // live_bounds.go: archived sales leave the view
 	v.Sales = make([]liveSale, 0, len(st.last))
 	for _, id := range slices.Sorted(maps.Keys(st.last)) {
 		ls := st.last[id]
@@ -405,8 +403,8 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 	orders, orderErrs := s.eng.OrderCounts(ctx, ids)
 	lags, lagErr := pipeline.ReadLags(ctx, s.rdb, s.eng, ids)
 	now := time.Now()
-	var recount []string
-	for i, id := range ids {
+	var counted []string
+	for i := range ids {
 		ls := &out[i]
 		if ls.Error != "" {
 			continue
@@ -422,39 +420,30 @@ func (s *Service) readSales(ctx context.Context, st *samplerState, ids []string)
 				ls.LagSeconds = max(now.Sub(lags[i].Oldest).Seconds(), 0)
 			}
 		}
-		c, ok := st.counted[id]
-		if !ok || c.orders != ls.Orders || c.backlog != ls.Backlog || c.orders > c.confirmed+c.cancelled || now.Sub(c.at) >= recountEvery {
-			recount = append(recount, id)
-		}
+		counted = append(counted, ids[i])
 	}
-	if len(recount) > 0 {
-		counts, err := s.db.CountOrdersOf(ctx, recount)
-		var payments map[string]map[inventory.PaymentStatus]int
-		if err == nil {
-			payments, err = s.db.CountPaymentsOf(ctx, recount)
-		}
-		for i, id := range ids {
-			if _, ok := counts[id]; !ok && err == nil || err != nil && !slices.Contains(recount, id) {
-				continue
-			}
-			if err != nil {
-				out[i].Error = "database unreachable"
-				delete(st.counted, id)
-				continue
-			}
-			st.counted[id] = dbCount{orders: out[i].Orders, backlog: out[i].Backlog, at: now,
-				confirmed: int64(counts[id][inventory.OrderConfirmed]), cancelled: int64(counts[id][inventory.OrderCancelled]),
-				paid: int64(payments[id][inventory.PaymentPaid]), expired: int64(payments[id][inventory.PaymentExpired])}
-		}
+	// The database's figures of every sale read: whatever moved its stream
+	// (a pay, an expiry, a cancel, a close) may have been stored before
+	// this read, with no count of Redis's changed, and a sale that leaves
+	// the live set is read a last time.
+	if len(counted) == 0 {
+		return out, sales
 	}
-	for i, id := range ids {
-		c, ok := st.counted[id]
-		if out[i].Error != "" || !ok {
+	tallies, err := s.db.OrderTalliesOf(ctx, counted)
+	for i := range ids {
+		ls := &out[i]
+		if ls.Error != "" {
 			continue
 		}
-		out[i].Confirmed = c.confirmed
-		out[i].Paid, out[i].Expired = c.paid, c.expired
-		out[i].Pending = max(out[i].Orders-c.confirmed-c.cancelled, 0)
+		if err != nil {
+			ls.Error = "database unreachable"
+			continue
+		}
+		c := tallies[ids[i]]
+		ls.Confirmed, ls.Pending = c.Confirmed, max(ls.Orders-c.Confirmed-c.Cancelled, 0)
+		if ls.PaymentStep = sales[i].PaymentTimeout > 0; ls.PaymentStep {
+			ls.Paid, ls.Awaiting, ls.Expired = c.Paid, c.Unpaid, c.Expired
+		}
 	}
 	return out, sales
 }

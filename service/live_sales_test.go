@@ -63,11 +63,12 @@ func (w *keyWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // TestLoopsVisitOnlyLiveSales: the live sampler and the reconcile loop
 // read the sales that can still change; sales that have ended and whose
-// orders are all stored cost them nothing, and still show in the live view.
+// orders are all stored cost them nothing, and still show in the live view
+// (until they are archived: the archiver is off here).
 func TestLoopsVisitOnlyLiveSales(t *testing.T) {
 	rdb := redistest.Standalone(t)
 	a := startApp(t, service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
-		DatabaseURL: dbtest.PostgresURL(t), SampleEvery: 50 * time.Millisecond, ReconcileEvery: 100 * time.Millisecond})
+		DatabaseURL: dbtest.PostgresURL(t), SampleEvery: 50 * time.Millisecond, ReconcileEvery: 100 * time.Millisecond, ArchiveEvery: -1})
 	// The sales end a few seconds from now; e00 is bought first, right
 	// after it is made, so a loaded machine's slow set-up (the twenty
 	// creations have taken over 2 s under the race detector) never meets

@@ -88,7 +88,7 @@ func newMetrics(s *Service) *metrics {
 			Name: "seckill_orders_expired_total", Help: "Orders this instance expired at their payment deadline (their units went back to stock).",
 		}),
 		archived: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "seckill_sales_archived_total", Help: "Sales whose Redis keys this instance's archiver removed (ended, every order in the database).",
+			Name: "seckill_sales_archived_total", Help: "Sales whose Redis keys this instance's archiver removed (ended, every order in the database); a segmented sale counts once, with its last segment.",
 		}),
 		archiveWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seckill_sales_awaiting_archive", Help: "Sales that have ended and whose keys are still in Redis (orders in flight, payments awaiting), as of the archiver's last pass.",
@@ -174,10 +174,17 @@ var (
 	descAwaiting   = prometheus.NewDesc("seckill_stock_awaiting_payment",
 		"Units of the item held by orders awaiting payment (sold, back in stock if unpaid by their deadline).", []string{"sale", "sku"}, nil)
 	descSoldOut   = prometheus.NewDesc("seckill_sold_out", "1 if the item has no units left.", []string{"sale", "sku"}, nil)
-	descConfirmed = prometheus.NewDesc("seckill_orders_confirmed", "Orders of the sale in the database, not cancelled.", []string{"sale"}, nil)
-	descPending   = prometheus.NewDesc("seckill_orders_pending", "Orders of the sale accepted and not yet in the database.", []string{"sale"}, nil)
-	descBacklog   = prometheus.NewDesc("seckill_order_stream_backlog", "Entries of the sale's order stream not yet stored.", []string{"sale"}, nil)
-	descLag       = prometheus.NewDesc("seckill_order_consumer_lag_seconds",
+	descConfirmed = prometheus.NewDesc("seckill_orders_confirmed",
+		"Orders of the sale in the database, neither cancelled nor expired (paid ones and ones awaiting payment included).", []string{"sale"}, nil)
+	descPaid = prometheus.NewDesc("seckill_orders_paid",
+		"Orders of the sale (one with a payment step) in the database, paid and not cancelled.", []string{"sale"}, nil)
+	descAwaitingOrders = prometheus.NewDesc("seckill_orders_awaiting_payment",
+		"Orders of the sale (one with a payment step) in the database, confirmed and not paid yet.", []string{"sale"}, nil)
+	descExpired = prometheus.NewDesc("seckill_orders_expired",
+		"Orders of the sale (one with a payment step) in the database that expired unpaid at their deadline.", []string{"sale"}, nil)
+	descPending = prometheus.NewDesc("seckill_orders_pending", "Orders of the sale accepted and not yet in the database.", []string{"sale"}, nil)
+	descBacklog = prometheus.NewDesc("seckill_order_stream_backlog", "Entries of the sale's order stream not yet stored.", []string{"sale"}, nil)
+	descLag     = prometheus.NewDesc("seckill_order_consumer_lag_seconds",
 		"Age of the oldest entry of the sale's order stream not yet stored; 0 if none.", []string{"sale"}, nil)
 	descDrift = prometheus.NewDesc("seckill_reconcile_drift",
 		"Orders in the database + in flight − sold, per item, at the last reconciliation pass; 0 when consistent.", []string{"sale", "sku"}, nil)
@@ -187,7 +194,8 @@ var (
 
 func (c liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRedisUp, descDatabaseUp, descDegraded, descSaleActive, descRemaining, descStocked,
-		descSold, descAwaiting, descSoldOut, descConfirmed, descPending, descBacklog, descLag, descDrift, descStockDrift} {
+		descSold, descAwaiting, descSoldOut, descConfirmed, descPaid, descAwaitingOrders, descExpired, descPending, descBacklog, descLag,
+		descDrift, descStockDrift} {
 		ch <- d
 	}
 }
@@ -208,7 +216,19 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		gauge(descSaleActive, b2f(sale.Status == "active"), sale.ID)
-		for _, it := range sale.Items {
+		items := sale.Items
+		if len(items) > itemSeriesPerSale { // live_bounds.go: the others summed
+			o := sumItems(items[itemSeriesPerSale:])
+			items = items[:itemSeriesPerSale]
+			gauge(descRemaining, float64(o.Remaining), sale.ID, otherItemsLabel)
+			gauge(descStocked, float64(o.Stocked), sale.ID, otherItemsLabel)
+			gauge(descSold, float64(o.Sold), sale.ID, otherItemsLabel)
+			gauge(descSoldOut, b2f(o.SoldOut == o.Count), sale.ID, otherItemsLabel)
+			gauge(descAwaiting, float64(o.Awaiting), sale.ID, otherItemsLabel)
+			gauge(descDrift, float64(o.Drift), sale.ID, otherItemsLabel)
+			gauge(descStockDrift, float64(o.StockDrift), sale.ID, otherItemsLabel)
+		}
+		for _, it := range items {
 			gauge(descRemaining, float64(it.Remaining), sale.ID, it.SKU)
 			gauge(descStocked, float64(it.Stocked), sale.ID, it.SKU)
 			gauge(descSold, float64(it.Sold), sale.ID, it.SKU)
@@ -221,6 +241,11 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		gauge(descConfirmed, float64(sale.Confirmed), sale.ID)
+		if sale.PaymentStep {
+			gauge(descPaid, float64(sale.Paid), sale.ID)
+			gauge(descAwaitingOrders, float64(sale.Awaiting), sale.ID)
+			gauge(descExpired, float64(sale.Expired), sale.ID)
+		}
 		gauge(descPending, float64(sale.Pending), sale.ID)
 		gauge(descBacklog, float64(sale.Backlog), sale.ID)
 		gauge(descLag, sale.LagSeconds, sale.ID)

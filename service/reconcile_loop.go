@@ -229,11 +229,11 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 // sale reconciles one sale and reports whether drift remains.
 func (rc *reconciler) sale(ctx context.Context, id string) bool {
 	s := rc.s
-	repairs := s.metrics.repairs.WithLabelValues(id) // every sale's count exists from 0
 	rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
 	if err != nil {
-		return false
+		return false // an archived sale's last pass among them: its series are gone (live_bounds.go)
 	}
+	repairs := s.metrics.repairs.WithLabelValues(id) // every sale's count exists from 0
 	rc.publish(rep)
 	if !rep.Drifted() || !rc.drifted[id] {
 		return rep.Drifted()

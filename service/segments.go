@@ -164,32 +164,6 @@ func (s *Service) publicSale(ctx context.Context, saleID string) string {
 	return saleID
 }
 
-// saleIDsAsOne lists the sales as buyers know them: the ids the database
-// lists, each segmented sale's segments replaced by the sale.
-func (s *Service) saleIDsAsOne(ctx context.Context, ids []string) ([]string, error) {
-	segmented, err := s.db.SegmentedSales(ctx)
-	if err != nil || len(segmented) == 0 {
-		return ids, err
-	}
-	isSegment := map[string]bool{}
-	for _, segs := range segmented {
-		for _, id := range segs {
-			isSegment[id] = true
-		}
-	}
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if !isSegment[id] {
-			out = append(out, id)
-		}
-	}
-	for id := range segmented {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 // reconcileSale is reconcile.Sale of a sale, of every segment of a
 // segmented one summed into one report (reconcile.Combine).
 func (s *Service) reconcileSale(ctx context.Context, id string) (reconcile.Report, error) {

@@ -33,6 +33,9 @@ func (s *Service) asOneSale(ctx context.Context, sales []liveSale) []liveSale {
 		sum.OrdersPerSecond += ls.OrdersPerSecond
 		sum.Confirmed += ls.Confirmed
 		sum.Pending += ls.Pending
+		sum.Paid += ls.Paid
+		sum.Awaiting += ls.Awaiting
+		sum.Expired += ls.Expired
 		sum.Backlog += ls.Backlog
 		sum.LagSeconds = max(sum.LagSeconds, ls.LagSeconds)
 		if sum.Error == "" {

@@ -131,6 +131,7 @@ type Service struct {
 	listener     net.Listener
 	saleCache    *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
 	archived     *ttlcache.Cache[struct{}]     // sales known archived (close.go): they stay so
+	salesList    salesList                     // GET /v1/sales's lists built lately (sales_list.go)
 	endpoints    []string                      // "METHOD /path" of every route, as registered
 
 	stop      context.CancelFunc

@@ -9,7 +9,7 @@ import (
 )
 
 // TestOrderCountsMigration: orders stored before migration 013 are counted
-// by it (CountOrdersOf and CountPaymentsOf read order_counts), and orders
+// by it (CountOrdersOf and OrderTalliesOf read order_counts), and orders
 // written after it are counted on top of them.
 func TestOrderCountsMigration(t *testing.T) {
 	t.Parallel()
@@ -36,10 +36,12 @@ func TestOrderCountsMigration(t *testing.T) {
 				"b": {inventory.OrderConfirmed: 1, inventory.OrderCancelled: 0},
 				"c": {inventory.OrderConfirmed: 0, inventory.OrderCancelled: 0},
 			})
-			pays, err := s.CountPaymentsOf(ctx, []string{"a", "b", "c"})
+			tallies, err := s.OrderTalliesOf(ctx, []string{"a", "b", "c"})
 			must(t, err)
-			check(t, "payments", pays, map[string]map[inventory.PaymentStatus]int{
-				"a": {inventory.PaymentPaid: 1, inventory.PaymentExpired: 2},
+			check(t, "tallies", tallies, map[string]OrderTally{
+				"a": {Confirmed: 3, Cancelled: 3, Paid: 1, Unpaid: 2, Expired: 2},
+				"b": {Confirmed: 1, Unpaid: 1},
+				"c": {},
 			})
 			// Written after the migration: counted on top.
 			e := newEvents("b")

@@ -56,7 +56,10 @@ func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
-		Logger:                slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Its own lines, bounded and without a request's bytes (serverLog);
+		// and its errors quote no request either.
+		Logger:                s.serverLog,
+		SecureErrorLogMessage: true,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -126,6 +127,7 @@ type Service struct {
 	streams      *streamSlots
 	seller       *failover.Seller // who sells: Redis, the database, or nobody
 	http         *http.Server     // nil when fast serves
+	serverLog    *serverLog       // what either server logs of its own
 	fast         *fasthttp.Server // Config.HTTPServer "fasthttp" (fast.go)
 	listener     net.Listener
 	saleCache    *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
@@ -239,6 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.listener = ln
 	handler := s.routes()
 	s.handler = handler
+	s.serverLog = newServerLog(s.log, serverLogEvery)
 	switch s.cfg.HTTPServer {
 	case "", HTTPServerNet:
 		s.http = &http.Server{
@@ -248,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 			WriteTimeout:      writeTimeout,
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			ErrorLog:          log.New(s.serverLog, "", 0),
 		}
 		// A dashboard's event stream never ends by itself: end it when the
 		// server shuts down, or Shutdown would wait for it until its deadline.
@@ -338,6 +341,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 }
 
 func (s *Service) close() {
+	if s.serverLog != nil {
+		s.serverLog.stop()
+	}
 	if s.db != nil {
 		_ = s.db.Close()
 	}

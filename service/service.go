@@ -97,8 +97,9 @@ type Config struct {
 	NodeRecheck time.Duration
 
 	// LiveStreamsPerClient and LiveStreams cap the live view's event
-	// streams (GET /v1/live) per client address and in all; defaults
-	// DefaultLiveStreamsPerClient and DefaultLiveStreams (streams.go).
+	// streams (GET /v1/live) per client (an IPv4 address, an IPv6 /64) and
+	// in all; defaults DefaultLiveStreamsPerClient and DefaultLiveStreams
+	// (streams.go).
 	LiveStreamsPerClient, LiveStreams int
 }
 

@@ -65,6 +65,10 @@ func (s *Service) routes() http.Handler {
 		writeError(w, r, s.logFor(r), errNotFound("no such endpoint: "+r.URL.Path))
 	})
 	return s.harden(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkFraming(w, r); err != nil {
+			writeError(w, r, s.logFor(r), err)
+			return
+		}
 		// The buy, most of the traffic, skips the mux's search when its
 		// path is one the mux would route to it unchanged (buyPath).
 		if sale, ok := buyPath(r); ok {

@@ -71,7 +71,10 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 	debugLog := s.log.Enabled(context.Background(), slog.LevelDebug)
 	return func(c *fasthttp.RequestCtx) {
 		sale, ok := fastBuyPath(c)
-		if !ok {
+		// A chunked body (ContentLength -1) whose length has another
+		// reading (framing.go): 400, and the connection closed.
+		ambiguous := c.Request.Header.ContentLength() == -1 && ambiguousHeaders(c.Request.Header.RawHeaders())
+		if !ok && !ambiguous {
 			// The adaptor reads a body whole before the handler runs
 			// (PostBody): it is given none, and ownedRequest hands the
 			// handler the server's stream instead, read when it reads it.
@@ -93,6 +96,11 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 		defer func() {
 			s.endRequest(x, id, recover(), x.wrote, x.statusCode, began, debugLog, c.RemoteAddr().String())
 		}()
+		if ambiguous {
+			c.SetConnectionClose()
+			writeErrorTo(x, s.logWithID(id), errAmbiguousFraming)
+			return
+		}
 		if err := s.buyIn(x, sale); err != nil {
 			writeErrorTo(x, s.logWithID(id), err)
 		}

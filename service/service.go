@@ -253,6 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          log.New(s.serverLog, "", 0),
+			ConnContext:       framingContext, // with framingListener, below
 		}
 		// A dashboard's event stream never ends by itself: end it when the
 		// server shuts down, or Shutdown would wait for it until its deadline.
@@ -270,7 +271,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		go s.serveFast(ln)
 	} else {
 		go func() {
-			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.http.Serve(framingListener{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("http server", "err", err)
 			}
 		}()

@@ -448,8 +448,9 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 // is still served from the cache of another instance. A sale the database
 // does not have is remembered too, for missingSaleTTL, so that requests
 // naming it do not each ask the database: a sale created on another
-// instance is found here that long after at most (one created here, at
-// once: createSale forgets what was remembered of its id).
+// instance is found here that long after at most; one created here, at
+// once (createSale forgets what was remembered of its id), or as late
+// when a look-up begun before the creation ends after it.
 const (
 	maxCachedSales    = 1 << 14
 	cachedSettingsTTL = time.Minute

@@ -86,7 +86,7 @@ const (
 // framingConn is a connection of the net/http server that reads the header
 // blocks of its requests as they go by — net/http keeps neither a request's
 // Content-Length beside its Transfer-Encoding nor a fold — and tells the
-// request's handler (framingOf). It follows a body by its Content-Length
+// request's handler (checkFraming). It follows a body by its Content-Length
 // and stops at the first chunked one (framingLost: that request's reply
 // closes the connection) or the first ambiguous block. Its verdict may
 // come from a request net/http has read ahead of the one it serves: a

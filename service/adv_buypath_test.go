@@ -98,8 +98,11 @@ func TestBuyShortcutAnswersAsTheMux(t *testing.T) {
 			}
 			pair(b.name, b.sale, b.user, b.body, b.headers...)
 		}
-		for _, sale := range []string{"a;b", "a:b", "a@b", "a=b", "a,b", "a+b", "a$b", "...", ".a", "a.", "-", strings.Repeat("s", 10000)} {
-			pair("sale "+sale[:min(len(sale), 8)], sale, "u9", one)
+		for i, sale := range []string{"a;b", "a:b", "a@b", "a=b", "a,b", "a+b", "a$b", "...", ".a", "a.", "-", strings.Repeat("s", 10000)} {
+			// A buyer each: a sale that does not exist is looked up within
+			// the buyer's budget of look-ups (saleFor), which one buyer's
+			// many such pairs would spend.
+			pair("sale "+sale[:min(len(sale), 8)], sale, fmt.Sprint("us", i), one)
 		}
 		big := `{"items":[{"sku":"A","qty":1}],"pad":"` + strings.Repeat("x", 70<<10) + `"}`
 		pair("body over the limit", "s1", "u9", big)

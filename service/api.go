@@ -73,6 +73,10 @@ func (s *Service) routes() http.Handler {
 		writeError(w, r, s.logFor(r), errNotFound("no such endpoint: "+r.URL.Path))
 	})
 	return s.harden(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkFraming(w, r); err != nil {
+			writeError(w, r, s.logFor(r), err)
+			return
+		}
 		// The buy, most of the traffic, skips the mux's search when its
 		// path is one the mux would route to it unchanged (buyPath).
 		if sale, ok := buyPath(r); ok {
@@ -323,6 +327,7 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		s.saleCache.Delete(def.ID) // remembered missing, maybe
 		s.audit(r, "sale created", def.ID, "", map[string]any{"items": len(def.Items), "per_user_limit": def.PerUserLimit, "segments": k})
 		return s.writeSaleCreated(w, r, def.ID)
 	}
@@ -340,6 +345,7 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 		s.saleCache.Delete(sale.ID) // read by a request meanwhile, maybe
 		return err
 	}
+	s.saleCache.Delete(sale.ID) // remembered missing, maybe
 	s.audit(r, "sale created", sale.ID, "", map[string]any{"items": len(sale.Items), "per_user_limit": sale.PerUserLimit})
 	body, err := s.saleBody(r.Context(), sale.ID)
 	if err != nil {
@@ -428,21 +434,31 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 // The settings cache holds up to maxCachedSales sales, each for
 // cachedSettingsTTL: settings never change after a sale is created, so the
 // TTL only bounds how long a sale that is gone (its creation undone, say)
-// is still served from the cache of another instance.
+// is still served from the cache of another instance. A sale the database
+// does not have is remembered too, for missingSaleTTL, so that requests
+// naming it do not each ask the database: a sale created on another
+// instance is found here that long after at most; one created here, at
+// once (createSale forgets what was remembered of its id), or as late
+// when a look-up begun before the creation ends after it.
 const (
 	maxCachedSales    = 1 << 14
 	cachedSettingsTTL = time.Minute
+	missingSaleTTL    = time.Second
 )
 
 // settings returns the sale's service-level settings, cached.
 func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, error) {
 	now := time.Now().UnixNano()
 	if v, ok := s.saleCache.Get(saleID, now); ok {
+		if v.missing {
+			return saleSettings{}, errNotFound("sale not found: " + saleID)
+		}
 		return v, nil
 	}
 	sale, err := s.storedSale(ctx, saleID)
 	if err != nil {
 		if errors.Is(err, inventory.ErrNotFound) {
+			s.saleCache.Set(saleID, saleSettings{missing: true}, now+int64(missingSaleTTL), now)
 			return saleSettings{}, errNotFound("sale not found: " + saleID)
 		}
 		return saleSettings{}, err

@@ -48,14 +48,25 @@ func decodeBuy(x exchange) ([]inventory.Line, error) {
 	return buyLines(body)
 }
 
-// readBody appends the request's body to dst: at most maxBody bytes. A
-// body with a Content-Length within the bound cannot be longer (net/http
-// reads no further), so only others are read through MaxBytesReader.
+// readBody appends the request's body to dst: at most maxBody bytes.
 func readBody(w http.ResponseWriter, r *http.Request, dst []byte) ([]byte, error) {
-	var body io.Reader = r.Body
-	if r.ContentLength < 0 || r.ContentLength > maxBody {
-		body = http.MaxBytesReader(w, r.Body, maxBody)
-	} else if need := int(r.ContentLength); cap(dst)-len(dst) < need+1 {
+	return appendBody(dst, r.Body, r.ContentLength, w)
+}
+
+// appendBody appends body, of length bytes (-1: unknown), to dst: at most
+// maxBody bytes, else an *http.MaxBytesError. A body with a length within
+// the bound cannot be longer (either server reads no further), so only
+// others are read through MaxBytesReader, which tells w (net/http's
+// writer, or nil) of a body over the bound: net/http then closes the
+// connection after the reply.
+func appendBody(dst []byte, body io.Reader, length int64, w http.ResponseWriter) ([]byte, error) {
+	if length < 0 || length > maxBody {
+		rc, ok := body.(io.ReadCloser)
+		if !ok {
+			rc = io.NopCloser(body)
+		}
+		body = http.MaxBytesReader(w, rc, maxBody)
+	} else if need := int(length); cap(dst)-len(dst) < need+1 {
 		dst = append(dst, make([]byte, need+1)...)[:len(dst)]
 	}
 	for {

@@ -23,3 +23,7 @@ func (s *Service) WithPayment(ctx context.Context, o inventory.Order) inventory.
 // The mode row may say redis earlier: a moment earlier after this
 // instance's own recovery, up to a tick earlier after another instance's.
 func (s *Service) RedisSells() bool { return s.seller.RedisSells() }
+
+// ServerLogEvery is the least time between two lines of the HTTP servers'
+// own log.
+const ServerLogEvery = serverLogEvery

@@ -25,18 +25,17 @@ import (
 // more CPU per request than fasthttp at a buy's rate on this kind of
 // machine (docs/performance.md, "seckill bench --cost").
 
-// fastMaxBody is the largest body fasthttp reads before a handler sees it:
-// what net/http reads of a request at most (the handler's maxBody, then
-// up to 256 KiB more it discards so that the client can read the reply).
-// A body up to it is read whole and answered by the handler, as over
-// net/http (a body over maxBody is the handler's 400, after the token's
-// check); a larger one is fastError's 400 with the handler's message, and
-// the connection is closed without reading the rest (the client may see
-// it reset before the reply, as net/http's do beyond its bound).
-const fastMaxBody = maxBody + 256<<10
-
 // newFastServer is the fasthttp server of the service's handler h,
 // with net/http's limits (Start's).
+//
+// A request's body is streamed (StreamRequestBody): the handler runs once
+// the headers are in (and at most 8 KiB of the body, which fasthttp reads
+// ahead), and reads the body itself, if at all, after its checks — the
+// token's first — as over net/http. Read whole before the handler, as
+// fasthttp does by default, a body was held before anyone knew who sent
+// it: 200 slow uploads without a token held 100 MB. What the handler
+// leaves unread fasthttp discards, up to 256 KiB, or it closes the
+// connection (net/http's bound too).
 func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:      s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(ownedRequest(h))),
@@ -49,14 +48,20 @@ func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
 		},
-		WriteTimeout:          writeTimeout,
-		IdleTimeout:           idleTimeout,
-		ReadBufferSize:        maxHeaderBytes + 4096, // a request's line and headers must fit (net/http allows 4 KiB over)
-		MaxRequestBodySize:    fastMaxBody,
-		NoDefaultServerHeader: true,
-		NoDefaultContentType:  true,
-		CloseOnShutdown:       true,
-		Logger:                slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		WriteTimeout:       writeTimeout,
+		IdleTimeout:        idleTimeout,
+		ReadBufferSize:     maxHeaderBytes + 4096, // a request's line and headers must fit (net/http allows 4 KiB over)
+		StreamRequestBody:  true,
+		MaxRequestBodySize: maxBody, // streamed: only what fasthttp reads ahead (8 KiB at most)
+		// A multipart body is not read ahead into memory or files either.
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		CloseOnShutdown:              true,
+		// Its own lines, bounded and without a request's bytes (serverLog);
+		// and its errors quote no request either.
+		Logger:                s.serverLog,
+		SecureErrorLogMessage: true,
 	}
 }
 
@@ -66,7 +71,17 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 	debugLog := s.log.Enabled(context.Background(), slog.LevelDebug)
 	return func(c *fasthttp.RequestCtx) {
 		sale, ok := fastBuyPath(c)
-		if !ok {
+		// A chunked body (ContentLength -1) whose length has another
+		// reading (framing.go): 400, and the connection closed.
+		ambiguous := c.Request.Header.ContentLength() == -1 && ambiguousHeaders(c.Request.Header.RawHeaders())
+		if !ok && !ambiguous {
+			// The adaptor reads a body whole before the handler runs
+			// (PostBody): it is given none, and ownedRequest hands the
+			// handler the server's stream instead, read when it reads it.
+			if body := c.RequestBodyStream(); body != nil {
+				c.SetUserValue(bodyStreamKey{}, body)
+				c.Request.ResetBody() // the server still drains and releases the stream
+			}
 			adapted(c)
 			return
 		}
@@ -81,6 +96,11 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 		defer func() {
 			s.endRequest(x, id, recover(), x.wrote, x.statusCode, began, debugLog, c.RemoteAddr().String())
 		}()
+		if ambiguous {
+			c.SetConnectionClose()
+			writeErrorTo(x, s.logWithID(id), errAmbiguousFraming)
+			return
+		}
 		if err := s.buyIn(x, sale); err != nil {
 			writeErrorTo(x, s.logWithID(id), err)
 		}
@@ -101,6 +121,11 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 // server begins shutting down, which would fail the requests Shutdown
 // drains (as the buy's exchange does, fastExchange.ctx; net/http ends a
 // request's context when its client goes away, never at Shutdown).
+//
+// Its body is the server's stream (fastHandler), read only as h reads it:
+// the stream stays the server's to read until the reply is written, which
+// is after h returns (a reply h streams included). A request made without
+// a connection (a test's) has its body copied instead.
 func ownedRequest(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o := *r.WithContext(context.WithoutCancel(r.Context()))
@@ -129,12 +154,30 @@ func ownedRequest(h http.Handler) http.Handler {
 				o.TransferEncoding[i] = strings.Clone(v)
 			}
 		}
-		if r.Body != nil && r.ContentLength != 0 {
+		if body, c := streamedBody(r); body != nil {
+			o.Body = io.NopCloser(body)
+			o.ContentLength = int64(c.Request.Header.ContentLength()) // -1: chunked
+		} else if r.Body != nil && r.ContentLength != 0 {
 			b, _ := io.ReadAll(r.Body) // a bytes.Reader over fasthttp's body: cannot fail
 			o.Body = io.NopCloser(bytes.NewReader(b))
 		}
 		h.ServeHTTP(w, &o)
 	})
+}
+
+// bodyStreamKey is the RequestCtx's user value that holds the body stream
+// of a request handed to the adaptor (fastHandler, ownedRequest).
+type bodyStreamKey struct{}
+
+// streamedBody is the body stream of an adapted request, and its
+// RequestCtx (the request's context); nil if it has none.
+func streamedBody(r *http.Request) (io.Reader, *fasthttp.RequestCtx) {
+	c, ok := r.Context().(*fasthttp.RequestCtx)
+	if !ok {
+		return nil, nil
+	}
+	body, _ := c.UserValue(bodyStreamKey{}).(io.Reader)
+	return body, c
 }
 
 // fastBuyPath is buyPath of a fasthttp request: a POST whose
@@ -156,28 +199,20 @@ func fastBuyPath(c *fasthttp.RequestCtx) (string, bool) {
 	return buyPathOf(http.MethodPost, string(p))
 }
 
-// fastError answers a request fasthttp could not read. A body over
-// fastMaxBody is the contract's 400, with the message of a body over
-// maxBody; the rest is fasthttp's own answer, as net/http's are its own.
+// fastError answers a request fasthttp could not read: fasthttp's own
+// plain answer, as net/http's are its own. (A body too large is the
+// handler's to refuse, as over net/http: it is streamed.)
 func (s *Service) fastError(c *fasthttp.RequestCtx, err error) {
-	if !errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		var small *fasthttp.ErrSmallBuffer
-		var netErr *net.OpError
-		switch {
-		case errors.As(err, &small):
-			c.Error("431 Request Header Fields Too Large", fasthttp.StatusRequestHeaderFieldsTooLarge)
-		case errors.As(err, &netErr) && netErr.Timeout():
-			c.Error("408 Request Timeout", fasthttp.StatusRequestTimeout)
-		default:
-			c.Error("400 Bad Request", fasthttp.StatusBadRequest)
-		}
-		return
+	var small *fasthttp.ErrSmallBuffer
+	var netErr *net.OpError
+	switch {
+	case errors.As(err, &small):
+		c.Error("431 Request Header Fields Too Large", fasthttp.StatusRequestHeaderFieldsTooLarge)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		c.Error("408 Request Timeout", fasthttp.StatusRequestTimeout)
+	default:
+		c.Error("400 Bad Request", fasthttp.StatusBadRequest)
 	}
-	x := &fastExchange{c: c}
-	given, _ := x.header("X-Request-Id")
-	id := requestIDFor(given)
-	setFastReplyHeaders(&c.Response.Header, id)
-	writeErrorTo(x, s.logWithID(id), errInvalid(jsonProblem(&http.MaxBytesError{Limit: maxBody})))
 }
 
 // fastReplyHeaders are replyHeaders' but the request's id, as fasthttp
@@ -244,6 +279,10 @@ func (x *fastExchange) peer() netip.AddrPort {
 }
 
 func (x *fastExchange) body(dst []byte) ([]byte, error) {
+	if body := x.c.RequestBodyStream(); body != nil {
+		return appendBody(dst, body, int64(x.c.Request.Header.ContentLength()), nil)
+	}
+	// No body, or one set without a connection (a benchmark's).
 	b := x.c.PostBody()
 	if len(b) > maxBody {
 		return append(dst, b[:maxBody]...), &http.MaxBytesError{Limit: maxBody}

@@ -1,6 +1,9 @@
 package service
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
 
 // A small reader of JSON text for the hot path's two formats (a buyer
 // token's header and claims, a buy's body): it walks the bytes once,
@@ -40,6 +43,10 @@ const (
 type jsonScanner struct {
 	b []byte
 	i int
+	// floats: every number must be one a float64 holds (encoding/json's
+	// reading of a number into an interface, which a JWT library makes of
+	// a token's header and claims: it refuses the token otherwise).
+	floats bool
 }
 
 func (s *jsonScanner) ws() {
@@ -118,11 +125,12 @@ func (s *jsonScanner) num() ([]byte, bool) {
 	if s.i < len(s.b) && s.b[s.i] == '-' {
 		s.i++
 	}
+	whole := 1
 	switch {
 	case s.i < len(s.b) && s.b[s.i] == '0':
 		s.i++
 	case s.i < len(s.b) && '1' <= s.b[s.i] && s.b[s.i] <= '9':
-		s.digits()
+		whole = s.digits()
 	default:
 		return nil, false
 	}
@@ -132,7 +140,9 @@ func (s *jsonScanner) num() ([]byte, bool) {
 			return nil, false
 		}
 	}
+	exponent := false
 	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		exponent = true
 		s.i++
 		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
 			s.i++
@@ -141,7 +151,15 @@ func (s *jsonScanner) num() ([]byte, bool) {
 			return nil, false
 		}
 	}
-	return s.b[start:s.i], true
+	text := s.b[start:s.i]
+	// Without an exponent, 308 digits before the point stay below
+	// float64's largest (1.8e308): only the rest need parsing.
+	if s.floats && (exponent || whole > 308) {
+		if _, err := strconv.ParseFloat(string(text), 64); err != nil {
+			return nil, false
+		}
+	}
+	return text, true
 }
 
 func (s *jsonScanner) digits() int {
@@ -262,9 +280,10 @@ func (s *jsonScanner) object(depth int, member func(key []byte, val jsonValue) e
 	}
 }
 
-// eachMember reads b as exactly one object (whitespace around it allowed).
+// eachMember reads b as exactly one object (whitespace around it
+// allowed), every number in it, however deep, one a float64 holds.
 func eachMember(b []byte, member func(key []byte, val jsonValue) error) error {
-	s := jsonScanner{b: b}
+	s := jsonScanner{b: b, floats: true}
 	if err := s.object(0, member); err != nil {
 		return err
 	}

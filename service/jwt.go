@@ -29,10 +29,12 @@ import (
 //     and no key that differs from a registered claim's name only in case
 //     (a library that matches names in any case would read it as that
 //     claim: two readers must never see two users in one token);
-//   - sub is a string without escapes that is a valid user id; exp and nbf
-//     are JSON numbers (or null: absent); iat is a number, iss and jti
-//     strings, aud a string or an array of strings (or null), as the
-//     registered claims' types require.
+//   - sub is a string without escapes that is a valid user id; exp, nbf
+//     and iat are JSON numbers (not null), iss and jti strings, aud a
+//     string or an array of strings (or null), as the registered claims'
+//     types require;
+//   - every number, in the header and the claims, is one a float64 holds
+//     (the library reads them so, and refuses a token otherwise).
 //
 // exp is honoured (the token is refused from its second on), nbf too (it
 // is refused before its second), with no leeway: what the jwt library the
@@ -265,13 +267,11 @@ func parseClaims(b []byte) (jwtClaims, error) {
 }
 
 // numericDate reads exp, nbf or iat: a JSON number of seconds (a fraction
-// is cut to the second below, as the jwt library does), or null for none.
+// is cut to the second below, as the jwt library does). null is refused:
+// the library reads it as no date into its registered claims, and as a
+// claim of the wrong type into a map.
 func numericDate(val jsonValue) (int64, bool, error) {
-	switch val.kind {
-	case jsonNull:
-		return 0, false, nil
-	case jsonNumber:
-	default:
+	if val.kind != jsonNumber {
 		return 0, false, errJWTClaims
 	}
 	if n, ok := smallInt(val.text); ok {

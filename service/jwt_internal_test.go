@@ -27,14 +27,27 @@ func rawToken(secret, header, claims string) string {
 	return signed + "." + enc.EncodeToString(m.Sum(nil))
 }
 
-// libraryUser is what the jwt library the service used before says of
-// token at now: the parser, options and checks of the old auth.userOf.
+// libraryUser is what the jwt library says of token at now, read both
+// ways it reads claims: into its registered claims (the parser, options
+// and checks of the service's old auth.userOf) and into a map (its
+// default, jwt.Parse, which reads every number as a float64 and requires
+// exp and nbf to be numbers when present). A token is the library's only
+// if both readings accept it and name the same valid user: the verifier
+// must refuse whatever either refuses.
 func libraryUser(token string, now int64) (string, bool) {
 	p := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}),
 		jwt.WithTimeFunc(func() time.Time { return time.Unix(now, 0) }))
+	key := func(*jwt.Token) (any, error) { return []byte(testJWTSecret), nil }
 	var claims jwt.RegisteredClaims
-	t, err := p.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return []byte(testJWTSecret), nil })
+	t, err := p.ParseWithClaims(token, &claims, key)
 	if err != nil || !t.Valid || !inventory.ValidID(claims.Subject) {
+		return "", false
+	}
+	m, err := p.Parse(token, key)
+	if err != nil || !m.Valid {
+		return "", false
+	}
+	if sub, err := m.Claims.GetSubject(); err != nil || sub != claims.Subject {
 		return "", false
 	}
 	return claims.Subject, true
@@ -67,7 +80,16 @@ func TestHS256(t *testing.T) {
 			`{ "iss":"idp", "aud":["a","b"], "iat":1.7e9, "jti":null, "roles":{"x":[true,false,-0.5e-3]}, "name":"\u00e9\"", "sub":"alice", "nbf":1799999999.5 }`), true, true},
 		{"fractional exp", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":1800000000.9}`), false, false},
 		{"exp in the next second", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":1800000001.2}`), true, true},
-		{"exp null", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":null}`), true, true},
+		{"exp null", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":null}`), false, false},
+		{"nbf null", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","nbf":null}`), false, false},
+		{"iat null", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","iat":null}`), false, true},
+		{"iat beyond float64", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","iat":1e400}`), false, false},
+		{"nbf beyond float64", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","nbf":-1e400}`), false, false},
+		{"header number beyond float64", rawToken(testJWTSecret, `{"alg":"HS256","n":1e400}`, `{"sub":"alice"}`), false, false},
+		{"header number beyond float64 nested", rawToken(testJWTSecret, `{"alg":"HS256","kid":[{"x":-2e308}]}`, `{"sub":"alice"}`), false, false},
+		{"claim number beyond float64", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","x":{"y":[1E+309]}}`), false, false},
+		{"number at float64's edge", rawToken(testJWTSecret, `{"alg":"HS256","n":1.7976931348623157e308}`, `{"sub":"alice","x":-1.7976931348623157e308,"y":1e-400}`), true, true},
+		{"long number", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","x":`+strings.Repeat("9", 400)+`}`), false, false},
 		{"aud string", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","aud":"x"}`), true, true},
 		{"expired", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":1800000000}`), false, false},
 		{"nbf ahead", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","nbf":1800000001}`), false, false},
@@ -92,9 +114,9 @@ func TestHS256(t *testing.T) {
 		{"sub a number", rawToken(testJWTSecret, hs256Header, `{"sub":7}`), false, false},
 		{"sub escaped", rawToken(testJWTSecret, hs256Header, `{"sub":"\u0061lice"}`), false, true},
 		{"sub repeated", rawToken(testJWTSecret, hs256Header, `{"sub":"mallory","sub":"alice"}`), false, true},
-		{"sub in other case", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","SUB":"mallory"}`), false, true /* as mallory */},
-		{"sub with a long s", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","ſub":"mallory"}`), false, true /* as mallory */},
-		{"exp a string", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":"1800000060"}`), false, true},
+		{"sub in other case", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","SUB":"mallory"}`), false, false /* two readings, two users */},
+		{"sub with a long s", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","ſub":"mallory"}`), false, false /* two readings, two users */},
+		{"exp a string", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":"1800000060"}`), false, false},
 		{"exp an object", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":{}}`), false, false},
 		{"exp huge", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","exp":1e300}`), false, false},
 		{"iat a word", rawToken(testJWTSecret, hs256Header, `{"sub":"alice","iat":"yesterday"}`), false, false},
@@ -142,8 +164,8 @@ func flipLastBits(seg string) string {
 // encoding/json reads, spelled as json.Marshal spells them (no repeated
 // key, no escapes but in strings), with ASCII keys, none a registered
 // claim's name in other case; alg is "HS256" and there is no crit; exp,
-// nbf and iat are numbers of at most 2^53 or null; nested no deeper than
-// the verifier reads.
+// nbf and iat are numbers of at most 2^53 (not null); nested no deeper
+// than the verifier reads.
 func canonical(header, claims map[string]any) bool {
 	if header["alg"] != "HS256" || header["crit"] != nil || len(header) > maxJSONMembers || len(claims) > maxJSONMembers {
 		return false
@@ -157,7 +179,7 @@ func canonical(header, claims map[string]any) bool {
 		}
 		switch k {
 		case "exp", "nbf", "iat":
-			if f, ok := v.(float64); v != nil && (!ok || math.Abs(f) > 1<<53) {
+			if f, ok := v.(float64); !ok || math.Abs(f) > 1<<53 {
 				return false
 			}
 		}
@@ -244,6 +266,21 @@ func FuzzHS256(f *testing.F) {
 		{`{"alg":"HS256"}`, `{"sub":"alice","ſub":"bob","K":"\ud800"}`},
 		{`{"alg":"HS256"}`, `{"sub":"\u0061","nbf":null,"exp":null}`},
 		{`{"alg":"HS256"}`, `null`},
+		// Numbers beyond float64 (the library cannot read them), anywhere;
+		// exp, nbf and iat null or beyond any date.
+		{`{"alg":"HS256","n":1e400}`, `{"sub":"alice"}`},
+		{`{"alg":"HS256","kid":[{"x":-2e308}]}`, `{"sub":"alice"}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","x":{"y":[1E+309]}}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","x":` + strings.Repeat("9", 400) + `}`},
+		{`{"alg":"HS256","n":1.7976931348623157e308}`, `{"sub":"alice","x":-1.7976931348623157e308,"y":1e-400}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","exp":null}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","nbf":null}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","iat":null}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","iat":1e400}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","exp":1e400}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","nbf":9.3e18}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","exp":999999999999999999,"iat":-999999999999999999}`},
+		{`{"alg":"HS256"}`, `{"sub":"alice","SUB":"mallory"}`},
 	} {
 		f.Add(s.header, s.claims, int64(1_800_000_000), "")
 	}

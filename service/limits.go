@@ -126,6 +126,9 @@ type saleSettings struct {
 	// it itself, in the buy's own call, after answering a repeat (a GCRA
 	// limit); nil: it is checked apart, before.
 	userInBuy *inventory.Throttle
+	// missing: the database has no such sale (a cache entry of settings,
+	// missingSaleTTL long); nothing else is set.
+	missing bool
 }
 
 func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
@@ -145,6 +148,28 @@ func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
 		}
 	}
 	return st
+}
+
+// saleFor is the sale of a request of the buying flow (what: "u" a buy,
+// "pt" a purchase token) by user, once the request has passed the sale's
+// limits (throttle). A sale this instance does not know (never read, read
+// long ago, or remembered missing) is looked up only after a check of its
+// own, under the service's user and address limits ("lookup:<user>"):
+// naming sales that do not exist is throttled like any other hammering
+// (404, then 429), and costs the database a look-up per allowed request
+// at most, one per missingSaleTTL for any one id.
+func (s *Service) saleFor(x exchange, saleID, user, what string) (saleSettings, error) {
+	settings, known := s.saleCache.Get(saleID, time.Now().UnixNano())
+	if !known || settings.missing {
+		if err := s.throttle(x, saleSettings{user: s.limits.user, ip: s.limits.ip}, user, "lookup"); err != nil {
+			return saleSettings{}, err
+		}
+		var err error
+		if settings, err = s.settings(x.ctx(), saleID); err != nil {
+			return saleSettings{}, err
+		}
+	}
+	return settings, s.throttle(x, settings, user, what)
 }
 
 // throttle checks the buying flow's limits for one request; what is the

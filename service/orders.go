@@ -79,11 +79,8 @@ func (s *Service) buyIn(x exchange, saleID string) error {
 		return err
 	}
 	ctx := x.ctx()
-	settings, err := s.settings(ctx, saleID)
+	settings, err := s.saleFor(x, saleID, user, "u")
 	if err != nil {
-		return err
-	}
-	if err := s.throttle(x, settings, user, "u"); err != nil {
 		return err
 	}
 	var token purchaseToken // spent by the buy itself, only if it is accepted

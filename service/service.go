@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -97,8 +98,9 @@ type Config struct {
 	NodeRecheck time.Duration
 
 	// LiveStreamsPerClient and LiveStreams cap the live view's event
-	// streams (GET /v1/live) per client address and in all; defaults
-	// DefaultLiveStreamsPerClient and DefaultLiveStreams (streams.go).
+	// streams (GET /v1/live) per client (an IPv4 address, an IPv6 /64) and
+	// in all; defaults DefaultLiveStreamsPerClient and DefaultLiveStreams
+	// (streams.go).
 	LiveStreamsPerClient, LiveStreams int
 }
 
@@ -127,6 +129,7 @@ type Service struct {
 	streams      *streamSlots
 	seller       *failover.Seller // who sells: Redis, the database, or nobody
 	http         *http.Server     // nil when fast serves
+	serverLog    *serverLog       // what either server logs of its own
 	fast         *fasthttp.Server // Config.HTTPServer "fasthttp" (fast.go)
 	listener     net.Listener
 	saleCache    *ttlcache.Cache[saleSettings] // sale id -> its settings (see settings)
@@ -243,6 +246,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.listener = ln
 	handler := s.routes()
 	s.handler = handler
+	s.serverLog = newServerLog(s.log, serverLogEvery)
 	switch s.cfg.HTTPServer {
 	case "", HTTPServerNet:
 		s.http = &http.Server{
@@ -252,7 +256,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 			WriteTimeout:      writeTimeout,
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			ErrorLog:          log.New(s.serverLog, "", 0),
+			ConnContext:       framingContext, // with framingListener, below
 		}
 		// A dashboard's event stream never ends by itself: end it when the
 		// server shuts down, or Shutdown would wait for it until its deadline.
@@ -270,7 +275,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		go s.serveFast(ln)
 	} else {
 		go func() {
-			if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.http.Serve(framingListener{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("http server", "err", err)
 			}
 		}()
@@ -342,6 +347,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 }
 
 func (s *Service) close() {
+	if s.serverLog != nil {
+		s.serverLog.stop()
+	}
 	if s.db != nil {
 		_ = s.db.Close()
 	}

@@ -10,8 +10,10 @@ import (
 // Caps on the live view's event streams (GET /v1/live with Accept:
 // text/event-stream). A stream holds a goroutine, a connection and its
 // buffers for as long as the client likes, without a token: past
-// Config.LiveStreamsPerClient streams from one client address the answer
-// is 429, past Config.LiveStreams in all 503, both with Retry-After.
+// Config.LiveStreamsPerClient streams from one client the answer is 429,
+// past Config.LiveStreams in all 503, both with Retry-After. A client is
+// an IPv4 address, or an IPv6 /64: a host is given a /64 (RFC 6177) and
+// may send from any address in it.
 const (
 	DefaultLiveStreamsPerClient = 4
 	DefaultLiveStreams          = 256
@@ -23,7 +25,7 @@ type streamSlots struct {
 
 	mu       sync.Mutex
 	open     int
-	byClient map[netip.Addr]int
+	byClient map[netip.Prefix]int
 }
 
 func newStreamSlots(perClient, total int) *streamSlots {
@@ -33,17 +35,28 @@ func newStreamSlots(perClient, total int) *streamSlots {
 	if total <= 0 {
 		total = DefaultLiveStreams
 	}
-	return &streamSlots{perClient: perClient, total: total, byClient: map[netip.Addr]int{}}
+	return &streamSlots{perClient: perClient, total: total, byClient: map[netip.Prefix]int{}}
 }
 
-// take reserves a stream for client; release gives it back.
-func (c *streamSlots) take(client netip.Addr) (release func(), err error) {
+// clientOf is the client an address belongs to: the address itself
+// (IPv4), or its /64 (IPv6).
+func clientOf(addr netip.Addr) netip.Prefix {
+	if addr.Is6() {
+		p, _ := addr.WithZone("").Prefix(64)
+		return p
+	}
+	return netip.PrefixFrom(addr, addr.BitLen())
+}
+
+// take reserves a stream for the client at addr; release gives it back.
+func (c *streamSlots) take(addr netip.Addr) (release func(), err error) {
+	client := clientOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.byClient[client] >= c.perClient:
 		return nil, &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: 15,
-			Message: fmt.Sprintf("too many live streams from this address: the limit is %d; close one first", c.perClient)}
+			Message: fmt.Sprintf("too many live streams from this client (an IPv4 address, an IPv6 /64): the limit is %d; close one first", c.perClient)}
 	case c.open >= c.total:
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 15,
 			Message: fmt.Sprintf("this instance serves %d live streams, its limit; retry later", c.total)}

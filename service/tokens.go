@@ -46,11 +46,7 @@ func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) err
 	if !inventory.ValidID(saleID) {
 		return errInvalid("sale id must match ^[A-Za-z0-9_.:-]{1,64}$")
 	}
-	settings, err := s.settings(r.Context(), saleID)
-	if err != nil {
-		return err
-	}
-	if err := s.throttle(exchangeOf(w, r), settings, user, "pt"); err != nil {
+	if _, err := s.saleFor(exchangeOf(w, r), saleID, user, "pt"); err != nil {
 		return err
 	}
 	st, err := s.router.Stock(r.Context(), saleID) // a segmented sale: its segments summed

@@ -70,7 +70,7 @@ func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.C
 	instances := fs.String("instances", env("SECKILL_INSTANCES", "1"),
 		"how many instances share the rate limits; each enforces its share while Redis is unreachable (env SECKILL_INSTANCES)")
 	streamsPerClient := fs.String("live-streams-per-client", env("SECKILL_LIVE_STREAMS_PER_CLIENT", strconv.Itoa(service.DefaultLiveStreamsPerClient)),
-		"how many live-view event streams (GET /v1/live) one client address may hold open; past it 429 (env SECKILL_LIVE_STREAMS_PER_CLIENT)")
+		"how many live-view event streams (GET /v1/live) one client (an IPv4 address, an IPv6 /64) may hold open; past it 429 (env SECKILL_LIVE_STREAMS_PER_CLIENT)")
 	streams := fs.String("live-streams", env("SECKILL_LIVE_STREAMS", strconv.Itoa(service.DefaultLiveStreams)),
 		"how many live-view event streams this instance serves at once; past it 503 (env SECKILL_LIVE_STREAMS)")
 	return func() (service.Config, error) {

@@ -1,6 +1,7 @@
 package inventory_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -210,4 +211,48 @@ func TestRemaining(t *testing.T) {
 			t.Errorf("Remaining with a missing sale: %v", err)
 		}
 	})
+}
+
+// cancelAfter cancels a context once a script call whose first key is key
+// has run: a caller that gives up (a buyer's request cancelled, its
+// connection closed) right after that call.
+type cancelAfter struct {
+	key    string
+	cancel context.CancelFunc
+}
+
+func (c cancelAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c cancelAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if scriptWithKey(c.key)(cmd) {
+			c.cancel()
+		}
+		return err
+	}
+}
+
+func (c cancelAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestMoveOutlivesItsCaller: the caller's context is cancelled right after
+// the out half ran. The in half does not depend on it: the units arrive,
+// and Move says so.
+func TestMoveOutlivesItsCaller(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }}, inventory.Options{})
+	twoSales(r, 10, 0)
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	rdb.AddHook(cancelAfter{key: r.key("a", "sale"), cancel: cancel})
+	n, err := r.eng.Move(ctx, "a", "b", "X", 4)
+	if err != nil || n != 4 {
+		t.Errorf("Move whose caller gave up after the out half: %d, %v", n, err)
+	}
+	if a, b := r.remaining("a")["X"], r.remaining("b")["X"]; a != 6 || b != 4 {
+		t.Errorf("remaining a=%d b=%d, want 6 and 4: the units are in neither sale", a, b)
+	}
 }

@@ -20,6 +20,10 @@ type Client interface {
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HScan(ctx context.Context, key string, cursor uint64, match string, count int64) *redis.ScanCmd
+	// The index of pending moves (pending.go).
+	ZAddNX(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd
+	ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd
+	ZRangeByScoreWithScores(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.ZSliceCmd
 }
 
 // Clock tells the engine the time; tests inject their own.

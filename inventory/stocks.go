@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -145,6 +146,15 @@ func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, erro
 		it.Awaiting = awaitingUnits(h, d.SKU)
 		st.Items = append(st.Items, it)
 		st.Sale.Items = append(st.Sale.Items, Item{SKU: d.SKU, Stock: it.Stocked})
+	}
+	for f, rec := range h {
+		if id, ok := strings.CutPrefix(f, movePrefix); ok {
+			m, err := decodeMove(id, rec)
+			if err != nil {
+				return bad(f)
+			}
+			st.Moves = append(st.Moves, m)
+		}
 	}
 	return st, nil
 }

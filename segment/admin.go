@@ -242,7 +242,11 @@ func (s *Seller) each(ctx context.Context, saleID string, f func(context.Context
 
 // Stock returns the sale's definition, status and every item's counters
 // summed over its segments, and each segment's own state, read in one
-// pipeline.
+// pipeline. Units on their way between two segments (a move, or one that
+// a failure left half done) are in neither segment's counters: the sum
+// counts them as stocked and Moving (inventory.CountMoves), so that its
+// Stocked is every unit the sale stocked, and Remaining + Sold + Moving ==
+// Stocked.
 func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState, []inventory.SaleState, error) {
 	segs, err := s.Segments(ctx, saleID)
 	if err != nil {
@@ -256,6 +260,11 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 	sum.Sale.ID = saleID
 	sum.Sale.Items = slices.Clone(per[0].Sale.Items)
 	sum.Items = slices.Clone(per[0].Items)
+	sum.Moves = nil
+	moves := make(map[string][]inventory.Move, len(segs))
+	for i, id := range segs {
+		moves[id] = per[i].Moves
+	}
 	for _, st := range per[1:] {
 		for j := range sum.Items {
 			if j >= len(st.Items) || st.Items[j].SKU != sum.Items[j].SKU {
@@ -268,6 +277,16 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 				sum.Items[j].Stocked += st.Items[j].Stocked
 				sum.Sale.Items[j].Stock += st.Sale.Items[j].Stock
 			}
+		}
+	}
+	inMotion := inventory.CountMoves(moves)
+	for j := range sum.Items {
+		it := &sum.Items[j]
+		if m, ok := inMotion[it.SKU]; ok && it.Stocked != inventory.Unlimited {
+			it.Stocked += m.Moving - m.Twice
+			it.Remaining -= m.Twice
+			it.Moving = m.Moving
+			sum.Sale.Items[j].Stock = it.Stocked
 		}
 	}
 	return sum, per, nil

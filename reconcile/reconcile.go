@@ -251,4 +251,9 @@ func Print(w io.Writer, r Report) {
 			it.OrdersInDB, it.InFlight, it.Drift, it.StockDrift, it.StockedDrift, it.HeldDrift)
 	}
 	_ = tw.Flush()
+	for _, it := range r.Items {
+		if it.Moving != 0 {
+			fmt.Fprintf(w, "%d units of %s are on their way between segments: in none of them (stock_drift) until the move is finished\n", it.Moving, it.SKU)
+		}
+	}
 }

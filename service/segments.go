@@ -112,7 +112,9 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 }
 
 // stockInDBAsOne is a sale's state as the database has it, a segmented
-// sale's summed over its segments.
+// sale's summed over its segments, with the units the database shows on
+// their way between them (a move Redis left half done) counted as stocked
+// and moving, as segment.Seller.Stock counts them from Redis.
 func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.SaleState, error) {
 	segs, err := s.router.Segments(ctx, id)
 	if err != nil || segs == nil {
@@ -127,7 +129,21 @@ func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.Sale
 			return inventory.SaleState{}, err
 		}
 	}
-	return sumStates(id, per)
+	sum, err := sumStates(id, per)
+	if err != nil {
+		return sum, err
+	}
+	moving, err := s.db.MovingUnits(ctx, segs)
+	if err != nil {
+		return inventory.SaleState{}, err
+	}
+	for j := range sum.Items {
+		if it := &sum.Items[j]; it.Stocked != inventory.Unlimited && moving[it.SKU] != 0 {
+			it.Stocked += moving[it.SKU]
+			it.Moving = moving[it.SKU]
+		}
+	}
+	return sum, nil
 }
 
 // sumStates is the state of segmented sale id from its segments' states.

@@ -155,3 +155,79 @@ func TestMoveStrandedBetweenItsHalvesIsFinished(t *testing.T) {
 		t.Fatalf("reconcile at the end: consistent %v, stocked %d, sold %d, moving %d", consistent, stocked, sold, moving)
 	}
 }
+
+// TestMoveCutByDegradedModeIsFinishedOnceRedisSells: a move's in half meets
+// its segment fenced as the database takes over (its out half ran). While
+// the database sells, the 2 units are in no segment: the sale still reads 4
+// stocked and nobody gets them (nothing is sold twice). Once Redis sells
+// again, the move is finished and later buyers get exactly those 2 units:
+// 4 sold of 4, in Redis and in the database.
+func TestMoveCutByDegradedModeIsFinishedOnceRedisSells(t *testing.T) {
+	cfg := realStack(t)
+	cfg.RateLimitUser, cfg.DegradedTick, cfg.DegradedGrace = "off", 50*time.Millisecond, 200*time.Millisecond
+	a := startApp(t, cfg)
+	mustStatus(t, a.createSegmented("hot", 1, "A", int64(4), 2), http.StatusCreated)
+	segs, err := a.svc.Store().Segments(a.ctx, "hot")
+	if err != nil || len(segs) != 2 {
+		t.Fatalf("segments: %v %v", segs, err)
+	}
+	for _, user := range homedAt(segs, 0, 2, "early") {
+		mustStatus(t, a.buyOne("hot", user), http.StatusCreated)
+	}
+	// The fence degraded mode is about to put on every segment is on the
+	// destination already: the move's in half meets it.
+	epoch := int64(a.sellMode()["epoch"].(float64))
+	if _, err := a.svc.Engine().Fence(a.ctx, segs[0], epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	var pending *inventory.MoveError
+	if _, err := a.svc.Engine().Move(a.ctx, segs[1], segs[0], "A", 2); !errors.As(err, &pending) || !errors.Is(err, inventory.ErrFenced) {
+		t.Fatalf("a move into a fenced segment: %v", err)
+	}
+	a.forceDegraded()
+	waitfor.Until(t, waitfor.Patience, "the database applies the move out", func() error {
+		if moving, err := a.svc.Store().MovingUnits(a.ctx, segs); err != nil || moving["A"] != 2 {
+			return fmt.Errorf("moving %v (%v)", moving, err)
+		}
+		return nil
+	})
+	if got := saleItems(t, a, "hot")["A"]; got != [3]int64{0, 4, 2} {
+		t.Errorf("while the database sells, the sale reads %v, want 0 remaining, 4 stocked, 2 sold", got)
+	}
+	for _, user := range []string{"db0", "db1", "db2", "db3"} {
+		if r := a.buyUntil("hot", user); r.status != http.StatusConflict || r.code(t) != "sold_out" {
+			t.Fatalf("a buy while the database sells and the units are moving: %d %s", r.status, r.body)
+		}
+	}
+
+	mustStatus(t, a.admin("PUT", "/v1/admin/degraded", map[string]any{"setting": "auto"}), http.StatusOK)
+	a.waitMode("redis")
+	bought := 0
+	waitfor.Until(t, waitfor.Patience, "buyers get the 2 units once Redis sells", func() error {
+		for _, user := range []string{"late0", "late1", "late2", "late3"} {
+			r := a.buyOne("hot", user)
+			switch {
+			case r.status == http.StatusCreated:
+				bought++
+			case r.status == http.StatusConflict && (r.code(t) == "sold_out" || r.code(t) == "limit_exceeded"):
+			default:
+				t.Fatalf("late buy: %d %s", r.status, r.body)
+			}
+		}
+		if bought < 2 {
+			return fmt.Errorf("%d of 2 bought", bought)
+		}
+		return nil
+	})
+	if bought != 2 {
+		t.Fatalf("%d units bought after the recovery, 2 were left", bought)
+	}
+	a.settle(segs[0])
+	a.settle(segs[1])
+	if units := confirmedUnits(t, a, "hot"); units != 4 {
+		t.Fatalf("%d units confirmed in the database, stock 4", units)
+	}
+	if stocked, _, sold, moving, consistent := reconciled(t, a, "hot"); !consistent || stocked != 4 || sold != 4 || moving != 0 {
+		t.Fatalf("reconcile at the end: consistent %v, stocked %d, sold %d, moving %d", consistent, stocked, sold, moving)
+	}
+}

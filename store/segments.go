@@ -150,3 +150,41 @@ func (s *Store) SegmentedSales(ctx context.Context) (map[string][]string, error)
 	}
 	return out, nil
 }
+
+// MovingUnits returns, per sku, the units on their way between the given
+// sales (the segments of one sale), as the database has applied their
+// moves: moved out of one of them and not (yet) into the other. A move
+// that Redis left half done (its second half met a fenced segment as the
+// database took over, say) shows here until Redis sells again and the
+// move is finished; the units are in no segment's stock meanwhile.
+func (s *Store) MovingUnits(ctx context.Context, saleIDs []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if len(saleIDs) == 0 {
+		return out, nil
+	}
+	in := placeholders(1, len(saleIDs))
+	args := make([]any, 0, 2*len(saleIDs))
+	for range 2 {
+		for _, id := range saleIDs {
+			args = append(args, id)
+		}
+	}
+	rows, err := s.query(ctx, s.db, `SELECT m.sku, -SUM(m.units) FROM moves m
+		WHERE m.sale_id IN `+in+` AND m.units < 0 AND m.peer IN `+in+`
+		AND NOT EXISTS (SELECT 1 FROM moves p WHERE p.sale_id = m.peer AND p.move_id = m.move_id)
+		GROUP BY m.sku`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: units moving between %s: %w", saleIDs[0], err)
+	}
+	err = scanEach(rows, func() error {
+		var sku string
+		var n int64
+		err := rows.Scan(&sku, &n)
+		out[sku] = n
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: units moving between %s: %w", saleIDs[0], err)
+	}
+	return out, nil
+}

@@ -231,3 +231,44 @@ func TestMoveCutByDegradedModeIsFinishedOnceRedisSells(t *testing.T) {
 		t.Fatalf("reconcile at the end: consistent %v, stocked %d, sold %d, moving %d", consistent, stocked, sold, moving)
 	}
 }
+
+// TestSegmentedSaleArchivedWithItsMoveFinished: a segmented sale is closed
+// with a move left pending between its segments (the instance moving died
+// between the halves). The archiver does not remove a segment while a move
+// of its sale is pending (it finishes the move first): the archived sale
+// still stocks its 4 units, where its source segment, archived first, took
+// the 2 moving units with it.
+func TestSegmentedSaleArchivedWithItsMoveFinished(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	cfg := service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
+		DatabaseURL: dbtest.PostgresURL(t), RateLimitUser: "off", ArchiveEvery: 20 * time.Millisecond}
+	a := startApp(t, cfg)
+	mustStatus(t, a.createSegmented("hot", 1, "A", int64(4), 2), http.StatusCreated)
+	segs, err := a.svc.Store().Segments(a.ctx, "hot")
+	if err != nil || len(segs) != 2 {
+		t.Fatalf("segments: %v %v", segs, err)
+	}
+	for _, user := range homedAt(segs, 0, 2, "early") {
+		mustStatus(t, a.buyOne("hot", user), http.StatusCreated)
+	}
+	mustStatus(t, a.admin("POST", "/v1/admin/sales/hot/close", nil), http.StatusOK)
+	dying := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = dying.Close() })
+	eng := inventory.New(dying, inventory.Options{Prefix: cfg.KeyPrefix})
+	dying.AddHook(cutScripts{key: eng.Key(segs[0], "sale")})
+	if _, err := eng.Move(a.ctx, segs[1], segs[0], "A", 2); err == nil {
+		t.Fatal("the dying instance's move succeeded")
+	}
+	waitfor.Until(t, waitfor.Patience, "the sale is archived", func() error {
+		if r := a.call("GET", "/v1/sales/hot", "", nil); r.json(t)["archived"] != true {
+			return fmt.Errorf("GET reads %s", r.body)
+		}
+		return nil
+	})
+	if got := saleItems(t, a, "hot")["A"]; got != [3]int64{2, 4, 2} {
+		t.Errorf("the archived sale reads %v, want 2 remaining, 4 stocked, 2 sold", got)
+	}
+	if stocked, _, sold, _, consistent := reconciled(t, a, "hot"); !consistent || stocked != 4 || sold != 2 {
+		t.Errorf("reconcile of the archived sale: consistent %v, stocked %d, sold %d", consistent, stocked, sold)
+	}
+}

@@ -144,8 +144,10 @@ type SaleState struct {
 	Moves []Move
 }
 
-// ItemState is one item's counters. Remaining + Sold + Moving == Stocked
-// for limited items; Remaining and Stocked are -1 for unlimited ones.
+// ItemState is one item's counters. Remaining + Sold == Stocked for limited
+// items (in the state of several sales summed as one, the segments of a hot
+// item, Stocked counts the units on their way between them too:
+// CountMoves); Remaining and Stocked are -1 for unlimited ones.
 type ItemState struct {
 	SKU       string
 	Remaining int64
@@ -154,11 +156,6 @@ type ItemState struct {
 	// Awaiting is how many of the Sold units orders awaiting payment hold
 	// (a sale with a PaymentTimeout); they go back to stock if unpaid.
 	Awaiting int64
-	// Moving is, in the state of several sales summed as one (the segments
-	// of a hot item, package segment), the units on their way from one of
-	// them to another (CountMoves): in none of them, counted in Stocked.
-	// Always 0 in one sale's state.
-	Moving int64
 }
 
 // StatusAt says where a sale is at time now.

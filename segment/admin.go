@@ -244,9 +244,9 @@ func (s *Seller) each(ctx context.Context, saleID string, f func(context.Context
 // summed over its segments, and each segment's own state, read in one
 // pipeline. Units on their way between two segments (a move, or one that
 // a failure left half done) are in neither segment's counters: the sum
-// counts them as stocked and Moving (inventory.CountMoves), so that its
-// Stocked is every unit the sale stocked, and Remaining + Sold + Moving ==
-// Stocked.
+// counts them as stocked (inventory.CountMoves), so that its Stocked is
+// every unit the sale stocked, and Stocked - Remaining - Sold is the units
+// moving.
 func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState, []inventory.SaleState, error) {
 	segs, err := s.Segments(ctx, saleID)
 	if err != nil {
@@ -285,7 +285,6 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 		if m, ok := inMotion[it.SKU]; ok && it.Stocked != inventory.Unlimited {
 			it.Stocked += m.Moving - m.Twice
 			it.Remaining -= m.Twice
-			it.Moving = m.Moving
 			sum.Sale.Items[j].Stock = it.Stocked
 		}
 	}

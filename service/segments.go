@@ -113,8 +113,8 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 
 // stockInDBAsOne is a sale's state as the database has it, a segmented
 // sale's summed over its segments, with the units the database shows on
-// their way between them (a move Redis left half done) counted as stocked
-// and moving, as segment.Seller.Stock counts them from Redis.
+// their way between them (a move Redis left half done) counted as stocked,
+// as segment.Seller.Stock counts them from Redis.
 func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.SaleState, error) {
 	segs, err := s.router.Segments(ctx, id)
 	if err != nil || segs == nil {
@@ -138,9 +138,8 @@ func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.Sale
 		return inventory.SaleState{}, err
 	}
 	for j := range sum.Items {
-		if it := &sum.Items[j]; it.Stocked != inventory.Unlimited && moving[it.SKU] != 0 {
+		if it := &sum.Items[j]; it.Stocked != inventory.Unlimited {
 			it.Stocked += moving[it.SKU]
-			it.Moving = moving[it.SKU]
 		}
 	}
 	return sum, nil

@@ -120,10 +120,22 @@ func (s *Seller) RemoveDirectory(ctx context.Context, saleID string) error {
 }
 
 // Create creates the segments of Plan(sale, ids) in Redis and the sale's
-// directory. A second Create of a sale fails with ErrExists and changes
-// nothing. A Create that failed part way (the directory is written first)
-// can be run again with the same definition and ids, and finishes it.
+// directory: all of them, or none (CreateWith without a commit). A second
+// Create of a sale fails with ErrExists and changes nothing.
 func (s *Seller) Create(ctx context.Context, sale inventory.Sale, ids []string) error {
+	return s.CreateWith(ctx, sale, ids, nil)
+}
+
+// CreateWith creates the segments of Plan(sale, ids) in Redis and the
+// sale's directory, then runs commit, if not nil: the caller records the
+// sale in its system of record (Options.Directory's source), after which
+// it exists. All or nothing: if a segment's create fails (a node down, a
+// key in the way) or commit does, what this call made in Redis is removed
+// again, and the error is returned. A piece a Create that died part way
+// left (its directory, some segments) is taken over only if it is exactly
+// what this call would make, untouched (inventory.Engine.CreateSales);
+// anything else of the sale's ids fails the call with ErrExists.
+func (s *Seller) CreateWith(ctx context.Context, sale inventory.Sale, ids []string, commit func(context.Context) error) error {
 	segs, err := Plan(sale, ids)
 	if err != nil {
 		return err
@@ -139,39 +151,19 @@ func (s *Seller) Create(ctx context.Context, sale inventory.Sale, ids []string) 
 			return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
 		}
 	}
-	existed := 0
-	for _, seg := range segs {
-		err := s.eng.CreateSale(ctx, seg)
-		if errors.Is(err, inventory.ErrExists) && !set {
-			existed++
-			err = sameDefinition(ctx, s.eng, seg)
-		}
-		if err != nil {
-			return err
-		}
+	existed, err := s.eng.CreateSales(ctx, segs, commit)
+	if err == nil && commit == nil && !set && existed == len(segs) {
+		return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID) // made nothing
 	}
-	s.dirs.Store(sale.ID, ids)
-	if existed == len(segs) {
-		return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
-	}
-	return nil
-}
-
-// sameDefinition checks that a segment found in Redis is the one planned.
-func sameDefinition(ctx context.Context, eng *inventory.Engine, want inventory.Sale) error {
-	st, err := eng.Stock(ctx, want.ID)
 	if err != nil {
+		if set {
+			if derr := s.rdb.Del(context.WithoutCancel(ctx), key).Err(); derr != nil {
+				err = errors.Join(err, fmt.Errorf("segment: a failed create of %s left its directory: %w", sale.ID, derr))
+			}
+		}
 		return err
 	}
-	got := st.Sale
-	same := got.PerUserLimit == max(want.PerUserLimit, 1) && got.StartsAt.Equal(want.StartsAt) &&
-		got.EndsAt.Equal(want.EndsAt) && len(got.Items) == len(want.Items)
-	for i := 0; same && i < len(got.Items); i++ {
-		same = got.Items[i].SKU == want.Items[i].SKU
-	}
-	if !same {
-		return fmt.Errorf("%w: segment %s with another definition", inventory.ErrExists, want.ID)
-	}
+	s.dirs.Store(sale.ID, ids)
 	return nil
 }
 

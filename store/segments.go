@@ -74,28 +74,6 @@ func (s *Store) claimSaleID(ctx context.Context, tx *sql.Tx, id string) error {
 	return err
 }
 
-// DeleteSegmentedSale removes a segmented sale that has neither orders nor
-// applied events (its segments and directory): it rolls back a
-// CreateSegmentedSale that Redis then refused. Errors as DeleteSale's.
-func (s *Store) DeleteSegmentedSale(ctx context.Context, saleID string) error {
-	segs, err := s.Segments(ctx, saleID)
-	if err != nil {
-		return err
-	}
-	if len(segs) == 0 {
-		return saleNotFound(saleID)
-	}
-	for _, id := range segs {
-		if err := s.DeleteSale(ctx, id); err != nil && !errors.Is(err, inventory.ErrNotFound) {
-			return err
-		}
-	}
-	if _, err := s.exec(ctx, s.db, "DELETE FROM sale_segments WHERE sale_id = ?", saleID); err != nil {
-		return fmt.Errorf("store: delete segmented sale %s: %w", saleID, err)
-	}
-	return nil
-}
-
 // Segments returns the segment ids of a segmented sale, in the order they
 // were created with (the order that decides every buyer's home segment),
 // or nil if saleID is not a segmented sale. It is the directory package

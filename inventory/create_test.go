@@ -82,11 +82,13 @@ func TestCreateSalesTakesOnlyTheSameSale(t *testing.T) {
 		}
 		variants := map[string]func(s *inventory.Sale){
 			"no payment timeout": func(s *inventory.Sale) { s.PaymentTimeout = 0 },
-			"another stock":      func(s *inventory.Sale) { s.Items = []inventory.Item{{SKU: "A", Stock: 40}, {SKU: "U", Stock: inventory.Unlimited}} },
-			"another limit":      func(s *inventory.Sale) { s.PerUserLimit = 3 },
-			"another start":      func(s *inventory.Sale) { s.StartsAt = s.StartsAt.Add(time.Second) },
-			"another end":        func(s *inventory.Sale) { s.EndsAt = time.Time{} },
-			"paused":             func(s *inventory.Sale) { s.Paused = true },
+			"another stock": func(s *inventory.Sale) {
+				s.Items = []inventory.Item{{SKU: "A", Stock: 40}, {SKU: "U", Stock: inventory.Unlimited}}
+			},
+			"another limit": func(s *inventory.Sale) { s.PerUserLimit = 3 },
+			"another start": func(s *inventory.Sale) { s.StartsAt = s.StartsAt.Add(time.Second) },
+			"another end":   func(s *inventory.Sale) { s.EndsAt = time.Time{} },
+			"paused":        func(s *inventory.Sale) { s.Paused = true },
 			"items in another order": func(s *inventory.Sale) {
 				s.Items = []inventory.Item{{SKU: "U", Stock: inventory.Unlimited}, {SKU: "A", Stock: 4}}
 			},

@@ -198,4 +198,3 @@ func (e *Engine) runSale(ctx context.Context, saleID string, s *luascript.Script
 		}
 	}
 }
-

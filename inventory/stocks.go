@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,5 +157,6 @@ func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, erro
 			st.Moves = append(st.Moves, m)
 		}
 	}
+	slices.SortFunc(st.Moves, func(a, b Move) int { return strings.Compare(a.ID, b.ID) }) // in a stable order
 	return st, nil
 }

@@ -82,7 +82,8 @@ func refused(err error) bool {
 }
 
 // MoveError is a move whose units left the source sale but may not have
-// reached the destination: FinishMoves on the source completes it.
+// reached the destination: FinishPendingMoves (or FinishMoves on the
+// source) completes it.
 type MoveError struct {
 	ID, From, To, SKU string
 	Units             int64
@@ -202,13 +203,10 @@ func CountMoves(moves map[string][]Move) map[string]InMotion {
 				continue // both halves read: counted once
 			}
 			n := out[m.SKU]
-			switch {
-			case m.Units < 0: // left the source, not yet in the destination as read
+			if m.Units < 0 { // left the source, not yet in the destination as read
 				n.Moving -= m.Units
-			case m.Units > 0: // in the destination, and still in the source as read
+			} else { // in the destination, and still in the source as read
 				n.Twice += m.Units
-			default:
-				continue
 			}
 			out[m.SKU] = n
 		}

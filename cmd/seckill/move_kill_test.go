@@ -67,26 +67,44 @@ func TestServiceKilledBetweenAMovesHalves(t *testing.T) {
 		t.Fatalf("create: %d %s %v", r.status, r.body, err)
 	}
 	segs := []string{"hot:0", "hot:1"} // Place's ids on one node
-	var atHome []string
-	for u := 0; len(atHome) < 3; u++ {
-		if user := fmt.Sprintf("h%d", u); segment.Home(segs, user) == segs[0] {
-			atHome = append(atHome, user)
+	userAtHome := func(n int) string { // the n-th user at home in segment 0
+		for u := 0; ; u++ {
+			if user := fmt.Sprintf("h%d", u); segment.Home(segs, user) == segs[0] {
+				if n == 0 {
+					return user
+				}
+				n--
+			}
 		}
 	}
-	for _, user := range atHome[:2] {
-		if r, err := buy(ctx, b, user); err != nil || r.status != http.StatusCreated {
-			t.Fatalf("buy by %s: %d %s %v", user, r.status, r.body, err)
+	for n := range 2 {
+		if r, err := buy(ctx, b, userAtHome(n)); err != nil || r.status != http.StatusCreated {
+			t.Fatalf("buy by %s: %d %s %v", userAtHome(n), r.status, r.body, err)
 		}
 	}
 
 	proxy.HoldRepliesAfter([]byte("$3\r\nout\r\n")) // move.lua's half "out"
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _, _ = buy(dctx, a, atHome[2]) }() // never answered
+	answers := make(chan string, 100)
+	go func() {
+		// Until one is not answered: A answers only what it could not
+		// sell at all (a 503 while it wonders whether Redis sells, say).
+		for n := 2; dctx.Err() == nil; n++ {
+			r, err := buy(dctx, a, userAtHome(n))
+			if dctx.Err() == nil {
+				answers <- fmt.Sprintf("%d %s %v", r.status, r.body, err)
+			}
+		}
+	}()
 	left := fmt.Sprintf("{%s:%s}:sale", prefix, segs[1])
+	var answered []string
 	waitfor.Until(t, waitfor.Patience, "A's move takes a unit out of segment 1", func() error {
 		if n, err := rdb.HGet(ctx, left, "r:A").Int64(); err != nil || n != 1 {
-			return fmt.Errorf("segment 1 has %d left (%v)", n, err)
+			for len(answers) > 0 {
+				answered = append(answered, <-answers)
+			}
+			return fmt.Errorf("segment 1 has %d left (%v); A answered %q", n, err, answered)
 		}
 		return nil
 	})

@@ -11,13 +11,42 @@
 --         its reply was lost finds the sale it made, and is no conflict
 -- ARGV[8] payment timeout, ms (0: none; kept as field "pay" only if set,
 --         and journaled as "pay" in the event only then)
--- ARGV[9], ARGV[10], ...  sku, stock of each item (-1 unlimited)
+-- ARGV[9] "1": a sale of another token is reported the same ({16}) when
+--         it is exactly what this call would write — every field but the
+--         token, none more — and untouched since (its stream holds its
+--         created event alone); "0": never
+-- ARGV[10], ARGV[11], ...  sku, stock of each item (-1 unlimited)
 --
 -- Reply: {0} created (by this call, or by its first attempt), {10} a sale
--- with this id exists (nothing changed).
+-- with this id exists (nothing changed), {16} the same sale exists,
+-- untouched (ARGV[9] "1"; nothing changed).
+
+-- same reports whether the sale hash holds exactly what this call would
+-- write, but the token.
+local function same()
+  local want = {limit = ARGV[2], start = ARGV[3], ['end'] = ARGV[4], paused = ARGV[5], items = ARGV[6]}
+  if ARGV[8] ~= '0' then want.pay = ARGV[8] end
+  for i = 10, #ARGV, 2 do
+    local sku, stock = ARGV[i], ARGV[i + 1]
+    want['r:' .. sku], want['t:' .. sku] = stock, stock
+    if stock == '-1' then want['s:' .. sku] = '0' end
+  end
+  local got = redis.call('HGETALL', KEYS[1])
+  local n = 0
+  for i = 1, #got, 2 do
+    local f, v = got[i], got[i + 1]
+    if f ~= 'created' then
+      if want[f] ~= v then return false end
+      n = n + 1
+    end
+  end
+  for _ in pairs(want) do n = n - 1 end
+  return n == 0
+end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'created') == ARGV[7] then return {0} end
+  if ARGV[9] == '1' and redis.call('XLEN', KEYS[2]) == 1 and same() then return {16} end
   return {10}
 end
 -- The event is the first write: XADD is the one write whose key no check
@@ -34,7 +63,7 @@ redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 
   'items', ARGV[6], 'created', ARGV[7])
 -- HSET in chunks: unpack() of a very long list would overflow Lua's C stack.
 local batch = {}
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local sku, stock = ARGV[i], ARGV[i + 1]
   batch[#batch + 1] = 'r:' .. sku
   batch[#batch + 1] = stock

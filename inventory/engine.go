@@ -20,6 +20,10 @@ type Client interface {
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HScan(ctx context.Context, key string, cursor uint64, match string, count int64) *redis.ScanCmd
+	// The index of pending moves (pending.go).
+	ZAddNX(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd
+	ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd
+	ZRangeByScoreWithScores(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.ZSliceCmd
 }
 
 // Clock tells the engine the time; tests inject their own.
@@ -176,6 +180,7 @@ const (
 	codeStageGone  = 13
 	codeMismatch   = 14
 	codeSpent      = 15
+	codeSame       = 16 // create: the same sale is there, untouched
 	maxIDAttempts  = 3
 	missingRetries = 2
 )
@@ -197,33 +202,4 @@ func (e *Engine) runSale(ctx context.Context, saleID string, s *luascript.Script
 			return nil, err
 		}
 	}
-}
-
-// CreateSale defines a sale. It never resets a sale that exists: if the id
-// is taken, it returns an error matching ErrExists and changes nothing.
-func (e *Engine) CreateSale(ctx context.Context, s Sale) error {
-	if err := ValidateSale(s); err != nil {
-		return err
-	}
-	k := e.keys(s.ID)
-	args := make([]any, 0, 8+2*len(s.Items))
-	// The token makes a resent call (its reply lost) find its own sale.
-	args = append(args, e.nowMs(), limitOf(s), unixMs(s.StartsAt), unixMs(s.EndsAt), flag(s.Paused), formatItems(s.Items),
-		newToken(), s.PaymentTimeout.Milliseconds())
-	for _, it := range s.Items {
-		args = append(args, it.SKU, it.Stock)
-	}
-	reply, err := e.retryTransient(ctx, func() ([]any, error) {
-		return e.run.run(ctx, createScript, []string{k.sale, k.events}, args...)
-	})
-	if err != nil {
-		return err
-	}
-	switch code(reply) {
-	case codeOK:
-		return nil
-	case codeExists:
-		return fmt.Errorf("%w: sale %s", ErrExists, s.ID)
-	}
-	return unexpected(createScript, reply)
 }

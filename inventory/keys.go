@@ -43,6 +43,13 @@ import (
 //	{p:s}:stage:<token>:<name>  hashes being staged by a rebuild
 //	{p:s}:archived  string the sale was archived (its keys removed) within
 //	                       the last hour: no rebuild commits (archive.lua)
+//
+// One key is of no sale: Move's index of the moves under way
+// (pending.go), under a hash tag no sale id can have ("" is no id):
+//
+//	{p:}:moves      zset   "<source sale>|<move id>" -> when Move noted it
+//	                       (unix ms): a move whose second half may not
+//	                       have run, until it is done
 type saleKeys struct {
 	sale, bought, orders, idem, events, initLock string
 	deadlines, paid                              string // payment step (pay.go)
@@ -135,6 +142,9 @@ func (k saleKeys) stage(token, name string) string {
 // initlock, op:*, stage:*, tat:*, throttle:* (before the tat:* hashes),
 // ptoken:*, deadlines, paid.
 func (e *Engine) Key(saleID, name string) string { return e.keys(saleID).tag + ":" + name }
+
+// pendingMovesKey is the index of pending moves (pending.go).
+func (e *Engine) pendingMovesKey() string { return "{" + e.prefix + ":}:moves" }
 
 // EventsKey is the Redis Stream holding the sale's stock movements, the
 // queue an order consumer reads.

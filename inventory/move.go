@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
@@ -22,9 +23,18 @@ import (
 // The first takes the units from the source and records the move as pending
 // in the source; the second adds them to the destination, once per move
 // (the destination keeps the move's id). Units are never in both sales at
-// once, so nothing can be sold twice. If the second call fails (the error
-// says so), the units are in neither sale until FinishMoves on the source
-// completes the move; Move's error is then a *MoveError.
+// once, so nothing can be sold twice.
+//
+// Before the first call the move is noted in an index of pending moves
+// (one sorted set for every sale of the engine's prefix), and it leaves the
+// index once done, so that a move whose second call never ran — the process
+// died between the calls, the call failed, the destination is fenced — is
+// found and finished by FinishPendingMoves, which any process may run. The
+// second call does not depend on ctx: once the units have left the source,
+// a caller that gives up does not strand them (it runs on its own, for up
+// to moveFinishTimeout). If it fails (the error says so), the units are in
+// neither sale until the move is finished; Move's error is then a
+// *MoveError.
 func (e *Engine) Move(ctx context.Context, fromSale, toSale, sku string, qty int64) (int64, error) {
 	if err := validateID("from_sale", fromSale); err != nil {
 		return 0, err
@@ -42,18 +52,38 @@ func (e *Engine) Move(ctx context.Context, fromSale, toSale, sku string, qty int
 		return 0, err
 	}
 	id := "mv-" + ulid.Make().String()
-	taken, _, err := e.moveHalf(ctx, fromSale, "out", id, toSale, sku, qty)
-	if err != nil || taken == 0 {
+	if err := e.notePending(ctx, fromSale, id); err != nil {
 		return 0, err
 	}
-	if err := e.finishMove(ctx, fromSale, id, toSale, sku, taken); err != nil {
+	taken, _, err := e.moveHalf(ctx, fromSale, "out", id, toSale, sku, qty)
+	if err != nil && !refused(err) {
+		return 0, err // the out half may have run: the index keeps the move
+	}
+	if err != nil || taken == 0 {
+		e.forgetPending(context.WithoutCancel(ctx), fromSale, id)
+		return 0, err
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveFinishTimeout)
+	defer cancel()
+	if err := e.finishMove(fctx, fromSale, id, toSale, sku, taken); err != nil {
 		return 0, &MoveError{ID: id, From: fromSale, To: toSale, SKU: sku, Units: taken, Err: err}
 	}
 	return taken, nil
 }
 
+// moveFinishTimeout bounds the second half of a Move, which runs whatever
+// becomes of its caller's context.
+const moveFinishTimeout = 10 * time.Second
+
+// refused reports whether a move half's error is a refusal from its script
+// (nothing was written), not a call whose outcome is unknown.
+func refused(err error) bool {
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrCorrupt)
+}
+
 // MoveError is a move whose units left the source sale but may not have
-// reached the destination: FinishMoves on the source completes it.
+// reached the destination: FinishPendingMoves (or FinishMoves on the
+// source) completes it.
 type MoveError struct {
 	ID, From, To, SKU string
 	Units             int64
@@ -85,6 +115,17 @@ func (e *Engine) FinishMoves(ctx context.Context, saleID string) (int, error) {
 		}
 	}
 	return len(moves), nil
+}
+
+// PendingOut reports whether a sale's move records (SaleState.Moves) hold
+// a move out of it whose arrival is not confirmed: FinishMoves has work.
+func PendingOut(moves []Move) bool {
+	for _, m := range moves {
+		if m.Units < 0 && !m.Arrived {
+			return true
+		}
+	}
+	return false
 }
 
 // pendingMoves reads the sale's moves out whose arrival is not confirmed.
@@ -123,6 +164,56 @@ type Move struct {
 	Arrived bool
 }
 
+// InMotion is what the records of moves between several sales say of one
+// item's units (CountMoves).
+type InMotion struct {
+	// Moving is the units that have left one of the sales and not reached
+	// the other: in none of them, on their way.
+	Moving int64
+	// Twice is the units counted in two sales: the source's state was read
+	// before they left it, the destination's after they reached it.
+	Twice int64
+}
+
+// CountMoves tells, per sku, which units are in motion between the sales
+// whose move records are given (sale id -> SaleState.Moves), each sale's
+// records read at one instant with its counters (as Stock and Stocks read
+// them), not necessarily the same instant for all. Only moves between two
+// of the given sales count. Summing those sales' counters as one, the
+// units stocked are then sum(Stocked) + Moving - Twice and those left are
+// sum(Remaining) - Twice, however the reads and the moves interleaved: a
+// move out is recorded in its source in the same call that takes the
+// units, and the move's in half in its destination in the call that adds
+// them, and a record stays as long as its sale.
+func CountMoves(moves map[string][]Move) map[string]InMotion {
+	type key struct{ sale, id string }
+	recorded := map[key]bool{}
+	for sale, ms := range moves {
+		for _, m := range ms {
+			recorded[key{sale, m.ID}] = true
+		}
+	}
+	out := map[string]InMotion{}
+	for sale, ms := range moves {
+		for _, m := range ms {
+			if _, ok := moves[m.Peer]; !ok || m.Peer == sale {
+				continue
+			}
+			if recorded[key{m.Peer, m.ID}] {
+				continue // both halves read: counted once
+			}
+			n := out[m.SKU]
+			if m.Units < 0 { // left the source, not yet in the destination as read
+				n.Moving -= m.Units
+			} else { // in the destination, and still in the source as read
+				n.Twice += m.Units
+			}
+			out[m.SKU] = n
+		}
+	}
+	return out
+}
+
 // movePrefix starts the sale-hash field of a move record.
 const movePrefix = "m:"
 
@@ -158,13 +249,17 @@ func decodeMove(id, rec string) (Move, error) {
 	return m, nil
 }
 
-// finishMove applies a move's in half and then marks its out half done.
+// finishMove applies a move's in half, then marks its out half done, then
+// takes it out of the index of pending moves.
 func (e *Engine) finishMove(ctx context.Context, fromSale, id, toSale, sku string, units int64) error {
 	if _, _, err := e.moveHalf(ctx, toSale, "in", id, fromSale, sku, units); err != nil {
 		return err
 	}
-	_, _, err := e.moveHalf(ctx, fromSale, "done", id, toSale, sku, units)
-	return err
+	if _, _, err := e.moveHalf(ctx, fromSale, "done", id, toSale, sku, units); err != nil {
+		return err
+	}
+	e.forgetPending(ctx, fromSale, id)
+	return nil
 }
 
 // moveHalf runs one half of a move on saleID and returns the units it

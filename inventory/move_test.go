@@ -1,8 +1,10 @@
 package inventory_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -210,4 +212,182 @@ func TestRemaining(t *testing.T) {
 			t.Errorf("Remaining with a missing sale: %v", err)
 		}
 	})
+}
+
+// cancelAfter cancels a context once a script call whose first key is key
+// has run: a caller that gives up (a buyer's request cancelled, its
+// connection closed) right after that call.
+type cancelAfter struct {
+	key    string
+	cancel context.CancelFunc
+}
+
+func (c cancelAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c cancelAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if scriptWithKey(c.key)(cmd) {
+			c.cancel()
+		}
+		return err
+	}
+}
+
+func (c cancelAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestMoveOutlivesItsCaller: the caller's context is cancelled right after
+// the out half ran. The in half does not depend on it: the units arrive,
+// and Move says so.
+func TestMoveOutlivesItsCaller(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }}, inventory.Options{})
+	twoSales(r, 10, 0)
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	rdb.AddHook(cancelAfter{key: r.key("a", "sale"), cancel: cancel})
+	n, err := r.eng.Move(ctx, "a", "b", "X", 4)
+	if err != nil || n != 4 {
+		t.Errorf("Move whose caller gave up after the out half: %d, %v", n, err)
+	}
+	if a, b := r.remaining("a")["X"], r.remaining("b")["X"]; a != 6 || b != 4 {
+		t.Errorf("remaining a=%d b=%d, want 6 and 4: the units are in neither sale", a, b)
+	}
+}
+
+// pendingNotes returns the index of pending moves: member -> score.
+func (r *rig) pendingNotes() map[string]float64 {
+	r.t.Helper()
+	zs, err := r.rdb.ZRangeWithScores(r.ctx, "{"+r.prefix+":}:moves", 0, -1).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, z := range zs {
+		out[z.Member.(string)] = z.Score
+	}
+	return out
+}
+
+// TestFinishPendingMoves: moves whose in half never ran are noted, and any
+// engine on the same Redis finishes them (a dead process's, a fenced
+// destination's once unfenced), once; a note whose move never left its
+// source is dropped after a while; done moves, and moves that took
+// nothing, leave no note.
+func TestFinishPendingMoves(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }}, inventory.Options{})
+	twoSales(r, 10, 0)
+	elsewhere := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	t.Cleanup(func() { _ = elsewhere.Close() })
+	other := inventory.New(elsewhere, inventory.Options{Prefix: r.prefix, Clock: r.clock}) // another process
+
+	if n, err := r.eng.Move(r.ctx, "a", "b", "X", 1); err != nil || n != 1 {
+		t.Fatalf("Move: %d, %v", n, err)
+	}
+	if n, err := r.eng.Move(r.ctx, "b", "a", "U", 1); err == nil || n != 0 {
+		t.Fatalf("Move of an unlimited item: %d, %v", n, err)
+	}
+	if notes := r.pendingNotes(); len(notes) != 0 {
+		t.Fatalf("moves done or refused left notes: %v", notes)
+	}
+
+	// The in half never reaches Redis: as if the process died after the
+	// out half.
+	in := &flaky{match: scriptWithKey(r.key("b", "sale"))}
+	rdb.AddHook(in)
+	in.failing.Store(3)
+	var pending *inventory.MoveError
+	if _, err := r.eng.Move(r.ctx, "a", "b", "X", 3); !errors.As(err, &pending) {
+		t.Fatalf("Move whose in half never ran: %v", err)
+	}
+	if notes := r.pendingNotes(); len(notes) != 1 {
+		t.Fatalf("notes of a pending move: %v", notes)
+	}
+	if done, err := other.FinishPendingMoves(r.ctx, time.Hour); err != nil || done != 0 {
+		t.Errorf("FinishPendingMoves of moves an hour old: %d, %v", done, err)
+	}
+	for round, want := range []int{1, 0} {
+		if done, err := other.FinishPendingMoves(r.ctx, 0); err != nil || done != want {
+			t.Errorf("FinishPendingMoves round %d: %d, %v; want %d", round, done, err, want)
+		}
+	}
+	if a, b := r.remaining("a")["X"], r.remaining("b")["X"]; a != 6 || b != 4 {
+		t.Errorf("remaining a=%d b=%d, want 6 and 4", a, b)
+	}
+	if notes := r.pendingNotes(); len(notes) != 0 {
+		t.Errorf("a finished move left its note: %v", notes)
+	}
+
+	// The destination is fenced: the move waits, noted, until it is not.
+	if _, err := r.eng.Fence(r.ctx, "b", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.eng.Move(r.ctx, "a", "b", "X", 2); !errors.Is(err, inventory.ErrFenced) {
+		t.Fatalf("Move into a fenced sale: %v", err)
+	}
+	if done, err := other.FinishPendingMoves(r.ctx, 0); !errors.Is(err, inventory.ErrFenced) || done != 0 {
+		t.Errorf("FinishPendingMoves while fenced: %d, %v", done, err)
+	}
+	if err := r.eng.Unfence(r.ctx, "b", 3); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := other.FinishPendingMoves(r.ctx, 0); err != nil || done != 1 {
+		t.Errorf("FinishPendingMoves once unfenced: %d, %v", done, err)
+	}
+	if a, b := r.remaining("a")["X"], r.remaining("b")["X"]; a != 4 || b != 6 {
+		t.Errorf("remaining a=%d b=%d, want 4 and 6", a, b)
+	}
+
+	// The out half's call never reaches Redis: its note stays while the
+	// call might still come, then goes; nothing moves.
+	out := &flaky{match: scriptWithKey(r.key("a", "sale"))}
+	rdb.AddHook(out)
+	out.failing.Store(3)
+	if _, err := r.eng.Move(r.ctx, "a", "b", "X", 1); err == nil || errors.As(err, &pending) {
+		t.Fatalf("Move whose out half never ran: %v", err)
+	}
+	if done, err := other.FinishPendingMoves(r.ctx, 0); err != nil || done != 0 || len(r.pendingNotes()) != 1 {
+		t.Errorf("a move that never left: %d, %v, notes %v", done, err, r.pendingNotes())
+	}
+	r.clock.Set(r.clock.Now().Add(2 * time.Minute))
+	if done, err := other.FinishPendingMoves(r.ctx, 0); err != nil || done != 0 || len(r.pendingNotes()) != 0 {
+		t.Errorf("a move that never left, later: %d, %v, notes %v", done, err, r.pendingNotes())
+	}
+	if a, b := r.remaining("a")["X"], r.remaining("b")["X"]; a != 4 || b != 6 {
+		t.Errorf("remaining a=%d b=%d, want 4 and 6", a, b)
+	}
+}
+
+// TestCountMoves: whichever way the reads of two sales and a move between
+// them interleave, the sum of their counters corrected by CountMoves counts
+// the move's units once: out of the source and not yet in the destination,
+// they are Moving; read in both, they are Twice.
+func TestCountMoves(t *testing.T) {
+	out := inventory.Move{ID: "mv-1", Peer: "b", SKU: "X", Units: -3}
+	done := out
+	done.Arrived = true
+	in := inventory.Move{ID: "mv-1", Peer: "a", SKU: "X", Units: 3}
+	other := inventory.Move{ID: "mv-2", Peer: "elsewhere", SKU: "X", Units: -5}
+	for _, c := range []struct {
+		name string
+		a, b []inventory.Move
+		want inventory.InMotion
+	}{
+		{"neither read after it", nil, nil, inventory.InMotion{}},
+		{"the source read after the out half, the destination before the in half", []inventory.Move{out}, nil, inventory.InMotion{Moving: 3}},
+		{"the source read after the move was done, the destination before it arrived", []inventory.Move{done}, nil, inventory.InMotion{Moving: 3}},
+		{"the source read before the move, the destination after it", nil, []inventory.Move{in}, inventory.InMotion{Twice: 3}},
+		{"both read after it", []inventory.Move{out}, []inventory.Move{in}, inventory.InMotion{}},
+		{"a move to a sale not given", []inventory.Move{other}, nil, inventory.InMotion{}},
+	} {
+		got := inventory.CountMoves(map[string][]inventory.Move{"a": c.a, "b": c.b})["X"]
+		if got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
 }

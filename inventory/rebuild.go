@@ -159,7 +159,10 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		return false, err
 	}
 	switch code(reply) {
-	case codeOK, codeReplay:
+	case codeOK:
+		e.notePendingOf(ctx, saleID, snap.Moves)
+		return true, nil
+	case codeReplay:
 		return true, nil
 	case codeInFlight, codeStageGone:
 		return false, nil

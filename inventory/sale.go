@@ -153,10 +153,16 @@ type SaleState struct {
 	Sale   Sale // Items[i].Stock is the total stocked (initial + restocks)
 	Status Status
 	Items  []ItemState
+	// Moves are the sale's records of moves of units out of it and into
+	// it (Move), read with its counters: CountMoves tells from those of
+	// several sales which units are on their way between them.
+	Moves []Move
 }
 
 // ItemState is one item's counters. Remaining + Sold == Stocked for limited
-// items; Remaining and Stocked are -1 for unlimited ones.
+// items (in the state of several sales summed as one, the segments of a hot
+// item, Stocked counts the units on their way between them too:
+// CountMoves); Remaining and Stocked are -1 for unlimited ones.
 type ItemState struct {
 	SKU       string
 	Remaining int64

@@ -22,6 +22,8 @@ var (
 	restockSrc string
 	//go:embed create.lua
 	createSrc string
+	//go:embed discard.lua
+	discardSrc string
 	//go:embed pause.lua
 	pauseSrc string
 	//go:embed initlock.lua
@@ -53,6 +55,7 @@ var (
 	cancelScript   = luascript.New("cancel", intSrc+"\n"+orderSrc+"\n"+cancelSrc)
 	restockScript  = luascript.New("restock", gcra.ClockLua+"\n"+intSrc+"\n"+restockSrc)
 	createScript   = luascript.New("create", createSrc)
+	discardScript  = luascript.New("discard", discardSrc)
 	pauseScript    = luascript.New("pause", pauseSrc)
 	initLockScript = luascript.New("initlock", initLockSrc)
 	stageScript    = luascript.New("stage", stageSrc)
@@ -64,7 +67,7 @@ var (
 	payScript      = luascript.New("pay", gcra.ClockLua+"\n"+intSrc+"\n"+orderSrc+"\n"+paySrc)
 	expireScript   = luascript.New("expire", gcra.ClockLua+"\n"+intSrc+"\n"+orderSrc+"\n"+expireSrc)
 
-	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript,
+	allScripts = []*luascript.Script{buyScript, cancelScript, restockScript, createScript, discardScript,
 		pauseScript, initLockScript, stageScript, commitScript, unlockScript, repairScript, fenceScript, moveScript,
 		payScript, expireScript, closeScript, archiveScript}
 )

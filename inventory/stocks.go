@@ -3,7 +3,9 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -146,5 +148,15 @@ func (e *Engine) decodeSale(saleID string, h map[string]string) (SaleState, erro
 		st.Items = append(st.Items, it)
 		st.Sale.Items = append(st.Sale.Items, Item{SKU: d.SKU, Stock: it.Stocked})
 	}
+	for f, rec := range h {
+		if id, ok := strings.CutPrefix(f, movePrefix); ok {
+			m, err := decodeMove(id, rec)
+			if err != nil {
+				return bad(f)
+			}
+			st.Moves = append(st.Moves, m)
+		}
+	}
+	slices.SortFunc(st.Moves, func(a, b Move) int { return strings.Compare(a.ID, b.ID) }) // in a stable order
 	return st, nil
 }

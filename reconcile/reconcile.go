@@ -59,6 +59,12 @@ type Item struct {
 	// counts were lost and they could buy past the limit.
 	Held      int64 `json:"held"`
 	HeldDrift int64 `json:"held_drift"`
+	// Moving is, for a segmented sale (Combine), the units on their way
+	// from one segment to another: in no segment, counted in Stocked (and
+	// in StockedInFlight) but not in Remaining, so StockDrift is -Moving
+	// and the sale is not consistent until the move is finished. 0 for one
+	// sale.
+	Moving int64 `json:"moving"`
 }
 
 // Report is one reconciliation pass over a sale. Consistent is the
@@ -69,6 +75,11 @@ type Report struct {
 	Sale       string `json:"sale"`
 	Consistent bool   `json:"consistent"`
 	Items      []Item `json:"items"`
+	// Moves are the sale's records of moves (inventory.SaleState.Moves),
+	// read with its counters: Combine counts the units moving between
+	// segments from them, and a pending move out says there is a move to
+	// finish (inventory.PendingOut).
+	Moves []inventory.Move `json:"-"`
 }
 
 // Drifted reports whether the pass found anything to repair: it is not
@@ -204,7 +215,7 @@ func Sale(ctx context.Context, eng *inventory.Engine, rdb redis.UniversalClient,
 		}
 		inDB[t.SKU] = t
 	}
-	r := Report{Sale: saleID, Consistent: true}
+	r := Report{Sale: saleID, Consistent: true, Moves: st.Moves}
 	for _, it := range st.Items {
 		item := Item{
 			SKU: it.SKU, Stocked: it.Stocked, Remaining: it.Remaining, Sold: sold[it.SKU],
@@ -240,4 +251,9 @@ func Print(w io.Writer, r Report) {
 			it.OrdersInDB, it.InFlight, it.Drift, it.StockDrift, it.StockedDrift, it.HeldDrift)
 	}
 	_ = tw.Flush()
+	for _, it := range r.Items {
+		if it.Moving != 0 {
+			fmt.Fprintf(w, "%d units of %s are on their way between segments: in none of them (stock_drift) until the move is finished\n", it.Moving, it.SKU)
+		}
+	}
 }

@@ -10,12 +10,18 @@ import (
 // Combine is the report of a segmented sale (package segment) from the
 // reports of its segments, each an ordinary sale reconciled alone (Sale):
 // every figure of an item summed over the segments (an unlimited item's
-// stock figures stay -1), consistent only if every segment is. Segments
-// have the same items in the same order; an item a segment's report lacks
-// counts nothing there.
+// stock figures stay -1), and the units on their way between segments
+// (inventory.CountMoves of the segments' Moves) added back: counted in
+// Stocked and StockedInFlight, shown as Moving, and not in Remaining. So
+// Stocked is every unit the sale stocked whatever is moving, and the sale
+// is consistent only if every segment is and no unit is in none of them
+// (StockDrift is -Moving). Segments have the same items in the same order;
+// an item a segment's report lacks counts nothing there.
 func Combine(saleID string, segments []Report) Report {
 	out := Report{Sale: saleID, Consistent: true}
+	moves := make(map[string][]inventory.Move, len(segments))
 	for i, r := range segments {
+		moves[r.Sale] = r.Moves
 		out.Consistent = out.Consistent && r.Consistent
 		if i == 0 {
 			out.Items = append([]Item(nil), r.Items...)
@@ -43,6 +49,22 @@ func Combine(saleID string, segments []Report) Report {
 				sum.StockedInFlight += it.StockedInFlight
 				sum.StockedDrift += it.StockedDrift
 			}
+		}
+	}
+	inMotion := inventory.CountMoves(moves)
+	for j := range out.Items {
+		it := &out.Items[j]
+		m := inMotion[it.SKU]
+		if it.Stocked == inventory.Unlimited || m == (inventory.InMotion{}) {
+			continue
+		}
+		it.Stocked += m.Moving - m.Twice
+		it.StockedInFlight += m.Moving - m.Twice
+		it.Remaining -= m.Twice
+		it.StockDrift -= m.Moving
+		it.Moving = m.Moving
+		if it.StockDrift != 0 {
+			out.Consistent = false
 		}
 	}
 	return out

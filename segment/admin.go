@@ -120,10 +120,22 @@ func (s *Seller) RemoveDirectory(ctx context.Context, saleID string) error {
 }
 
 // Create creates the segments of Plan(sale, ids) in Redis and the sale's
-// directory. A second Create of a sale fails with ErrExists and changes
-// nothing. A Create that failed part way (the directory is written first)
-// can be run again with the same definition and ids, and finishes it.
+// directory: all of them, or none (CreateWith without a commit). A second
+// Create of a sale fails with ErrExists and changes nothing.
 func (s *Seller) Create(ctx context.Context, sale inventory.Sale, ids []string) error {
+	return s.CreateWith(ctx, sale, ids, nil)
+}
+
+// CreateWith creates the segments of Plan(sale, ids) in Redis and the
+// sale's directory, then runs commit, if not nil: the caller records the
+// sale in its system of record (Options.Directory's source), after which
+// it exists. All or nothing: if a segment's create fails (a node down, a
+// key in the way) or commit does, what this call made in Redis is removed
+// again, and the error is returned. A piece a Create that died part way
+// left (its directory, some segments) is taken over only if it is exactly
+// what this call would make, untouched (inventory.Engine.CreateSales);
+// anything else of the sale's ids fails the call with ErrExists.
+func (s *Seller) CreateWith(ctx context.Context, sale inventory.Sale, ids []string, commit func(context.Context) error) error {
 	segs, err := Plan(sale, ids)
 	if err != nil {
 		return err
@@ -139,39 +151,19 @@ func (s *Seller) Create(ctx context.Context, sale inventory.Sale, ids []string) 
 			return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
 		}
 	}
-	existed := 0
-	for _, seg := range segs {
-		err := s.eng.CreateSale(ctx, seg)
-		if errors.Is(err, inventory.ErrExists) && !set {
-			existed++
-			err = sameDefinition(ctx, s.eng, seg)
-		}
-		if err != nil {
-			return err
-		}
+	existed, err := s.eng.CreateSales(ctx, segs, commit)
+	if err == nil && commit == nil && !set && existed == len(segs) {
+		return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID) // made nothing
 	}
-	s.dirs.Store(sale.ID, ids)
-	if existed == len(segs) {
-		return fmt.Errorf("%w: sale %s", inventory.ErrExists, sale.ID)
-	}
-	return nil
-}
-
-// sameDefinition checks that a segment found in Redis is the one planned.
-func sameDefinition(ctx context.Context, eng *inventory.Engine, want inventory.Sale) error {
-	st, err := eng.Stock(ctx, want.ID)
 	if err != nil {
+		if set {
+			if derr := s.rdb.Del(context.WithoutCancel(ctx), key).Err(); derr != nil {
+				err = errors.Join(err, fmt.Errorf("segment: a failed create of %s left its directory: %w", sale.ID, derr))
+			}
+		}
 		return err
 	}
-	got := st.Sale
-	same := got.PerUserLimit == max(want.PerUserLimit, 1) && got.StartsAt.Equal(want.StartsAt) &&
-		got.EndsAt.Equal(want.EndsAt) && len(got.Items) == len(want.Items)
-	for i := 0; same && i < len(got.Items); i++ {
-		same = got.Items[i].SKU == want.Items[i].SKU
-	}
-	if !same {
-		return fmt.Errorf("%w: segment %s with another definition", inventory.ErrExists, want.ID)
-	}
+	s.dirs.Store(sale.ID, ids)
 	return nil
 }
 
@@ -242,7 +234,11 @@ func (s *Seller) each(ctx context.Context, saleID string, f func(context.Context
 
 // Stock returns the sale's definition, status and every item's counters
 // summed over its segments, and each segment's own state, read in one
-// pipeline.
+// pipeline. Units on their way between two segments (a move, or one that
+// a failure left half done) are in neither segment's counters: the sum
+// counts them as stocked (inventory.CountMoves), so that its Stocked is
+// every unit the sale stocked, and Stocked - Remaining - Sold is the units
+// moving.
 func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState, []inventory.SaleState, error) {
 	segs, err := s.Segments(ctx, saleID)
 	if err != nil {
@@ -256,6 +252,11 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 	sum.Sale.ID = saleID
 	sum.Sale.Items = slices.Clone(per[0].Sale.Items)
 	sum.Items = slices.Clone(per[0].Items)
+	sum.Moves = nil
+	moves := make(map[string][]inventory.Move, len(segs))
+	for i, id := range segs {
+		moves[id] = per[i].Moves
+	}
 	for _, st := range per[1:] {
 		for j := range sum.Items {
 			if j >= len(st.Items) || st.Items[j].SKU != sum.Items[j].SKU {
@@ -268,6 +269,15 @@ func (s *Seller) Stock(ctx context.Context, saleID string) (inventory.SaleState,
 				sum.Items[j].Stocked += st.Items[j].Stocked
 				sum.Sale.Items[j].Stock += st.Sale.Items[j].Stock
 			}
+		}
+	}
+	inMotion := inventory.CountMoves(moves)
+	for j := range sum.Items {
+		it := &sum.Items[j]
+		if m, ok := inMotion[it.SKU]; ok && it.Stocked != inventory.Unlimited {
+			it.Stocked += m.Moving - m.Twice
+			it.Remaining -= m.Twice
+			sum.Sale.Items[j].Stock = it.Stocked
 		}
 	}
 	return sum, per, nil

@@ -251,6 +251,46 @@ func (e archiveEngine) Archive(ctx context.Context, saleID, last string) (invent
 	return res, nil
 }
 
+// CheckArchive is the engine's, but a segment of a segmented sale is not
+// ready while a move between its sale's segments is pending (its units
+// would be in no segment for good, and the sale's stocked total short of
+// them): it finishes such moves, and the sale is looked at again at the
+// next pass.
+func (e archiveEngine) CheckArchive(ctx context.Context, saleID string) (inventory.ArchiveCheck, error) {
+	chk, err := e.Engine.CheckArchive(ctx, saleID)
+	if err != nil || !chk.Ready {
+		return chk, err
+	}
+	parent, err := e.s.router.Parent(ctx, saleID)
+	if err != nil || parent == "" {
+		return chk, err
+	}
+	segs, err := e.s.router.Segments(ctx, parent)
+	if err != nil {
+		return chk, err
+	}
+	per, errs := e.Engine.Stocks(ctx, segs)
+	moving := false
+	for i, seg := range segs {
+		if _, ok := errors.AsType[*inventory.ArchivedError](errs[i]); ok {
+			continue // archived: it had nothing pending (this check kept it so)
+		}
+		if errs[i] != nil {
+			return inventory.ArchiveCheck{}, errs[i]
+		}
+		if inventory.PendingOut(per[i].Moves) {
+			moving = true
+			if _, err := e.Engine.FinishMoves(ctx, seg); err != nil {
+				return inventory.ArchiveCheck{}, err
+			}
+		}
+	}
+	if moving {
+		return inventory.ArchiveCheck{Reason: "moving"}, nil
+	}
+	return chk, nil
+}
+
 // PurgeArchived is the engine's, and removes the directory of the
 // segmented sale whose segments are all archiving now.
 func (e archiveEngine) PurgeArchived(ctx context.Context, saleID string) (int, error) {

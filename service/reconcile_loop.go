@@ -2,10 +2,12 @@ package service
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/seckill/seckill/inventory"
 	"github.com/seckill/seckill/reconcile"
 	"github.com/seckill/seckill/store"
 )
@@ -232,6 +234,14 @@ func (rc *reconciler) sale(ctx context.Context, id string) bool {
 	rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
 	if err != nil {
 		return false // an archived sale's last pass among them: its series are gone (live_bounds.go)
+	}
+	if inventory.PendingOut(rep.Moves) {
+		// A move out of this segment whose arrival is not confirmed: one
+		// under way, or one left pending whose note was lost (moves.go).
+		// Finishing it again changes nothing.
+		if _, err := s.eng.FinishMoves(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, inventory.ErrFenced) {
+			s.log.Warn("reconcile: a move left pending is not finished yet", "sale", id, "err", err)
+		}
 	}
 	repairs := s.metrics.repairs.WithLabelValues(id) // every sale's count exists from 0
 	rc.publish(rep)

@@ -41,10 +41,23 @@ func segmentsOf(items []saleItem) (int, error) {
 	return int(k), nil
 }
 
-// createSegmented creates a sale split into k segments: in the database
-// first (the segments and the directory, one transaction), then in Redis;
-// a create Redis refuses is undone in the database.
+// createSegmented creates a sale split into k segments, all or nothing:
+// in Redis first (segment.Seller.CreateWith: the segments and the
+// directory), then in the database (the segments and the directory, one
+// transaction, the id claimed against any sale of it). The sale exists
+// once its rows do: before, nothing reaches its segments (buys, the order
+// consumer and the rebuild of a sale all go by the database's ids), and a
+// create that fails in either place removes what it made in Redis. An id
+// the database knows already is refused before Redis is touched: its
+// keys may be missing from Redis for a while (lost, archived), and new
+// ones must not stand in for them.
 func (s *Service) createSegmented(ctx context.Context, def newSale, k int) error {
+	if _, exists, err := s.db.SaleKind(ctx, def.ID); err != nil || exists {
+		if err == nil {
+			err = fmt.Errorf("%w: sale %s", inventory.ErrExists, def.ID)
+		}
+		return err
+	}
 	sel := s.router.Seller()
 	ids, err := sel.Place(ctx, def.ID, k)
 	if err != nil {
@@ -59,18 +72,14 @@ func (s *Service) createSegmented(ctx context.Context, def newSale, k int) error
 	for i, p := range plans {
 		rows[i] = store.Sale{Sale: p, Settings: def.SaleSettings.encode(), CreatedAt: now}
 	}
-	if err := s.db.CreateSegmentedSale(ctx, def.ID, rows); err != nil {
-		return err
-	}
-	if err := sel.Create(ctx, def.Sale, ids); err != nil {
-		if delErr := s.db.DeleteSegmentedSale(context.WithoutCancel(ctx), def.ID); delErr != nil {
-			s.log.Error("undo segmented sale create", "sale", def.ID, "err", delErr)
-		}
+	err = sel.CreateWith(ctx, def.Sale, ids, func(ctx context.Context) error {
+		return s.db.CreateSegmentedSale(ctx, def.ID, rows)
+	})
+	if err != nil {
 		s.router.Forget(def.ID)
 		s.saleCache.Delete(def.ID)
-		return err
 	}
-	return nil
+	return err
 }
 
 // storedSale is a sale's row, a segmented sale's being its first
@@ -112,7 +121,9 @@ func (s *Service) stock(ctx context.Context, id string) (inventory.SaleState, er
 }
 
 // stockInDBAsOne is a sale's state as the database has it, a segmented
-// sale's summed over its segments.
+// sale's summed over its segments, with the units the database shows on
+// their way between them (a move Redis left half done) counted as stocked,
+// as segment.Seller.Stock counts them from Redis.
 func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.SaleState, error) {
 	segs, err := s.router.Segments(ctx, id)
 	if err != nil || segs == nil {
@@ -127,7 +138,20 @@ func (s *Service) stockInDBAsOne(ctx context.Context, id string) (inventory.Sale
 			return inventory.SaleState{}, err
 		}
 	}
-	return sumStates(id, per)
+	sum, err := sumStates(id, per)
+	if err != nil {
+		return sum, err
+	}
+	moving, err := s.db.MovingUnits(ctx, segs)
+	if err != nil {
+		return inventory.SaleState{}, err
+	}
+	for j := range sum.Items {
+		if it := &sum.Items[j]; it.Stocked != inventory.Unlimited {
+			it.Stocked += moving[it.SKU]
+		}
+	}
+	return sum, nil
 }
 
 // sumStates is the state of segmented sale id from its segments' states.

@@ -474,6 +474,8 @@ func (s *Service) startBackground(ctx context.Context) {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.sampleLoop(ctx, s.cfg.SampleEvery) }()
 	}
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.finishMovesLoop(ctx) }() // moves.go
 	if s.seller.Ticks() {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.seller.Run(recovery) }()

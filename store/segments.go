@@ -74,28 +74,6 @@ func (s *Store) claimSaleID(ctx context.Context, tx *sql.Tx, id string) error {
 	return err
 }
 
-// DeleteSegmentedSale removes a segmented sale that has neither orders nor
-// applied events (its segments and directory): it rolls back a
-// CreateSegmentedSale that Redis then refused. Errors as DeleteSale's.
-func (s *Store) DeleteSegmentedSale(ctx context.Context, saleID string) error {
-	segs, err := s.Segments(ctx, saleID)
-	if err != nil {
-		return err
-	}
-	if len(segs) == 0 {
-		return saleNotFound(saleID)
-	}
-	for _, id := range segs {
-		if err := s.DeleteSale(ctx, id); err != nil && !errors.Is(err, inventory.ErrNotFound) {
-			return err
-		}
-	}
-	if _, err := s.exec(ctx, s.db, "DELETE FROM sale_segments WHERE sale_id = ?", saleID); err != nil {
-		return fmt.Errorf("store: delete segmented sale %s: %w", saleID, err)
-	}
-	return nil
-}
-
 // Segments returns the segment ids of a segmented sale, in the order they
 // were created with (the order that decides every buyer's home segment),
 // or nil if saleID is not a segmented sale. It is the directory package
@@ -147,6 +125,44 @@ func (s *Store) SegmentedSales(ctx context.Context) (map[string][]string, error)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: list segmented sales: %w", err)
+	}
+	return out, nil
+}
+
+// MovingUnits returns, per sku, the units on their way between the given
+// sales (the segments of one sale), as the database has applied their
+// moves: moved out of one of them and not (yet) into the other. A move
+// that Redis left half done (its second half met a fenced segment as the
+// database took over, say) shows here until Redis sells again and the
+// move is finished; the units are in no segment's stock meanwhile.
+func (s *Store) MovingUnits(ctx context.Context, saleIDs []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if len(saleIDs) == 0 {
+		return out, nil
+	}
+	in := placeholders(1, len(saleIDs))
+	args := make([]any, 0, 2*len(saleIDs))
+	for range 2 {
+		for _, id := range saleIDs {
+			args = append(args, id)
+		}
+	}
+	rows, err := s.query(ctx, s.db, `SELECT m.sku, -SUM(m.units) FROM moves m
+		WHERE m.sale_id IN `+in+` AND m.units < 0 AND m.peer IN `+in+`
+		AND NOT EXISTS (SELECT 1 FROM moves p WHERE p.sale_id = m.peer AND p.move_id = m.move_id)
+		GROUP BY m.sku`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: units moving between %s: %w", saleIDs[0], err)
+	}
+	err = scanEach(rows, func() error {
+		var sku string
+		var n int64
+		err := rows.Scan(&sku, &n)
+		out[sku] = n
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: units moving between %s: %w", saleIDs[0], err)
 	}
 	return out, nil
 }

@@ -105,16 +105,5 @@ func TestSegmentedSales(t *testing.T) {
 		if won != 1 || (plainErr == nil) == (raceSegs != nil) {
 			t.Fatalf("%d racing creates won; plain %v, segments %v (%v)", won, plainErr == nil, raceSegs, errs)
 		}
-
-		// A create undone.
-		if err := s.DeleteSegmentedSale(ctx, "hot"); err != nil {
-			t.Fatal(err)
-		}
-		if kind, exists, err := s.SaleKind(ctx, "hot"); err != nil || exists || kind != nil {
-			t.Fatalf("after the undo: %v %v %v", kind, exists, err)
-		}
-		if _, err := s.Sale(ctx, "hot:1"); !errors.Is(err, inventory.ErrNotFound) {
-			t.Fatalf("after the undo, a segment: %v", err)
-		}
 	})
 }

@@ -4,6 +4,7 @@
 package faultnet
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ type Proxy struct {
 	dropReplies atomic.Bool
 	held        chan struct{} // closed when HoldReplies(false) releases the replies held; nil: none held
 	heldReqs    chan struct{} // closed when HoldRequests(false) releases the requests held; nil: none held
+	holdAfter   []byte        // HoldRepliesAfter's pattern; nil: none
 }
 
 // Start listens on a free loopback port and forwards to target; it is
@@ -96,6 +98,35 @@ func (p *Proxy) HoldRequests(hold bool) {
 	}
 }
 
+// HoldRepliesAfter makes the proxy hold the replies, as HoldReplies(true)
+// does, from the moment a client sends pattern (at most 64 bytes; on any
+// connection, once):
+// the request that carries it reaches the target and runs, and its reply
+// and every later one wait until HoldReplies(false). A process that sends a
+// given command is so stopped right after it, as if it died there.
+func (p *Proxy) HoldRepliesAfter(pattern []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdAfter = bytes.Clone(pattern)
+}
+
+// sees reports whether what a client sends, seen is what it sent just
+// before (the pattern may span two reads), carries HoldRepliesAfter's
+// pattern; if so it holds the replies from now on.
+func (p *Proxy) sees(seen, chunk []byte) bool {
+	p.mu.Lock()
+	pattern := p.holdAfter
+	p.mu.Unlock()
+	if pattern == nil || !bytes.Contains(append(bytes.Clone(seen), chunk...), pattern) {
+		return false
+	}
+	p.mu.Lock()
+	p.holdAfter = nil
+	p.mu.Unlock()
+	p.HoldReplies(true)
+	return true
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.HoldReplies(false)
@@ -138,8 +169,13 @@ func (p *Proxy) accept() {
 func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
+	var seen []byte // the end of what the client sent, for HoldRepliesAfter
 	for {
 		n, err := src.Read(buf)
+		if !replies && n > 0 && !p.sees(seen, buf[:n]) {
+			seen = append(seen, buf[:n]...)
+			seen = seen[max(0, len(seen)-64):]
+		}
 		p.mu.Lock()
 		held := p.heldReqs
 		if replies {

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // tool returns the path of an external program a check needs. A machine

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/redistest"
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/segment"
-	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/internal/segment"
+	"github.com/seckill/seckill/internal/store"
 )
 
 // TestAdvReconcileArchivedSegmentedSale: `seckill reconcile --sale` of a

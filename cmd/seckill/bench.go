@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seckill/seckill/bench"
+	"github.com/seckill/seckill/internal/bench"
 )
 
 // runBench runs `seckill bench`: every way of deducting a hot item's stock,

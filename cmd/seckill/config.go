@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seckill/seckill/service"
-	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/internal/service"
+	"github.com/seckill/seckill/internal/store"
 )
 
 // The flags of each command are only those it uses: serve's are

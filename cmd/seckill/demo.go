@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/cmd/seckill/demo"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // runDemo runs `seckill demo`: the whole service in process, on the

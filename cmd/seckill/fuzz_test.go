@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // FuzzList: a comma-separated flag or variable (--redis-cluster,

@@ -35,12 +35,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/pipeline"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/service"
+	"github.com/seckill/seckill/internal/store"
 	"github.com/seckill/seckill/internal/waitfor"
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/pipeline"
-	"github.com/seckill/seckill/service"
-	"github.com/seckill/seckill/store"
 )
 
 var (

@@ -15,9 +15,9 @@ import (
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/faultnet"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/segment"
+	"github.com/seckill/seckill/internal/service"
 	"github.com/seckill/seckill/internal/waitfor"
-	"github.com/seckill/seckill/segment"
-	"github.com/seckill/seckill/service"
 )
 
 // TestServiceKilledBetweenAMovesHalves: two `seckill serve` processes sell

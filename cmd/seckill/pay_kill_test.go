@@ -14,10 +14,10 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/seckill/seckill/internal/dbtest"
+	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/service"
 	"github.com/seckill/seckill/internal/waitfor"
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/service"
 )
 
 // TestServiceKilledWithReservations: `seckill serve` is SIGKILLed in the

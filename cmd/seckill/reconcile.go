@@ -10,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/clusterclient"
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/reconcile"
-	"github.com/seckill/seckill/service"
-	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/reconcile"
+	"github.com/seckill/seckill/internal/service"
+	"github.com/seckill/seckill/internal/store"
 )
 
 // runReconcile runs one reconciliation pass of one sale and prints it as a

@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/reconcile"
-	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/reconcile"
+	"github.com/seckill/seckill/internal/store"
 )
 
 // reconcileSegmented is runReconcile of a segmented sale (package

@@ -7,7 +7,7 @@ import (
 	"io"
 	"runtime/debug"
 
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // serveGOGC is the garbage collector's target of seckill serve unless the

@@ -10,8 +10,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // runToken prints a buyer's JWT signed with the service's secret, for

@@ -23,7 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/seckill/seckill/internal/gcra"
-	"github.com/seckill/seckill/inventory"
+	"github.com/seckill/seckill/internal/inventory"
 )
 
 // stock is what the sale starts with, far more than any run buys.
@@ -50,19 +50,19 @@ var (
 )
 
 // buySource is the script source the engine loads: the clock and GCRA
-// helpers, int.lua, order.lua, then buy.lua (see inventory/scripts.go). The
+// helpers, int.lua, order.lua, then buy.lua (see internal/inventory/scripts.go). The
 // inventory's files are read from the repository, as go:embed cannot reach
 // a parent directory.
 func buySource(b testing.TB) string {
 	srcOnce.Do(func() {
 		var ints, orders, raw []byte
-		if ints, srcErr = os.ReadFile("../../inventory/int.lua"); srcErr != nil {
+		if ints, srcErr = os.ReadFile("../inventory/int.lua"); srcErr != nil {
 			return
 		}
-		if orders, srcErr = os.ReadFile("../../inventory/order.lua"); srcErr != nil {
+		if orders, srcErr = os.ReadFile("../inventory/order.lua"); srcErr != nil {
 			return
 		}
-		raw, srcErr = os.ReadFile("../../inventory/buy.lua")
+		raw, srcErr = os.ReadFile("../inventory/buy.lua")
 		src = gcra.ClockLua + "\n" + gcra.TakeLua + "\n" + string(ints) + "\n" + string(orders) + "\n" + string(raw)
 		_, _ = rand.Read(salt[:])
 	})

@@ -2,7 +2,7 @@
 // call, so that the choice of client rests on numbers rather than on claims.
 //
 // The call measured is the one a buy costs: EVALSHA of the buy script
-// (gcra.ClockLua, gcra.TakeLua, inventory/int.lua, order.lua and buy.lua, exactly the source
+// (gcra.ClockLua, gcra.TakeLua, internal/inventory/int.lua, order.lua and buy.lua, exactly the source
 // inventory loads) against a real Redis, in two shapes:
 //
 //   - BenchmarkOneBuyPerCall: 256 goroutines, each call a batch of one buy.
@@ -10,7 +10,7 @@
 //     experimental Client.AutoPipeline) can help: many small concurrent calls
 //     on few connections.
 //   - BenchmarkBatchedCall: 8 goroutines, each call a batch of 32 buys, the
-//     shape the engine's coalescing (inventory/coalesce.go) already produces
+//     shape the engine's coalescing (internal/inventory/coalesce.go) already produces
 //     under load, so calls are ~1/30 of buys whichever client sends them.
 //
 // Each benchmark checks its own work: every reply code is 0 and the sale's

@@ -43,7 +43,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/ownredis"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // Config is one measurement. Builds[0] is build A, Builds[1], if any, B.

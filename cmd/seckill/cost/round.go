@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/seckill/seckill/bench/http/loadgen"
-	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/internal/bench/http/loadgen"
+	"github.com/seckill/seckill/internal/store"
 )
 
 // The sale every round sells from: per-user limit 1 and a stock far above

@@ -11,7 +11,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // TestDemoLeavesNothing: the demo on a real Redis and a real PostgreSQL,

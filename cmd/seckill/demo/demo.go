@@ -20,9 +20,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/reconcile"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/reconcile"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // Config shapes the simulated sale.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 func TestDemoHoldsEveryInvariant(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/seckill/seckill/internal/clusterclient"
 	"github.com/seckill/seckill/internal/keyspace"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // own is what the demo makes on servers it was given, and removes at its

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/seckill/seckill/inventory"
-	"github.com/seckill/seckill/service"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // PaymentResult is the payment round of the demo (Config.PaymentTimeout):

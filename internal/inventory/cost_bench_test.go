@@ -1,0 +1,166 @@
+package inventory_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/ratelimit"
+	"github.com/seckill/seckill/internal/redistest"
+)
+
+// BenchmarkBuyRedisCost measures what a coalesced buy costs Redis: BuyMany
+// calls of 14 and 64 one-unit buys (14 is the batch the HTTP load makes),
+// each buy by a new buyer of a sale with per-user limit 1, through the
+// service's default per-user throttle (5/s, burst 10) and without one. It
+// runs on a redis-server of its own, so that no other client's commands
+// count, and reports per buy:
+//
+//	redis-cpu-µs   Redis's CPU (INFO cpu, user + sys)
+//	lua-µs         the script's time (INFO commandstats, usec of evalsha)
+//	cmds           the commands the script ran (commandstats calls)
+//	mem-B          used_memory growth
+//	stream-B       the stream's memory (MEMORY USAGE) over the orders in it
+//
+// with the stream written one entry per call (stream=call, the default) and
+// one per order (stream=order, Options.EntryPerOrder).
+//
+// Run: go test -run '^$' -bench BenchmarkBuyRedisCost -benchtime 30000x ./inventory/
+func BenchmarkBuyRedisCost(b *testing.B) {
+	for _, throttle := range []bool{true, false} {
+		for _, batch := range benchBatches() {
+			for _, perOrder := range []bool{false, true} {
+				stream := "call"
+				if perOrder {
+					stream = "order"
+				}
+				b.Run("throttle="+strconv.FormatBool(throttle)+"/batch="+strconv.Itoa(batch)+"/stream="+stream, func(b *testing.B) {
+					benchRedisCost(b, batch, throttle, perOrder)
+				})
+			}
+		}
+	}
+}
+
+func benchRedisCost(b *testing.B, batch int, throttle, perOrder bool) {
+	ctx := context.Background()
+	rdb := redistest.StartServer(b).Client(b)
+	eng := inventory.New(rdb, inventory.Options{Prefix: "cost", EntryPerOrder: perOrder})
+	if err := eng.CreateSale(ctx, inventory.Sale{ID: "bench", PerUserLimit: 1,
+		Items: []inventory.Item{{SKU: "A", Stock: inventory.MaxQty}}}); err != nil {
+		b.Fatal(err)
+	}
+	var bucket *inventory.Throttle
+	if throttle {
+		bk, err := throttleOf(ratelimit.PerSecond(5, 10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		bucket = &bk
+	}
+	line := []inventory.Line{{SKU: "A", Qty: 1}}
+	next := 0
+	buy := func(n int) {
+		reqs := make([]inventory.BuyRequest, n)
+		for i := range reqs {
+			next++
+			reqs[i] = inventory.BuyRequest{SaleID: "bench", UserID: "u" + strconv.Itoa(next), Lines: line, Throttle: bucket}
+		}
+		for _, r := range eng.BuyMany(ctx, reqs) {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	buy(batch) // loads the script
+	before := redisStats(b, rdb)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += batch {
+		buy(min(batch, b.N-done))
+	}
+	b.StopTimer()
+	after := redisStats(b, rdb)
+	n := float64(b.N)
+	b.ReportMetric((after.cpu-before.cpu)*1e6/n, "redis-cpu-µs/buy")
+	b.ReportMetric(float64(after.usec["evalsha"]-before.usec["evalsha"])/n, "lua-µs/buy")
+	var cmds int64
+	var inside []string
+	for name, calls := range after.calls {
+		switch name {
+		case "evalsha", "evalsha_ro", "eval", "info", "memory", "xlen", "script", "ping", "hello", "client":
+			continue
+		}
+		if d := calls - before.calls[name]; d > 0 {
+			cmds += d
+			inside = append(inside, name+"="+strconv.FormatFloat(float64(d)/n, 'f', 2, 64))
+		}
+	}
+	b.ReportMetric(float64(cmds)/n, "cmds/buy")
+	b.ReportMetric(float64(after.mem-before.mem)/n, "mem-B/buy")
+	events := eng.EventsKey("bench")
+	size, err1 := rdb.MemoryUsage(ctx, events, 0).Result()
+	if err1 != nil {
+		b.Fatalf("stream size: %v", err1)
+	}
+	b.ReportMetric(float64(size)/float64(b.N+batch), "stream-B/buy")
+	b.Logf("commands per buy: %s", strings.Join(inside, " "))
+}
+
+// redisCounters are a server's CPU seconds, commandstats and memory.
+type redisCounters struct {
+	cpu         float64
+	calls, usec map[string]int64
+	mem         int64
+}
+
+func redisStats(b *testing.B, rdb *redis.Client) redisCounters {
+	b.Helper()
+	text, err := rdb.Info(context.Background(), "cpu", "commandstats", "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := redisCounters{calls: map[string]int64{}, usec: map[string]int64{}}
+	for _, l := range strings.Split(text, "\r\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case k == "used_cpu_sys" || k == "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			c.cpu += f
+		case k == "used_memory":
+			c.mem, _ = strconv.ParseInt(v, 10, 64)
+		case strings.HasPrefix(k, "cmdstat_"):
+			name := strings.TrimPrefix(k, "cmdstat_")
+			for _, kv := range strings.Split(v, ",") {
+				f, x, _ := strings.Cut(kv, "=")
+				n, _ := strconv.ParseInt(x, 10, 64)
+				switch f {
+				case "calls":
+					c.calls[name] = n
+				case "usec":
+					c.usec[name] = n
+				}
+			}
+		}
+	}
+	return c
+}
+
+func benchBatches() []int {
+	if s := os.Getenv("COST_BATCHES"); s != "" {
+		var out []int
+		for _, f := range strings.Split(s, ",") {
+			n, _ := strconv.Atoi(f)
+			out = append(out, n)
+		}
+		return out
+	}
+	return []int{14, 64}
+}

@@ -1,0 +1,581 @@
+// Package pipeline moves orders from each sale's Redis Stream into the
+// database: a consumer group per sale stream, batches applied in one
+// transaction each, XACK only after the commit, entries of dead consumers
+// reclaimed, entries that can never be written dead-lettered.
+//
+// A consumer reads any number of sales over a fixed number of connections:
+// Options.Readers readers, each reading its share of the sales with one
+// command per round (a multi-stream XREADGROUP that blocks, on a single
+// node) or one pipeline of non-blocking reads (a Cluster, whose commands
+// cannot span slots), so give it a client of its own with that many
+// connections (Options.Readers per node). Sales that have ended and whose streams are
+// drained are not read at all until Wake names them, or the sweep every
+// Options.IdleSweep looks at them again.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/inventory"
+)
+
+// Group is the consumer group every seckill instance reads a sale's stream in.
+const Group = "orders"
+
+// Store is the part of the database the consumer writes to.
+type Store interface {
+	// SaleEnds returns every sale's end by id (zero: no end).
+	SaleEnds(ctx context.Context) (map[string]time.Time, error)
+	Apply(ctx context.Context, saleID string, events []inventory.Event) error
+	DeadLetter(ctx context.Context, saleID, eventID, reason string, fields map[string]any) error
+}
+
+// Options tune a Consumer; zero values take the defaults.
+type Options struct {
+	Name        string        // consumer name in the group; default host-pid-random
+	BatchSize   int64         // entries per read of a sale and per transaction; default 500
+	Block       time.Duration // how long a read waits for new entries; default 500ms
+	ClaimIdle   time.Duration // reclaim entries pending this long in other consumers; default 30s
+	ClaimEvery  time.Duration // how often to look for them; default 5s
+	DiscoverAll time.Duration // how often to look for new sales; default 1s
+	MaxBackoff  time.Duration // the longest wait between retries of a failing database; default 5s
+	// Readers is how many readers share the sales, each on one connection
+	// at a time; default 2. A client of the consumer's own needs no more
+	// connections than this (per node, on a Cluster).
+	Readers int
+	// Appliers is how many batches of one reader's round are written to
+	// the database at once; default 1 (each reader writes its batches in
+	// turn: with thousands of sales, parallel writes took CPU the buys
+	// needed on a small machine).
+	Appliers int
+	// Linger is how long a round lasts at least, from its read, when it
+	// read entries but filled no sale's batch (the consumer keeps up):
+	// the next read waits the rest, so that each transaction carries more
+	// orders. PostgreSQL spends about half a millisecond of CPU on every
+	// transaction whatever it holds (its commit's WAL flush, a few
+	// statements): at a thousand buys a second, rounds back to back carry
+	// a handful of orders each, and that fixed cost is most of what an
+	// order costs. Orders reach the database up to Linger later (reads of
+	// an order not stored yet answer from Redis). Default 20ms; negative:
+	// read again at once. A round over many sales lasts longer (see
+	// lingerOf): one Linger per lingerSales sales it reads, up to
+	// lingerMost Lingers.
+	Linger time.Duration
+	// IdleSweep is how often sales that have ended and were drained are
+	// read again, in case an entry reached them that no Wake announced (a
+	// cancel on an instance that stopped before reading it); default 1m.
+	IdleSweep time.Duration
+	// Alive, if set, says whether another consumer's process still runs;
+	// the entries pending in one it says is not are taken over at the next
+	// claim tick, without waiting for ClaimIdle. A wrong "not alive" only
+	// costs applying entries twice, which changes nothing.
+	Alive  func(ctx context.Context, consumer string) bool
+	Logger *slog.Logger
+	// Hooks for metrics; nil ones are skipped.
+	OnBatch      func(saleID string, n int, took time.Duration)
+	OnDeadLetter func(saleID, reason string)
+	OnRetry      func(saleID string, err error)
+}
+
+// Consumer reads the streams of every sale. Several instances (processes)
+// may run at once; the group splits the entries between them.
+type Consumer struct {
+	rdb   redis.UniversalClient
+	multi bool // one command may read many streams (not a Cluster)
+	keys  StreamKeys
+	db    Store
+	o     Options
+	mu    sync.Mutex
+	sales map[string]*sale
+	wake  []chan struct{} // one per reader
+	round rounds
+}
+
+// sale is what the consumer keeps of one sale; its fields past the first
+// three belong to the sale's reader.
+type sale struct {
+	id, key string
+	reader  int
+
+	endsAt    time.Time // guarded by Consumer.mu
+	idle      bool      // guarded by Consumer.mu: ended and drained, not read
+	wakes     uint64    // guarded by Consumer.mu: Wake calls and sweeps
+	ready     bool      // the consumer group exists
+	own       bool      // read this consumer's own pending list first
+	retryAt   time.Time // after a failed write or group creation: not tried before
+	backoff   *backoff
+	trimDue   bool // acknowledged entries not trimmed yet
+	lastTrim  time.Time
+	checkIdle time.Time // when to look again whether it is drained
+}
+
+// StreamKeys names the event stream of a sale; *inventory.Engine is one.
+// The pipeline needs nothing else of the engine.
+type StreamKeys interface {
+	EventsKey(saleID string) string
+}
+
+// New returns a consumer of the streams keys names in rdb, writing to db.
+func New(rdb redis.UniversalClient, keys StreamKeys, db Store, o Options) *Consumer {
+	if o.Name == "" {
+		host, _ := os.Hostname()
+		o.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e9, 36))
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 500
+	}
+	if o.Block <= 0 {
+		o.Block = 500 * time.Millisecond
+	}
+	if o.ClaimIdle <= 0 {
+		o.ClaimIdle = 30 * time.Second
+	}
+	if o.ClaimEvery <= 0 {
+		o.ClaimEvery = 5 * time.Second
+	}
+	if o.DiscoverAll <= 0 {
+		o.DiscoverAll = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.Readers <= 0 {
+		o.Readers = 2
+	}
+	if o.Appliers <= 0 {
+		o.Appliers = 1
+	}
+	if o.IdleSweep <= 0 {
+		o.IdleSweep = time.Minute
+	}
+	if o.Linger == 0 {
+		o.Linger = 20 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Consumer{rdb: rdb, keys: keys, db: db, o: o, sales: map[string]*sale{}, wake: make([]chan struct{}, o.Readers)}
+	_, cluster := rdb.(*redis.ClusterClient)
+	_, ring := rdb.(*redis.Ring)
+	c.multi = !cluster && !ring
+	for i := range c.wake {
+		c.wake[i] = make(chan struct{}, 1)
+	}
+	c.round.begun, c.round.ended = make([]uint64, o.Readers), make([]uint64, o.Readers)
+	c.round.changed = make(chan struct{})
+	return c
+}
+
+// Run reads every sale's stream until ctx is done, then finishes the batches
+// being applied and returns.
+func (c *Consumer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for r := range c.o.Readers {
+		wg.Go(func() { c.read(ctx, r) })
+	}
+	tick := time.NewTicker(c.o.DiscoverAll)
+	defer tick.Stop()
+	for {
+		c.discover(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Wake tells the consumer that an entry was appended to the sale's stream
+// (a cancel or a restock after the sale ended): a sale that was drained is
+// read again.
+func (c *Consumer) Wake(saleID string) {
+	c.mu.Lock()
+	sl := c.sales[saleID]
+	if sl != nil {
+		sl.idle = false
+		sl.wakes++
+	}
+	c.mu.Unlock()
+	if sl != nil {
+		c.signal(sl.reader)
+	}
+}
+
+// Live returns the sales the consumer reads, sorted: every sale except the
+// ones that have ended and whose streams are drained. Nothing about those
+// changes until an entry reaches their stream.
+func (c *Consumer) Live() []string {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.sales))
+	for id, sl := range c.sales {
+		if !sl.idle {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(ids)
+	return ids
+}
+
+func (c *Consumer) signal(reader int) {
+	select {
+	case c.wake[reader] <- struct{}{}:
+	default:
+	}
+}
+
+// discover follows the database's list of sales.
+func (c *Consumer) discover(ctx context.Context) {
+	ends, err := c.db.SaleEnds(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.o.Logger.Warn("order pipeline: list sales", "err", err)
+		}
+		return
+	}
+	woken := map[int]bool{}
+	c.mu.Lock()
+	for id, end := range ends {
+		sl := c.sales[id]
+		if sl == nil {
+			h := fnv.New32a()
+			_, _ = h.Write([]byte(id))
+			sl = &sale{id: id, key: c.keys.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff()}
+			c.sales[id] = sl
+			woken[sl.reader] = true
+		}
+		if !end.Equal(sl.endsAt) {
+			sl.endsAt = end
+			if sl.idle {
+				sl.idle = false
+				sl.wakes++
+				woken[sl.reader] = true
+			}
+		}
+	}
+	for id := range c.sales {
+		if _, ok := ends[id]; !ok {
+			delete(c.sales, id) // deleted: a create rolled back, it has no orders
+		}
+	}
+	c.mu.Unlock()
+	for r := range woken {
+		c.signal(r)
+	}
+}
+
+// shard returns reader r's sales to read now; with sweep, the idle ones too.
+func (c *Consumer) shard(r int, sweep bool) []*sale {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*sale
+	for _, sl := range c.sales {
+		if sl.reader != r {
+			continue
+		}
+		if sl.idle && sweep {
+			sl.idle = false
+			sl.wakes++
+		}
+		if !sl.idle {
+			out = append(out, sl)
+		}
+	}
+	return out
+}
+
+// read is reader r: rounds of one read over its sales, the batches applied,
+// acknowledged and trimmed, until ctx ends.
+func (c *Consumer) read(ctx context.Context, r int) {
+	log := c.o.Logger.With("reader", r)
+	backoff := c.backoff()
+	nextClaim := time.Now()
+	nextSweep := time.Now().Add(c.o.IdleSweep)
+	for ctx.Err() == nil {
+		now := time.Now()
+		sweep := now.After(nextSweep)
+		if sweep {
+			nextSweep = now.Add(c.o.IdleSweep)
+		}
+		sales := c.shard(r, sweep)
+		if len(sales) == 0 {
+			c.pause(ctx, r, c.o.DiscoverAll)
+			continue
+		}
+		c.beginRound(r)
+		c.createGroups(ctx, sales)
+		if now.After(nextClaim) {
+			nextClaim = now.Add(c.o.ClaimEvery)
+			c.claimAll(ctx, sales)
+			// Also re-read this consumer's own pending lists: the client
+			// retries a read whose reply a dropped connection lost, and the
+			// entries that first read delivered wait there unseen.
+			for _, sl := range sales {
+				sl.own = true
+			}
+		}
+		began := time.Now()
+		got, err := c.fetch(ctx, r, sales)
+		if err != nil {
+			c.endRound(r)
+			if ctx.Err() == nil {
+				log.Warn("order pipeline: read", "err", err)
+				backoff.wait(ctx)
+			}
+			// A read whose reply was lost may still have moved entries
+			// into this consumer's pending lists: read those first.
+			for _, sl := range sales {
+				sl.own = true
+			}
+			continue
+		}
+		backoff.reset()
+		// The batches read are finished even when ctx ends meanwhile: they
+		// are what graceful shutdown waits for.
+		c.processAll(context.WithoutCancel(ctx), ctx, got)
+		c.endRound(r)
+		c.trimAll(ctx, sales)
+		c.settleEnded(ctx, sales, got)
+		if wait := c.lingerOf(len(sales)) - time.Since(began); wait > 0 && len(got) > 0 && !c.anyFull(got) {
+			c.pause(ctx, r, wait)
+		}
+	}
+}
+
+// lingerOf is how long a round over n sales lasts at least when it keeps
+// up (see Options.Linger): Linger for each lingerSales sales, at most
+// lingerMost Lingers. A read costs Redis in proportion to the streams it
+// names, whether they hold anything or not (about 2 µs each: a millisecond
+// for 500 sales), and so does its reply's parsing here; rounds over more
+// sales that are as frequent would cost Redis the more the more sales are
+// live. A round of n sales paced so costs Redis about the same per second
+// whatever n (up to lingerSales × lingerMost sales a reader), carries more
+// orders per transaction and per XACK, and delays an order's arrival in
+// the database by at most lingerMost Lingers (200 ms by default).
+func (c *Consumer) lingerOf(n int) time.Duration {
+	if c.o.Linger <= 0 {
+		return c.o.Linger
+	}
+	k := min(max(1, (n+lingerSales-1)/lingerSales), lingerMost)
+	return time.Duration(k) * c.o.Linger
+}
+
+const lingerSales, lingerMost = 64, 10
+
+// anyFull reports whether a batch of the round is as long as a read
+// returns: that sale is behind, read it again at once.
+func (c *Consumer) anyFull(got []batch) bool {
+	for _, b := range got {
+		if int64(len(b.msgs)) >= c.o.BatchSize {
+			return true
+		}
+	}
+	return false
+}
+
+// pause waits d, or until the reader is signalled or ctx ends.
+func (c *Consumer) pause(ctx context.Context, r int, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-c.wake[r]:
+	case <-t.C:
+	}
+}
+
+// createGroups makes the consumer group of every sale that has none yet,
+// on the sale's stream as it is: never the stream itself (no MKSTREAM).
+// The sale's own scripts make its stream (create.lua writes an event at
+// once; a rebuild or a buy writes one again after a loss), and none of
+// them runs for a sale that is not in Redis. A sale whose stream is
+// missing (archived, lost and not rebuilt yet) has nothing to read, and a
+// stream made for it here would outlive it: an archived sale's keys are
+// never made again, whatever this consumer still believes of the sale (a
+// consumer that cannot reach the database keeps sweeping sales archived
+// meanwhile). Such a sale is tried again after its backoff; an ended one
+// goes idle (settleEnded) until something wakes it.
+func (c *Consumer) createGroups(ctx context.Context, sales []*sale) {
+	now := time.Now()
+	var todo []*sale
+	for _, sl := range sales {
+		if !sl.ready && !now.Before(sl.retryAt) {
+			todo = append(todo, sl)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	cmds := make([]*redis.StatusCmd, len(todo))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sl := range todo {
+			cmds[i] = p.XGroupCreate(ctx, sl.key, Group, "0")
+		}
+		return nil
+	})
+	for i, sl := range todo {
+		err := cmds[i].Err()
+		switch {
+		case err == nil || strings.HasPrefix(err.Error(), "BUSYGROUP"):
+			sl.ready, sl.own = true, true
+			sl.backoff.reset()
+			continue
+		case ctx.Err() != nil:
+			return
+		case strings.Contains(err.Error(), "requires the key to exist"):
+			c.o.Logger.Debug("order pipeline: no stream: the sale is not in Redis", "sale", sl.id)
+		default:
+			c.o.Logger.Warn("order pipeline: create consumer group", "sale", sl.id, "err", err)
+		}
+		sl.retryAt = now.Add(sl.backoff.next())
+	}
+}
+
+// batch is what one round read from one sale.
+type batch struct {
+	sale *sale
+	msgs []redis.XMessage
+}
+
+// fetch reads every sale that is ready once: its own pending list if it
+// is flagged own, else new entries. On a single node it is one command,
+// which waits up to Block when it reads nothing but new entries; on a
+// Cluster a pipeline of one read per sale, and a pause when it found
+// nothing.
+func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale) ([]batch, error) {
+	now := time.Now()
+	var read []*sale
+	own := false
+	wait := c.o.Block
+	for _, sl := range sales {
+		switch {
+		case now.Before(sl.retryAt):
+			wait = min(wait, sl.retryAt.Sub(now))
+		case !sl.ready:
+		default:
+			read = append(read, sl)
+			own = own || sl.own
+		}
+	}
+	if len(read) == 0 {
+		c.pause(ctx, r, max(wait, time.Millisecond))
+		return nil, nil
+	}
+	if c.multi {
+		got, err := c.fetchMulti(ctx, read, own, wait)
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			return got, err
+		}
+		// A reply error (no group, a key of another type) names no stream:
+		// read them one by one this round, which finds the one at fault.
+	}
+	got, err := c.fetchEach(ctx, read)
+	if err == nil && len(got) == 0 && !own {
+		c.pause(ctx, r, wait) // a Cluster cannot wait on many streams at once: poll
+	}
+	return got, err
+}
+
+func (c *Consumer) fetchMulti(ctx context.Context, read []*sale, own bool, wait time.Duration) ([]batch, error) {
+	streams := make([]string, 0, 2*len(read))
+	for _, sl := range read {
+		streams = append(streams, sl.key)
+	}
+	for _, sl := range read {
+		streams = append(streams, startOf(sl))
+	}
+	block := max(wait, time.Millisecond) // 0 would wait for ever
+	if own {
+		block = -1 // a pending list answers at once
+	}
+	res, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: Group, Consumer: c.o.Name, Streams: streams, Count: c.o.BatchSize, Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string][]redis.XMessage, len(res))
+	for _, st := range res {
+		byKey[st.Stream] = st.Messages
+	}
+	got := make([]batch, 0, len(res))
+	for _, sl := range read {
+		msgs, ok := byKey[sl.key]
+		if sl.own && (!ok || len(msgs) == 0) {
+			sl.own = false // nothing of its own left
+			continue
+		}
+		if len(msgs) > 0 {
+			got = append(got, batch{sale: sl, msgs: msgs})
+		}
+	}
+	return got, nil
+}
+
+func (c *Consumer) fetchEach(ctx context.Context, read []*sale) ([]batch, error) {
+	cmds := make([]*redis.XStreamSliceCmd, len(read))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sl := range read {
+			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: Group, Consumer: c.o.Name, Streams: []string{sl.key, startOf(sl)}, Count: c.o.BatchSize, Block: -1,
+			})
+		}
+		return nil
+	})
+	var reply redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) {
+		return nil, err // a connection error: every read of it is in doubt
+	}
+	var got []batch
+	for i, sl := range read {
+		res, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"): // the stream was lost with Redis: start over
+			sl.ready = false
+			continue
+		case err != nil:
+			c.o.Logger.Warn("order pipeline: read", "sale", sl.id, "err", err)
+			sl.own = true
+			continue
+		}
+		var msgs []redis.XMessage
+		if len(res) > 0 {
+			msgs = res[0].Messages
+		}
+		if sl.own && len(msgs) == 0 {
+			sl.own = false
+			continue
+		}
+		if len(msgs) > 0 {
+			got = append(got, batch{sale: sl, msgs: msgs})
+		}
+	}
+	return got, nil
+}
+
+// startOf is where a read of the sale starts: its own pending list, or new
+// entries.
+func startOf(sl *sale) string {
+	if sl.own {
+		return "0"
+	}
+	return ">"
+}

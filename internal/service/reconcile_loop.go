@@ -1,0 +1,275 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/reconcile"
+	"github.com/seckill/seckill/internal/store"
+)
+
+// The reconciliation loop: every Config.ReconcileEvery it compares Redis,
+// the order stream and the database for the live sales due (every one at
+// least every reconcileSweep; see pass). Each pass's drift feeds
+// the live view (the dashboard and the seckill_reconcile_*drift gauges).
+// Drift that two passes in a row find is repaired from the database
+// (reconcile.Repair: journaled, never while orders are in flight): under
+// load the three sources are read at slightly different moments, so one
+// pass alone can see numbers in motion. Each repair is one log line and
+// counts in seckill_reconcile_repairs_total.
+//
+// Only while Redis sells: in degraded mode (the database sells, or Redis is
+// being recovered), and while this instance holds Redis back after seeing
+// it restart, the database is ahead of Redis by design and the recovery
+// repairs Redis once nobody sells; a pass then judges nothing, and drift a
+// pass found before a switch does not count with one after it (the two
+// passes that repair are of one epoch of the sell mode). reconcile.Repair
+// checks the mode again around its read of the database.
+
+// reconcileLoop runs a pass every period until ctx ends.
+func (s *Service) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileEvery)
+	defer t.Stop()
+	rc := newReconciler(s)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rc.pass(ctx)
+	}
+}
+
+// reconcileSweep: every live sale is reconciled at least this often (every
+// pass, when Config.ReconcileEvery is longer). A pass visits a share of the
+// live sales, round-robin, so that a thousand of them cost a steady trickle,
+// not a thousand reconciliations every period.
+const reconcileSweep = time.Minute
+
+// reconciler is what the loop remembers from one pass to the next.
+type reconciler struct {
+	s *Service
+	// drifted holds the sales the previous pass found drift in.
+	drifted map[string]bool
+	// live holds the sales the previous pass found live.
+	live map[string]bool
+	// visited holds, per live sale, when it was last reconciled (zero:
+	// never) and its stream's position then (see streamMarks); and when the
+	// loop first saw it live.
+	visited map[string]visited
+	// epoch is the sell mode's epoch the previous pass judged drift in
+	// (-1: it judged none).
+	epoch int64
+}
+
+type visited struct {
+	at, seen time.Time
+	mark     string
+}
+
+func newReconciler(s *Service) *reconciler {
+	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}, visited: map[string]visited{}, epoch: -1}
+}
+
+// pass reconciles the live sales (not ended and drained) due this pass, and
+// repairs the ones that drifted in this pass and the one before. A sale that
+// has ended and is drained changes no more: it costs the loop nothing. Each
+// pass visits:
+//
+//   - every sale the previous pass found drift in (so that drift two passes
+//     in a row find is repaired a period after it was first found), and
+//     every sale that was live at the previous pass and is no more (a last
+//     pass after its stream drained);
+//   - every live sale that would otherwise go unreconciled for longer than
+//     reconcileSweep;
+//   - up to a budget of live sales, len(live) × ReconcileEvery /
+//     reconcileSweep, whose stream moved since their last visit (a buy, a
+//     cancel, a restock...; one command per sale, in one pipeline, tells),
+//     the longest unvisited first;
+//   - then, if fewer than the budget were taken by the two above, the
+//     sales visited longest ago, up to the budget.
+//
+// So idle sales cost a budget of visits per pass, busy ones up to twice
+// that, and drift that appears without a change (Redis data lost, a hand
+// edit) is found within reconcileSweep.
+//
+// The sales are visited evenly over half the period.
+func (rc *reconciler) pass(ctx context.Context) {
+	mode, err := rc.s.db.SellMode(ctx)
+	if err != nil {
+		return // the database is away; the live view says so
+	}
+	if mode.Mode != store.ModeRedis || rc.s.seller.HeldBack() {
+		// Not drift: the recovery brings Redis back to the database.
+		clear(rc.drifted)
+		rc.epoch = -1
+		return
+	}
+	if mode.Epoch != rc.epoch {
+		clear(rc.drifted) // found before a switch: not this epoch's drift
+		rc.epoch = mode.Epoch
+	}
+	ids, err := rc.s.liveSaleIDs(ctx)
+	if err != nil {
+		return // the database is away; the live view says so
+	}
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+	}
+	visit := rc.choose(ctx, ids, live, time.Now())
+	drifted := make(map[string]bool, len(visit))
+	// Paced over half the period: a thousand live sales are a steady
+	// trickle of reads, not a burst every period that buys queue behind.
+	var gap time.Duration
+	if every := rc.s.cfg.ReconcileEvery; every > 0 && len(visit) > 0 {
+		gap = every / 2 / time.Duration(len(visit))
+	}
+	for i, id := range slices.Sorted(maps.Keys(visit)) {
+		if i > 0 && gap > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(gap):
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if live[id] {
+			v := rc.visited[id]
+			v.at, v.mark = time.Now(), visit[id]
+			rc.visited[id] = v
+		}
+		drifted[id] = rc.sale(ctx, id)
+	}
+	maps.DeleteFunc(rc.visited, func(id string, _ visited) bool { return !live[id] })
+	rc.drifted, rc.live = drifted, live
+}
+
+// choose returns the sales this pass visits (see pass), each with its
+// stream's position as read before the visit.
+func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]bool, now time.Time) map[string]string {
+	visit := map[string]string{}
+	for id := range rc.live {
+		if !live[id] {
+			visit[id] = ""
+		}
+	}
+	for id, d := range rc.drifted {
+		if d {
+			visit[id] = ""
+		}
+	}
+	marks, markErr := streamMarks(ctx, rc.s.rdb, rc.s.eng, ids)
+	mark := func(i int) string {
+		if markErr != nil {
+			return "?" // unknown: counts as moved
+		}
+		return marks[i]
+	}
+	for i, id := range ids {
+		if _, ok := rc.visited[id]; !ok {
+			rc.visited[id] = visited{seen: now, mark: "?"}
+		}
+		if _, ok := visit[id]; ok {
+			visit[id] = mark(i)
+		}
+	}
+	every := rc.s.cfg.ReconcileEvery
+	budget := len(ids)
+	if every > 0 && every < reconcileSweep {
+		budget = int((int64(len(ids))*int64(every) + int64(reconcileSweep) - 1) / int64(reconcileSweep))
+	}
+	// Due: the next pass would come too late for them.
+	var moved, rest []int
+	due := 0
+	for i, id := range ids {
+		if _, ok := visit[id]; ok {
+			continue
+		}
+		v := rc.visited[id]
+		last := v.at
+		if last.IsZero() {
+			last = v.seen
+		}
+		switch {
+		case every <= 0 || now.Add(every).After(last.Add(reconcileSweep)):
+			visit[id] = mark(i)
+			due++
+		case v.mark != mark(i):
+			moved = append(moved, i)
+		default:
+			rest = append(rest, i)
+		}
+	}
+	oldest := func(a, b int) int { return rc.visited[ids[a]].at.Compare(rc.visited[ids[b]].at) }
+	slices.SortStableFunc(moved, oldest)
+	slices.SortStableFunc(rest, oldest)
+	// The moved ones take up to a budget beside the due ones; the longest
+	// unvisited then fill this pass up to the budget.
+	taken := 0
+	for _, i := range moved[:min(len(moved), budget)] {
+		visit[ids[i]] = mark(i)
+		taken++
+	}
+	taken = max(taken, due)
+	for _, i := range rest {
+		if taken >= budget {
+			break
+		}
+		visit[ids[i]] = mark(i)
+		taken++
+	}
+	return visit
+}
+
+// sale reconciles one sale and reports whether drift remains.
+func (rc *reconciler) sale(ctx context.Context, id string) bool {
+	s := rc.s
+	rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
+	if err != nil {
+		return false // an archived sale's last pass among them: its series are gone (live_bounds.go)
+	}
+	if inventory.PendingOut(rep.Moves) {
+		// A move out of this segment whose arrival is not confirmed: one
+		// under way, or one left pending whose note was lost (moves.go).
+		// Finishing it again changes nothing.
+		if _, err := s.eng.FinishMoves(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, inventory.ErrFenced) {
+			s.log.Warn("reconcile: a move left pending is not finished yet", "sale", id, "err", err)
+		}
+	}
+	repairs := s.metrics.repairs.WithLabelValues(id) // every sale's count exists from 0
+	rc.publish(rep)
+	if !rep.Drifted() || !rc.drifted[id] {
+		return rep.Drifted()
+	}
+	res, err := reconcile.Repair(ctx, s.eng, s.rdb, s.db, id)
+	if len(res.Changes) > 0 {
+		s.live.dirty.Store(id, struct{}{}) // the live view reads it again
+		repairs.Inc()
+		s.log.Warn("reconcile: repaired drift from the database", "sale", id, "changes", reconcile.Describe(res.Changes))
+	}
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Error("reconcile: repair failed", "sale", id, "err", err)
+		}
+		return true
+	case res.Skipped != "":
+		s.log.Warn("reconcile: drift not repaired", "sale", id, "reason", res.Skipped)
+	}
+	rc.publish(res.After)
+	return res.After.Drifted()
+}
+
+// publish hands a pass's drift to the live view.
+func (rc *reconciler) publish(rep reconcile.Report) {
+	for _, it := range rep.Items {
+		rc.s.live.drift.Store(rep.Sale+"|"+it.SKU, [2]int64{it.Drift, it.StockDrift})
+	}
+}

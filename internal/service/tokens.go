@@ -1,0 +1,99 @@
+package service
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/internal/inventory"
+)
+
+// Purchase tokens are the "hidden seckill URL": a short-lived token bound to
+// one user and one sale, issued only while the sale is active and spent by
+// one accepted buy. A token is "<sale>|<user>|<expiry ms>|<nonce>" signed
+// with HMAC-SHA256 under a key derived from the JWT secret. Its signature,
+// user, sale and expiry are checked here, before the buy; its single use is
+// the buy's own: buy.lua spends the nonce (a key under the sale's hash tag,
+// "ptoken:<nonce>") only if it accepts the buy, in the same script, so a
+// refused buy (unknown sku, sold out, over the limit) leaves the token
+// usable, and a repeat of an accepted buy returns its order.
+const purchaseTokenTTL = 5 * time.Minute
+
+func (s *Service) tokenKey() []byte {
+	m := hmac.New(sha256.New, []byte(s.cfg.JWTSecret))
+	m.Write([]byte("seckill purchase tokens"))
+	return m.Sum(nil)
+}
+
+func (s *Service) signToken(payload string) string {
+	m := hmac.New(sha256.New, s.tokenKey())
+	m.Write([]byte(payload))
+	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) error {
+	user, err := s.auth.buyer(r)
+	if err != nil {
+		return err
+	}
+	saleID := r.PathValue("sale")
+	if !inventory.ValidID(saleID) {
+		return errInvalid("sale id must match ^[A-Za-z0-9_.:-]{1,64}$")
+	}
+	if _, err := s.saleFor(exchangeOf(w, r), saleID, user, "pt"); err != nil {
+		return err
+	}
+	st, err := s.router.Stock(r.Context(), saleID) // a segmented sale: its segments summed
+	if err != nil {
+		return err
+	}
+	if st.Status != inventory.StatusActive {
+		return &inventory.NotActiveError{Status: st.Status}
+	}
+	if s.cfg.Challenge != nil {
+		if err := s.cfg.Challenge(r.Context(), r, user, saleID); err != nil {
+			s.logFor(r).Info("purchase token refused by the challenge", "sale", saleID, "user", user, "reason", err)
+			return &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "the challenge was not passed"}
+		}
+	}
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:])
+	expires := time.Now().Add(purchaseTokenTTL).UTC()
+	payload := saleID + "|" + user + "|" + strconv.FormatInt(expires.UnixMilli(), 10) + "|" + hex.EncodeToString(nonce[:])
+	writeJSON(w, http.StatusCreated, map[string]any{"token": s.signToken(payload), "expires_at": expires})
+	return nil
+}
+
+// purchaseToken is a checked token: its nonce and how long it stays valid.
+type purchaseToken struct {
+	nonce string
+	ttl   time.Duration // until it expires, plus a minute of clock skew
+}
+
+// checkPurchaseToken checks a token's signature, user, sale and expiry; its
+// single use is for the buy to check and spend (inventory.BuyRequest.Token).
+func (s *Service) checkPurchaseToken(saleID, user, token string) (purchaseToken, error) {
+	enc, _, ok := strings.Cut(token, ".")
+	if !ok {
+		return purchaseToken{}, errTokenDenied
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || !hmac.Equal([]byte(s.signToken(string(raw))), []byte(token)) {
+		return purchaseToken{}, errTokenDenied
+	}
+	parts := strings.Split(string(raw), "|")
+	if len(parts) != 4 || parts[0] != saleID || parts[1] != user || !inventory.ValidID(parts[3]) {
+		return purchaseToken{}, errTokenDenied
+	}
+	exp, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil || time.Now().UnixMilli() >= exp {
+		return purchaseToken{}, errTokenDenied
+	}
+	return purchaseToken{nonce: parts[3], ttl: time.Until(time.UnixMilli(exp)) + time.Minute}, nil
+}

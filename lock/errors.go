@@ -46,6 +46,7 @@ type NodeError struct {
 	Err  error
 }
 
+// Error names the node and its error.
 func (e *NodeError) Error() string { return fmt.Sprintf("lock: node %d: %v", e.Node, e.Err) }
 
 // Unwrap returns the underlying error.
@@ -58,6 +59,7 @@ type StaleFenceError struct {
 	Highest  Fence // the highest fence the resource had accepted
 }
 
+// Error names the resource and both fences.
 func (e *StaleFenceError) Error() string {
 	return fmt.Sprintf("lock: stale fence %d for %q: it has accepted fence %d", e.Fence, e.Resource, e.Highest)
 }

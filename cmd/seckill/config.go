@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seckill/seckill"
 	"github.com/seckill/seckill/internal/service"
 	"github.com/seckill/seckill/internal/store"
 )
@@ -50,9 +51,9 @@ func keyPrefixFlag(fs *flag.FlagSet, getenv func(string) string) *string {
 
 // configFlags defines serve's flags of the contract and seckill's own
 // (storeFlags with the schema, keyPrefixFlag and the rest); the returned
-// function reads them into a service.Config once fs is parsed; its errors
+// function reads them into a seckill.Config once fs is parsed; its errors
 // are one line each.
-func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.Config, error) {
+func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (seckill.Config, error) {
 	env := func(k, def string) string { return orEnv(getenv, k, def) }
 	where := storeFlags(fs, getenv, true)
 	prefix := keyPrefixFlag(fs, getenv)
@@ -73,24 +74,23 @@ func configFlags(fs *flag.FlagSet, getenv func(string) string) func() (service.C
 		"how many live-view event streams (GET /v1/live) one client (an IPv4 address, an IPv6 /64) may hold open; past it 429 (env SECKILL_LIVE_STREAMS_PER_CLIENT)")
 	streams := fs.String("live-streams", env("SECKILL_LIVE_STREAMS", strconv.Itoa(service.DefaultLiveStreams)),
 		"how many live-view event streams this instance serves at once; past it 503 (env SECKILL_LIVE_STREAMS)")
-	return func() (service.Config, error) {
+	return func() (seckill.Config, error) {
 		n, err := strconv.Atoi(*instances)
 		if err != nil || n < 1 {
-			return service.Config{}, fmt.Errorf("--instances must be a whole number of 1 or more, is %q", *instances)
+			return seckill.Config{}, fmt.Errorf("--instances must be a whole number of 1 or more, is %q", *instances)
 		}
 		perClient, err := strconv.Atoi(*streamsPerClient)
 		if err != nil || perClient < 1 {
-			return service.Config{}, fmt.Errorf("--live-streams-per-client must be a whole number of 1 or more, is %q", *streamsPerClient)
+			return seckill.Config{}, fmt.Errorf("--live-streams-per-client must be a whole number of 1 or more, is %q", *streamsPerClient)
 		}
 		total, err := strconv.Atoi(*streams)
 		if err != nil || total < 1 {
-			return service.Config{}, fmt.Errorf("--live-streams must be a whole number of 1 or more, is %q", *streams)
+			return seckill.Config{}, fmt.Errorf("--live-streams must be a whole number of 1 or more, is %q", *streams)
 		}
-		cfg := service.Config{Addr: *addr, KeyPrefix: *prefix, AdminToken: *admin, JWTSecret: *jwt,
+		return seckill.Config{Addr: *addr, KeyPrefix: *prefix, AdminToken: *admin, JWTSecret: *jwt,
 			RateLimitUser: *rateUser, RateLimitIP: *rateIP, RateLimitSale: *rateSale, TrustedProxies: list(*proxies), Instances: n,
-			LiveStreamsPerClient: perClient, LiveStreams: total}
-		where.set(&cfg)
-		return cfg, nil
+			LiveStreamsPerClient: perClient, LiveStreams: total,
+			RedisURL: *where.redis, RedisClusterAddrs: list(*where.cluster), DatabaseURL: *where.db, DatabaseSchema: *where.schema}, nil
 	}
 }
 
@@ -106,28 +106,28 @@ func list(s string) []string {
 }
 
 // reconcileFlag defines --reconcile-every, serve's; the returned function
-// reads it, once fs is parsed, as service.Config.ReconcileEvery.
+// reads it, once fs is parsed, as seckill.Config.ReconcileEvery.
 func reconcileFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
 	return durationFlag(fs, getenv, "reconcile-every", "SECKILL_RECONCILE_EVERY", "30s",
 		"period of the reconciliation loop, which repairs drift two passes in a row find, like 30s or 5m; 0 turns it off", "turn the loop off")
 }
 
 // archiveFlag defines --archive-every, serve's; the returned function
-// reads it, once fs is parsed, as service.Config.ArchiveEvery.
+// reads it, once fs is parsed, as seckill.Config.ArchiveEvery.
 func archiveFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
 	return durationFlag(fs, getenv, "archive-every", "SECKILL_ARCHIVE_EVERY", "2s",
 		"period of the archiver, which removes from Redis the keys of sales that have ended and are all in the database; 0 turns it off", "turn the archiver off")
 }
 
 // degradedFlag defines --degraded-grace, serve's; the returned function
-// reads it, once fs is parsed, as service.Config.DegradedGrace.
+// reads it, once fs is parsed, as seckill.Config.DegradedGrace.
 func degradedFlag(fs *flag.FlagSet, getenv func(string) string) func() (time.Duration, error) {
 	return durationFlag(fs, getenv, "degraded-grace", "SECKILL_DEGRADED_GRACE", "3s",
 		"how long no instance may reach Redis before the database sells (degraded mode), and how long Redis must answer again before it sells again; 0 turns degraded mode off for this instance", "turn degraded mode off")
 }
 
 // durationFlag defines a duration flag whose 0 turns something off; the
-// returned function reads it as a service.Config duration (-1 for off,
+// returned function reads it as a seckill.Config duration (-1 for off,
 // as the config's zero means its default).
 func durationFlag(fs *flag.FlagSet, getenv func(string) string, name, env, def, usage, zero string) func() (time.Duration, error) {
 	v := fs.String(name, orEnv(getenv, env, def), usage+" (env "+env+")")

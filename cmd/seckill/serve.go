@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime/debug"
 
+	"github.com/seckill/seckill"
 	"github.com/seckill/seckill/internal/service"
 )
 
@@ -44,9 +45,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if err == nil {
 		cfg.DegradedGrace, err = degradedGrace()
-		if cfg.DegradedGrace < 0 {
-			cfg.DegradedTick = -1
-		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "seckill serve:", err)
@@ -55,7 +53,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(serveGOGC)
 	}
-	if err := service.Run(ctx, cfg); err != nil {
+	if err := seckill.Run(ctx, cfg); err != nil {
 		fmt.Fprintln(stderr, "seckill:", err)
 		return 1
 	}

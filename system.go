@@ -1,0 +1,187 @@
+package seckill
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/reconcile"
+	"github.com/seckill/seckill/internal/service"
+)
+
+// System is a running seckill: the inventory, the order pipeline into the
+// database and the background work that keeps them in step, and the HTTP
+// API if the Config asked for it. Its methods are safe for concurrent use,
+// and any number of Systems on the same Redis and database act as one.
+type System struct {
+	svc *service.Service
+}
+
+// Open connects to Redis and the database (or starts the embedded ones),
+// creates or upgrades seckill's tables, and starts the background work: the
+// order consumer, the expiry of unpaid reservations, the archiver, the
+// reconciliation loop and degraded mode's watch; and the HTTP server, if
+// Config.Addr is set. Its error says in one line what could not be reached.
+// Shutdown stops it all.
+func Open(ctx context.Context, cfg Config) (*System, error) {
+	sc, err := cfg.internal()
+	if err != nil {
+		return nil, err
+	}
+	svc, err := service.Start(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	return &System{svc: svc}, nil
+}
+
+// Run opens a System and runs it until ctx is done, then shuts it down,
+// giving in-flight requests and the order consumer's batch up to 20 s:
+// what `seckill serve` does.
+func Run(ctx context.Context, cfg Config) error {
+	sys, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return sys.Shutdown(sctx)
+}
+
+// Shutdown stops the HTTP server after the requests in flight, lets the
+// order consumer finish its batch, stops the background work and closes
+// the connections the System opened (never a Config.Redis client).
+func (s *System) Shutdown(ctx context.Context) error { return s.svc.Shutdown(ctx) }
+
+// Handler is the HTTP API of docs/api.md, to mount in a program's own
+// server (with Config.Addr empty) or to test with net/http/httptest.
+func (s *System) Handler() http.Handler { return s.svc.Handler() }
+
+// URL is the base URL the HTTP API listens on ("http://127.0.0.1:8080"),
+// or "" if Config.Addr was empty.
+func (s *System) URL() string { return s.svc.URL() }
+
+// CreateSale creates a sale: the database first (the system of record),
+// then Redis. A sale whose id is in use is ErrExists; a create that fails
+// part way leaves nothing behind.
+func (s *System) CreateSale(ctx context.Context, sale Sale) (SaleState, error) {
+	def := service.SaleDef{
+		Sale: inventory.Sale{ID: sale.ID, PerUserLimit: sale.PerUserLimit, StartsAt: sale.StartsAt,
+			EndsAt: sale.EndsAt, PaymentTimeout: sale.PaymentTimeout},
+		SaleSettings: service.SaleSettings{RequirePurchaseToken: sale.RequirePurchaseToken,
+			RateLimits: service.RateLimits{PerUser: sale.RateLimits.PerUser, PerIP: sale.RateLimits.PerIP, PerSale: sale.RateLimits.PerSale}},
+		Segments: make([]int64, len(sale.Items)),
+	}
+	for i, it := range sale.Items {
+		def.Sale.Items = append(def.Sale.Items, inventory.Item{SKU: it.SKU, Stock: it.Stock})
+		def.Segments[i] = int64(it.Segments)
+	}
+	v, err := s.svc.CreateSale(ctx, def)
+	return stateOf(v), err
+}
+
+// Sale returns the sale as it stands now: its definition, status and
+// counters (a hot item's segments summed). It answers for an archived sale
+// too, from the database.
+func (s *System) Sale(ctx context.Context, saleID string) (SaleState, error) {
+	v, err := s.svc.Sale(ctx, saleID)
+	return stateOf(v), err
+}
+
+// Buy buys every line of the request for its buyer, or nothing: ErrSoldOut,
+// ErrLimitExceeded, ErrSaleNotActive, ErrThrottled, ErrTokenRequired, ... say
+// why. An accepted buy is one order, on its way to the database. Resent
+// with the same IdempotencyKey, it returns the same order (Replayed) and
+// changes nothing, even once the sale has sold out or ended.
+func (s *System) Buy(ctx context.Context, req BuyRequest) (Receipt, error) {
+	return s.svc.Buy(ctx, service.BuyRequest{SaleID: req.SaleID, UserID: req.UserID, Lines: req.Lines,
+		IdempotencyKey: req.IdempotencyKey, PurchaseToken: req.PurchaseToken})
+}
+
+// Order returns an order, from Redis while it is pending, from the
+// database once confirmed.
+func (s *System) Order(ctx context.Context, orderID string) (Order, error) {
+	return s.svc.Order(ctx, orderID)
+}
+
+// Cancel cancels an order of userID ("" cancels any buyer's, as an
+// operator): its units go back to stock and the buyer's quota, once. A
+// second cancel changes nothing and returns the same order.
+func (s *System) Cancel(ctx context.Context, orderID, userID string) (Order, error) {
+	return s.svc.Cancel(ctx, orderID, userID)
+}
+
+// Pay records the payment of a reservation of userID ("" for any buyer's)
+// under paymentRef (1 to 128 printable characters). Paying again with the
+// same ref changes nothing; with another it is ErrAlreadyPaid; an expired or
+// cancelled order is ErrOrderClosed. Exactly one of a pay and the expiry at
+// the order's PayBy wins.
+func (s *System) Pay(ctx context.Context, orderID, userID, paymentRef string) (Order, error) {
+	return s.svc.Pay(ctx, orderID, userID, paymentRef)
+}
+
+// Restock adds qty units of sku to a live sale and returns what remains.
+func (s *System) Restock(ctx context.Context, saleID, sku string, qty int64) (int64, error) {
+	return s.svc.Restock(ctx, saleID, sku, qty)
+}
+
+// Pause stops a sale from selling until Resume; its buyers get
+// ErrSaleNotActive meanwhile.
+func (s *System) Pause(ctx context.Context, saleID string) (SaleState, error) {
+	v, err := s.svc.SetPaused(ctx, saleID, true)
+	return stateOf(v), err
+}
+
+// Resume lets a paused sale sell again.
+func (s *System) Resume(ctx context.Context, saleID string) (SaleState, error) {
+	v, err := s.svc.SetPaused(ctx, saleID, false)
+	return stateOf(v), err
+}
+
+// CloseSale ends a sale now. Once every order of it is in the database and
+// no payment awaits, its Redis keys are removed; it is read from the
+// database from then on.
+func (s *System) CloseSale(ctx context.Context, saleID string) (SaleState, error) {
+	v, err := s.svc.CloseSale(ctx, saleID)
+	return stateOf(v), err
+}
+
+// PurchaseToken issues a purchase token for userID in a sale that requires
+// them (Sale.RequirePurchaseToken): the first accepted buy that carries it
+// spends it.
+func (s *System) PurchaseToken(ctx context.Context, saleID, userID string) (PurchaseToken, error) {
+	tok, until, err := s.svc.IssuePurchaseToken(ctx, saleID, userID)
+	return PurchaseToken{Token: tok, ExpiresAt: until}, err
+}
+
+// Reconcile compares the sale's counters in Redis, the orders on their way
+// and the database's, item by item. It is exact while the sale sells.
+func (s *System) Reconcile(ctx context.Context, saleID string) (Report, error) {
+	r, err := s.svc.Reconcile(ctx, saleID)
+	return reportOf(r), err
+}
+
+func stateOf(v service.SaleView) SaleState {
+	st := SaleState{Status: v.State.Status, Archived: v.Archived}
+	sale := v.State.Sale
+	st.Sale = Sale{ID: sale.ID, PerUserLimit: sale.PerUserLimit, StartsAt: sale.StartsAt, EndsAt: sale.EndsAt,
+		PaymentTimeout: sale.PaymentTimeout, RequirePurchaseToken: v.Settings.RequirePurchaseToken,
+		RateLimits: RateLimits{PerUser: v.Settings.PerUser, PerIP: v.Settings.PerIP, PerSale: v.Settings.PerSale}}
+	for _, it := range v.State.Items {
+		st.Sale.Items = append(st.Sale.Items, Item{SKU: it.SKU, Stock: it.Stocked})
+		st.Items = append(st.Items, ItemState{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked,
+			Sold: it.Sold, AwaitingPayment: it.Awaiting})
+	}
+	return st
+}
+
+func reportOf(r reconcile.Report) Report {
+	out := Report{Sale: r.Sale, Consistent: r.Consistent}
+	for _, it := range r.Items {
+		out.Items = append(out.Items, ReportItem{SKU: it.SKU, Stocked: it.Stocked, Remaining: it.Remaining, Sold: it.Sold,
+			OrdersInDB: it.OrdersInDB, InFlight: it.InFlight, Moving: it.Moving, Drift: it.Drift})
+	}
+	return out
+}

@@ -49,3 +49,49 @@ func TestAdvLegitFramingIsServed(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvBodiesAfterTheToken: bodies the buy handler reads itself after
+// the token's check (streamed on fasthttp): too large by Content-Length or
+// by chunks, cut short, sent slowly, empty — each a 4xx or a 201, never a
+// 5xx, and a request pipelined after a refused body is still answered or
+// the connection closed (never taken from the refused body's bytes).
+func TestAdvBodiesAfterTheToken(t *testing.T) {
+	for _, server := range []string{service.HTTPServerFast, service.HTTPServerNet} {
+		t.Run(server, func(t *testing.T) {
+			a := startApp(t, service.Config{DatabaseURL: dbtest.SQLiteURL(t), HTTPServer: server, SampleEvery: -1, RateLimitUser: "off"})
+			a.createSale("s1", 100, "A", 1000)
+			host := "Host: " + strings.TrimPrefix(a.svc.URL(), "http://") + "\r\n"
+			auth := func(u string) string { return "Authorization: Bearer " + a.token(u) + "\r\n" }
+			start := func(u string) string { return "POST /v1/sales/s1/orders HTTP/1.1\r\n" + host + auth(u) }
+			buy := `{"items":[{"sku":"A","qty":1}]}`
+			// A body that is JSON padded past 64 KiB; inside it, a request
+			// that must never be served.
+			inner := "GET /healthz HTTP/1.1\r\n" + host + "\r\n"
+			big := `{"items":[{"sku":"A","qty":1}],"pad":"` + strings.Repeat("x", 100<<10) + inner + `"}`
+			last := "GET /healthz HTTP/1.1\r\n" + host + "Connection: close\r\n\r\n"
+			chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+			cases := []struct{ name, raw string }{
+				{"large by length", start("b1") + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(big)) + big + last},
+				{"large by chunks", start("b2") + "Transfer-Encoding: chunked\r\n\r\n" + chunk(big[:50<<10]) + chunk(big[50<<10:]) + "0\r\n\r\n" + last},
+				{"empty", start("b3") + "Content-Length: 0\r\n\r\n" + last},
+				{"garbage", start("b4") + "Content-Length: 5\r\n\r\n\x00\xff{[\"" + last},
+				{"wrong type", start("b5") + "Content-Type: text/plain\r\n" + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(buy)) + buy + last},
+				{"no token, large", "POST /v1/sales/s1/orders HTTP/1.1\r\n" + host + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(big)) + big + last},
+			}
+			for _, c := range cases {
+				got := replies(t, a.svc.URL(), c.raw)
+				if len(got) == 0 || got[0] >= 500 || got[0] < 400 && got[0] != 201 {
+					t.Errorf("%s: replies %v", c.name, got)
+				}
+				for _, st := range got[1:] {
+					if st != 200 {
+						t.Errorf("%s: replies %v: a second reply that is not the health check's", c.name, got)
+					}
+				}
+				if len(got) > 2 {
+					t.Errorf("%s: replies %v: the body's bytes were served as a request", c.name, got)
+				}
+			}
+		})
+	}
+}

@@ -57,8 +57,8 @@ func TestMoveOfUnknownOutcomeIsNotSoldAgain(t *testing.T) {
 	}
 	f.Step(ctx)
 
-	// The replies are lost from the out half on (the move's note in the
-	// index of pending moves, sent before it, is answered).
+	// The replies are lost from the out half on: the move's note in the
+	// index of pending moves, sent first, gets its answer.
 	proxy.HoldRepliesAfter([]byte("$3\r\nout\r\n"))
 	if n, err := engA.Move(ctx, "p:1", "p:0", "A", 1); !inventory.OutcomeUnknown(err) {
 		t.Fatalf("a move whose replies are lost: %d, %v", n, err)

@@ -110,7 +110,7 @@ func (e *Engine) FinishMoves(ctx context.Context, saleID string) (int, error) {
 		return 0, err
 	}
 	for i, m := range moves {
-		if err := e.finishMove(ctx, saleID, m.ID, m.Peer, m.SKU, -m.Units); err != nil {
+		if err := e.finishFound(ctx, saleID, m.ID, m.Peer, m.SKU, -m.Units); err != nil {
 			return i, err
 		}
 	}
@@ -247,6 +247,24 @@ func decodeMove(id, rec string) (Move, error) {
 		return Move{}, fmt.Errorf("move %s: record %q", id, rec)
 	}
 	return m, nil
+}
+
+// finishFound finishes a move out of fromSale found pending in its
+// record (FinishMoves, FinishPendingMoves), not made by this call: the
+// watcher (Options.Moves) is first told of its out half as acknowledged,
+// for the record says it ran. The process that ran it may have died with
+// its own account of it, and the half's event may still be in the
+// source's stream: a hand-over of the in half alone would have the
+// system of record count the units in both sales.
+func (e *Engine) finishFound(ctx context.Context, fromSale, id, toSale, sku string, units int64) error {
+	if e.moves != nil {
+		h := MoveHalf{SaleID: fromSale, Move: Move{ID: id, Peer: toSale, SKU: sku, Units: -units}}
+		if err := e.moves.BeginMove(ctx, h); err != nil {
+			return err
+		}
+		e.moves.EndMove(h, units, nil)
+	}
+	return e.finishMove(ctx, fromSale, id, toSale, sku, units)
 }
 
 // finishMove applies a move's in half, then marks its out half done, then

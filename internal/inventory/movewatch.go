@@ -20,7 +20,11 @@ type MoveHalf struct {
 // have passed on yet (failover.Seller does, when the database takes over
 // from Redis) counts each half it is told of once Redis acknowledged it,
 // and an out half whose outcome is unknown (OutcomeUnknown) as one that
-// may have taken its units.
+// may have taken its units. A move finished from its source's record
+// (FinishMoves, FinishPendingMoves) has its out half told as one Redis
+// acknowledged (BeginMove, then EndMove with no error) before its in half
+// is sent: the record says it ran, and the process that ran it may be
+// gone with its own account of it.
 type MoveWatch interface {
 	BeginMove(ctx context.Context, h MoveHalf) error
 	EndMove(h MoveHalf, moved int64, err error)

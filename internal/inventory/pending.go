@@ -125,7 +125,7 @@ func (e *Engine) FinishPendingMoves(ctx context.Context, olderThan time.Duration
 			case derr != nil:
 				errs = append(errs, fmt.Errorf("%w: sale %s: %v", ErrCorrupt, n.sale, derr))
 			case m.Units < 0 && !m.Arrived:
-				if err := e.finishMove(ctx, n.sale, m.ID, m.Peer, m.SKU, -m.Units); err != nil {
+				if err := e.finishFound(ctx, n.sale, m.ID, m.Peer, m.SKU, -m.Units); err != nil {
 					errs = append(errs, fmt.Errorf("seckill: finish move %s of sale %s: %w", m.ID, n.sale, err))
 					continue
 				}

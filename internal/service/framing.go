@@ -100,7 +100,8 @@ type framingConn struct {
 	// time).
 	lines    int      // lines of the block so far, the request line first
 	line     [64]byte // the current line's start
-	lineLen  int      // its length, even past len(line)
+	lineLen  int      // its length, even past len(line), less the white space after its first ':'
+	value    int8     // 0 before the line's first ':', 1 in the white space after it, 2 after that
 	block    headerBlock
 	bodyLeft int64 // bytes of a body still to pass
 }
@@ -127,15 +128,37 @@ func (c *framingConn) scan(p []byte) {
 		if i >= 0 {
 			part = p[:i]
 		}
-		if c.lineLen < len(c.line) {
-			copy(c.line[c.lineLen:], part)
-		}
-		c.lineLen += len(part)
+		c.keep(part)
 		if i < 0 {
 			return
 		}
 		p = p[i+1:]
 		c.endLine()
+	}
+}
+
+// keep adds part of the current line to its start, leaving out the white
+// space between the first ':' and the value: a Content-Length may follow
+// any amount of it (RFC 9110, 5.6.3), and its digits must be in the start
+// kept. Only the line's first bytes are looked at once it is long.
+func (c *framingConn) keep(part []byte) {
+	if c.value == 2 && c.lineLen >= len(c.line) {
+		c.lineLen += len(part)
+		return
+	}
+	for _, b := range part {
+		switch {
+		case c.value == 1 && (b == ' ' || b == '\t'):
+			continue
+		case c.value == 1:
+			c.value = 2
+		case c.value == 0 && b == ':':
+			c.value = 1
+		}
+		if c.lineLen < len(c.line) {
+			c.line[c.lineLen] = b
+		}
+		c.lineLen++
 	}
 }
 
@@ -145,7 +168,7 @@ func (c *framingConn) endLine() {
 	if c.lineLen <= len(c.line) {
 		line = bytes.TrimSuffix(line, []byte("\r"))
 	}
-	c.lineLen = 0
+	c.lineLen, c.value = 0, 0
 	switch {
 	case len(line) > 0 && c.lines == 0: // the request line
 		c.lines++

@@ -209,6 +209,15 @@ func (s *Service) allow(ctx context.Context, scope, key string, limit *ratelimit
 		s.live.lastFallback.Store(time.Now().UnixNano())
 	} else {
 		res, err = s.limiter.Allow(ctx, key, *limit)
+		// While the database sells, a hit Redis counted is counted in
+		// process too: should Redis stop answering, the fallback goes on
+		// from there, not from a fresh burst (a buyer's limit was twice
+		// its burst across a ping that timed out). The other way, hits
+		// the fallback counted are not told to Redis once it answers
+		// again. Not while Redis sells: the buys' own limit is buy.lua's.
+		if err == nil && res.Allowed && !res.Degraded && !s.seller.RedisSells() {
+			_, _ = s.local.Allow(ctx, key, *limit)
+		}
 	}
 	if err != nil {
 		return err

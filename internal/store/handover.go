@@ -92,6 +92,12 @@ func (s *Store) settleVoided(ctx context.Context, tx *sql.Tx, orders []inventory
 		if slices.ContainsFunc(stored[0].Items, func(l inventory.Line) bool { return free[l.SKU] != inventory.Unlimited && free[l.SKU] < l.Qty }) {
 			continue
 		}
+		if ok, err := s.mayLiveAgain(ctx, tx, stored[0]); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := s.exec(ctx, tx, "UPDATE orders SET status = ?, cancelled_at = 0 WHERE id = ?", string(inventory.OrderConfirmed), id); err != nil {
 			return err
 		}
@@ -100,6 +106,39 @@ func (s *Store) settleVoided(ctx context.Context, tx *sql.Tx, orders []inventory
 		}
 	}
 	return nil
+}
+
+// mayLiveAgain reports whether a voided order can be made live again
+// without breaking what the database kept while it was voided: its buyer
+// under the sale's per-user limit with it (the voided order no longer
+// counted, so the buyer may have bought again meanwhile, in degraded
+// mode), and its idempotency key naming no other live order of the buyer
+// (a retry of the key the database sold). If either would break, the
+// order stays voided: its buyer holds what the database sold instead.
+func (s *Store) mayLiveAgain(ctx context.Context, tx *sql.Tx, o inventory.Order) (bool, error) {
+	var limit int64
+	if err := s.queryRow(ctx, tx, "SELECT per_user_limit FROM sales WHERE id = ?", o.SaleID).Scan(&limit); err != nil {
+		return false, err
+	}
+	for _, l := range o.Items {
+		var held int64
+		err := s.queryRow(ctx, tx, `SELECT COALESCE(CAST(SUM(l.qty) AS BIGINT), 0) FROM `+
+			orderLines("o.sale_id = ? AND o.user_id = ? AND o.status = ?")+` l WHERE l.sku = ?`,
+			append(twice(o.SaleID, o.UserID, string(inventory.OrderConfirmed)), l.SKU)...).Scan(&held)
+		if err != nil {
+			return false, err
+		}
+		if held+l.Qty > limit {
+			return false, nil
+		}
+	}
+	if o.IdempotencyKey == "" {
+		return true, nil
+	}
+	var n int
+	err := s.queryRow(ctx, tx, `SELECT COUNT(*) FROM orders WHERE sale_id = ? AND user_id = ? AND idempotency_key = ?
+		AND status = ? AND id <> ?`, o.SaleID, o.UserID, o.IdempotencyKey, string(inventory.OrderConfirmed), o.ID).Scan(&n)
+	return n == 0, err
 }
 
 // heldUnits is a query of (sku, qty) rows, one per sku, of a sale's units

@@ -43,6 +43,9 @@ func TestAPISurface(t *testing.T) {
 	got := strings.Join(lines, "\n") + "\n"
 	const path = "api/seckill.txt"
 	if *update {
+		if err := os.MkdirAll("api", 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -32,6 +32,7 @@ func (f Fence) Admits(highest Fence) bool { return f >= 1 && f >= highest }
 // GuardClient is the part of a go-redis client a Guard uses.
 type GuardClient interface {
 	redis.Scripter
+	// HMGet reads a guarded value and its fence (Guard.Get).
 	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
 }
 

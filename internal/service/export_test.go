@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -36,3 +37,8 @@ func (s *Service) OnSalesListBuild(f func(key string, build func())) { s.salesLi
 // SalesListWaiting is how many requests of GET /v1/sales wait, for a list
 // another request builds or for their turn to build one.
 func (s *Service) SalesListWaiting() int { return int(s.salesList.waiting.Load()) }
+
+// RunExpiry runs the expiry loop, every tick, until ctx ends: for a test
+// whose service started without one (ExpireEvery < 0) and that wants
+// reservations to expire only from some point on.
+func (s *Service) RunExpiry(ctx context.Context, every time.Duration) { s.expiryLoop(ctx, every) }

@@ -172,6 +172,33 @@ func TestPerIPLimitAndTrustedProxies(t *testing.T) {
 	}
 }
 
+// The per-address limit counts an IPv6 client by its /64 (a host is given
+// a /64 and may send from any address in it), an IPv4 client by its
+// address, as the live streams' caps do. Before, every IPv6 address had a
+// limit of its own.
+func TestPerIPLimitGroupsIPv6ByItsSlash64(t *testing.T) {
+	cfg := realStack(t)
+	cfg.RateLimitIP, cfg.TrustedProxies = "1/m", []string{"127.0.0.0/8"}
+	a := startApp(t, cfg)
+	a.createSale("s1", 100, "A", 1000)
+	for i, c := range []struct {
+		from string
+		want int
+	}{
+		{"2001:db8:1:2::1", http.StatusCreated},
+		{"2001:db8:1:2:ffff:ffff:ffff:7", http.StatusTooManyRequests}, // the same /64
+		{"2001:db8:1:3::1", http.StatusCreated},                       // the next /64
+		{"203.0.113.7", http.StatusCreated},
+		{"203.0.113.8", http.StatusCreated},                // IPv4: each address its own
+		{"::ffff:203.0.113.7", http.StatusTooManyRequests}, // 203.0.113.7, mapped
+	} {
+		r := a.call("POST", "/v1/sales/s1/orders", a.token(fmt.Sprint("u", i)), buyBody("A"), "X-Forwarded-For", c.from)
+		if r.status != c.want {
+			t.Errorf("buy %d from %s: %d %s, want %d", i, c.from, r.status, r.body, c.want)
+		}
+	}
+}
+
 func TestBadRateLimitConfigRefusesToStart(t *testing.T) {
 	for _, cfg := range []service.Config{
 		{RateLimitUser: "lots"}, {RateLimitIP: "5/fortnight"}, {RateLimitSale: "0/s"}, {TrustedProxies: []string{"10.0.0.0/99"}},

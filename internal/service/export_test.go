@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -27,3 +28,17 @@ func (s *Service) RedisSells() bool { return s.seller.RedisSells() }
 // ServerLogEvery is the least time between two lines of the HTTP servers'
 // own log.
 const ServerLogEvery = serverLogEvery
+
+// OnSalesListBuild makes every build of a list of GET /v1/sales call
+// f(key, build) instead of build: key is the list's query key ("live", or
+// "archived|<limit>|<after>"); f must call build once.
+func (s *Service) OnSalesListBuild(f func(key string, build func())) { s.salesList.onBuild.Store(&f) }
+
+// SalesListWaiting is how many requests of GET /v1/sales wait, for a list
+// another request builds or for their turn to build one.
+func (s *Service) SalesListWaiting() int { return int(s.salesList.waiting.Load()) }
+
+// RunExpiry runs the expiry loop, every tick, until ctx ends: for a test
+// whose service started without one (ExpireEvery < 0) and that wants
+// reservations to expire only from some point on.
+func (s *Service) RunExpiry(ctx context.Context, every time.Duration) { s.expiryLoop(ctx, every) }

@@ -19,8 +19,9 @@ import (
 // buyer nothing but the wait. Three scopes, each with its own key:
 //
 //   - user: one buyer's requests ("u:<user>"), default 5/s with a burst of 10;
-//   - ip: one client address's ("ip:<addr>"), default off: buyers behind one
-//     NAT or proxy share an address, and so does a load test;
+//   - ip: one client's ("ip:<addr>", clientOf: an IPv4 address, or the
+//     first address of an IPv6 /64), default off: buyers behind one NAT or proxy share an address,
+//     and so does a load test;
 //   - sale: every buyer of one sale together ("s:<sale>"), default off.
 //
 // A sale may set its own limit for any scope ("off" included). Purchase
@@ -186,7 +187,8 @@ func (s *Service) throttle(x exchange, sale saleSettings, user, what string) err
 	if sale.ip != nil {
 		// No address when not over TCP (a test's fake request): nothing to limit.
 		if ip := s.clientIPOf(x); ip.IsValid() {
-			if err := s.allow(ctx, "ip", "ip:"+ip.WithZone("").String(), sale.ip); err != nil {
+			// The client's first address names it: a key has no "/".
+			if err := s.allow(ctx, "ip", "ip:"+clientOf(ip).Addr().String(), sale.ip); err != nil {
 				return err
 			}
 		}
@@ -265,6 +267,18 @@ func (s *Service) clientIPOf(x exchange) netip.Addr {
 		}
 	}
 	return addr
+}
+
+// clientOf is the client an address belongs to: the address itself
+// (IPv4), or its /64 (IPv6): a host is given a /64 (RFC 6177) and may send
+// from any address in it. The per-address rate limit and the live
+// streams' caps count clients.
+func clientOf(addr netip.Addr) netip.Prefix {
+	if addr.Is6() {
+		p, _ := addr.WithZone("").Prefix(64)
+		return p
+	}
+	return netip.PrefixFrom(addr, addr.BitLen())
 }
 
 func (s *Service) trustedProxy(a netip.Addr) bool {

@@ -3,6 +3,7 @@ package service_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -493,9 +494,12 @@ func TestSalesListIsBuiltOncePerPeriod(t *testing.T) {
 // after one segment of a sale was archived never samples that segment; once
 // the other is archived too, the sale still leaves its live view and
 // /metrics (its sampler asks the database about the segment it never saw).
-// Only the later instance expires reservations: the one left, in the other
-// segment, expires once it runs, and its expiry makes that segment live
-// there.
+// Only the later instance expires reservations, and only once it shows the
+// sale: the one reservation left, in the other segment, holds that segment
+// out of the archive until then. (Its payment timeout, a second, has
+// passed by then: when the later instance expired it at once, the segment
+// could be archived before that instance's sampler ever read it, and the
+// sale never showed there.)
 func TestPartlyArchivedSegmentedSaleLeavesALaterInstance(t *testing.T) {
 	cfg := stacks[0].start(t)
 	cfg.SampleEvery, cfg.ArchiveEvery, cfg.ExpireEvery = 50*time.Millisecond, 20*time.Millisecond, -1
@@ -527,14 +531,22 @@ func TestPartlyArchivedSegmentedSaleLeavesALaterInstance(t *testing.T) {
 	if st, err := a.svc.Store().Archive(a.ctx, "pa:1"); err != nil || st.Archiving() {
 		t.Fatalf("pa:1, a reservation awaiting payment, archived: %+v, %v", st, err)
 	}
-	cfg.ExpireEvery = 50 * time.Millisecond
-	b := startApp(t, cfg) // never sees pa:0 live
+	// b never sees pa:0 live. Its consumer looks at the ended pa:1 again
+	// every IdleSweep, so that b's sampler, however slow, reads it live.
+	cfg.Pipeline.IdleSweep = 100 * time.Millisecond
+	b := startApp(t, cfg)
 	waitfor.Until(t, waitfor.Patience, "the sale in b's live view", func() error {
 		if live, _ := b.liveSales(); live["pa"] == nil {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
+	// Now b expires the reservation (a never does), and pa:1 may go.
+	expiring, stopExpiry := context.WithCancel(context.Background())
+	expiryDone := make(chan struct{})
+	go func() { defer close(expiryDone); b.svc.RunExpiry(expiring, 50*time.Millisecond) }()
+	t.Cleanup(func() { stopExpiry(); <-expiryDone }) // before b shuts down
+
 	a.waitArchived("pa") // the reservation expired, pa:1 archived
 	if r := a.admin("GET", "/v1/orders/"+kept, nil); r.json(t)["payment_status"] != "expired" {
 		t.Fatalf("the reservation: %s", r.body)

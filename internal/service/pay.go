@@ -174,8 +174,9 @@ func (s *Service) freshPayment(ctx context.Context, o inventory.Order) inventory
 	return o
 }
 
-// expiryLoop expires unpaid reservations until ctx ends (package expiry).
-func (s *Service) expiryLoop(ctx context.Context) {
+// expiryLoop expires unpaid reservations, every tick, until ctx ends
+// (package expiry).
+func (s *Service) expiryLoop(ctx context.Context, every time.Duration) {
 	loop := expiry.New(s.eng, expiry.Options{
 		Sales: func(ctx context.Context) ([]expiry.Sale, error) {
 			sales, err := s.db.PaymentSales(ctx)
@@ -190,7 +191,7 @@ func (s *Service) expiryLoop(ctx context.Context) {
 		// behind the database (failover.Seller.OnConnect) until the
 		// recovery repairs it, an order paid there still awaiting here.
 		Paused: func() bool { return !s.seller.RedisSells() },
-		Tick:   s.cfg.ExpireEvery,
+		Tick:   every,
 		OnExpired: func(saleID string, orders []string) {
 			s.metrics.expired.Add(float64(len(orders)))
 			if s.orders != nil {

@@ -464,7 +464,7 @@ func (s *Service) startBackground(ctx context.Context) {
 	}
 	if s.cfg.ExpireEvery > 0 {
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.expiryLoop(ctx) }()
+		go func() { defer s.bg.Done(); s.expiryLoop(ctx, s.cfg.ExpireEvery) }()
 	}
 	if s.cfg.ArchiveEvery >= 0 {
 		s.bg.Add(1)

@@ -12,8 +12,7 @@ import (
 // buffers for as long as the client likes, without a token: past
 // Config.LiveStreamsPerClient streams from one client the answer is 429,
 // past Config.LiveStreams in all 503, both with Retry-After. A client is
-// an IPv4 address, or an IPv6 /64: a host is given a /64 (RFC 6177) and
-// may send from any address in it.
+// an IPv4 address, or an IPv6 /64 (clientOf).
 const (
 	DefaultLiveStreamsPerClient = 4
 	DefaultLiveStreams          = 256
@@ -36,16 +35,6 @@ func newStreamSlots(perClient, total int) *streamSlots {
 		total = DefaultLiveStreams
 	}
 	return &streamSlots{perClient: perClient, total: total, byClient: map[netip.Prefix]int{}}
-}
-
-// clientOf is the client an address belongs to: the address itself
-// (IPv4), or its /64 (IPv6).
-func clientOf(addr netip.Addr) netip.Prefix {
-	if addr.Is6() {
-		p, _ := addr.WithZone("").Prefix(64)
-		return p
-	}
-	return netip.PrefixFrom(addr, addr.BitLen())
 }
 
 // take reserves a stream for the client at addr; release gives it back.

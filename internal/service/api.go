@@ -417,7 +417,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 	now := time.Now().UnixNano()
 	if v, ok := s.saleCache.Get(saleID, now); ok {
 		if v.missing {
-			return saleSettings{}, errNotFound("sale not found: " + saleID)
+			return saleSettings{}, saleNotFound(saleID)
 		}
 		return v, nil
 	}
@@ -425,7 +425,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 	if err != nil {
 		if errors.Is(err, inventory.ErrNotFound) {
 			s.saleCache.Set(saleID, saleSettings{missing: true}, now+int64(missingSaleTTL), now)
-			return saleSettings{}, errNotFound("sale not found: " + saleID)
+			return saleSettings{}, saleNotFound(saleID)
 		}
 		return saleSettings{}, err
 	}

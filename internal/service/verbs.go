@@ -220,7 +220,7 @@ func (s *Service) endSale(ctx context.Context, id string) (closed bool, err erro
 		if err != nil {
 			return false, err
 		}
-		return false, &inventory.NotFoundError{Kind: "sale", IDs: []string{id}}
+		return false, saleNotFound(id)
 	}
 	if !s.seller.RedisSells() {
 		return false, errUnavailable // degraded mode: Redis does not sell; close after the recovery
@@ -251,6 +251,12 @@ func (s *Service) endSale(ctx context.Context, id string) (closed bool, err erro
 		s.orders.Wake(eid) // its stream has a new entry
 	}
 	return closed, nil
+}
+
+// saleNotFound is the error of a sale that does not exist (for buyers and
+// operators alike: a segment of a segmented sale is none).
+func saleNotFound(id string) error {
+	return &inventory.NotFoundError{Kind: "sale", IDs: []string{id}}
 }
 
 // endedView is the view of a sale just closed: ended by Redis's clock,

@@ -58,6 +58,11 @@ var (
 // toAPI is the one table from errors to HTTP answers. Anything it does not
 // know is an internal error: logged, and answered without details.
 func toAPI(err error) *apiError {
+	// A refusal by one of the service's rate limits (limits.go). (AsType:
+	// its variable costs no allocation per answer, as errors.As's do.)
+	if limited, ok := errors.AsType[*limitError](err); ok {
+		return &limited.answer
+	}
 	var (
 		api      *apiError
 		inv      *inventory.InvalidError
@@ -65,13 +70,10 @@ func toAPI(err error) *apiError {
 		soldOut  *inventory.SoldOutError
 		limit    *inventory.LimitError
 		inactive *inventory.NotActiveError
-		limited  *limitError
 	)
 	switch {
 	case errors.As(err, &api):
 		return api
-	case errors.As(err, &limited):
-		return limited.answer()
 	case errors.Is(err, inventory.ErrNoPayment): // an InvalidError, answered in words of its own
 		return errInvalid("this order's sale has no payment step")
 	case errors.As(err, &inv):

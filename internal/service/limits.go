@@ -221,33 +221,26 @@ func (s *Service) allow(ctx context.Context, scope, key string, limit *ratelimit
 }
 
 // limited counts a refusal by the scope's limit and returns it (toAPI
-// answers it 429, with Retry-After).
+// answers it 429, with Retry-After in whole seconds, at least 1).
 func (s *Service) limited(scope string, limit *ratelimit.Limit, retryAfter time.Duration) error {
 	s.metrics.rateLimited.WithLabelValues(scope).Inc()
-	return &limitError{ThrottledError: inventory.ThrottledError{RetryAfter: retryAfter}, scope: scope, limit: limit}
+	secs := max(int((retryAfter+time.Second-1)/time.Second), 1)
+	return &limitError{ThrottledError: inventory.ThrottledError{RetryAfter: retryAfter},
+		answer: apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
+			Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", scope, limit, secs)}}
 }
 
 // limitError is a refusal by one of the rate limits of the buying flow:
 // the *inventory.ThrottledError errors.As finds (it matches
-// inventory.ErrThrottled), and the limit that refused, which the 429 names.
+// inventory.ErrThrottled), and its 429, which names the limit.
 type limitError struct {
 	inventory.ThrottledError
-	scope string
-	limit *ratelimit.Limit
+	answer apiError
 }
 
-func (e *limitError) Error() string {
-	return fmt.Sprintf("seckill: too many requests: the %s limit is %s; retry in %v", e.scope, e.limit, e.RetryAfter)
-}
+func (e *limitError) Error() string { return "seckill: " + e.answer.Message }
 
 func (e *limitError) Unwrap() error { return &e.ThrottledError }
-
-// answer is the 429 of the refusal: Retry-After in whole seconds, at least 1.
-func (e *limitError) answer() *apiError {
-	secs := max(int((e.RetryAfter+time.Second-1)/time.Second), 1)
-	return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
-		Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", e.scope, e.limit, secs)}
-}
 
 // clientIP is the address the request came from: the peer's, unless the
 // peer is a trusted proxy; then X-Forwarded-For is read from the right,

@@ -83,18 +83,16 @@ func (s *Service) placeBuy(ctx context.Context, req BuyRequest, x exchange) (inv
 
 // throttledFor is the wait the throttle of a buy (buy.lua's check of the
 // user limit) asks for; a refusal by a limit the service checked itself
-// (limitError, counted already) is not one. (Apart, so that the
-// variables errors.As needs are made only for an error.)
+// (limitError, counted already) is not one.
 func throttledFor(err error) (time.Duration, bool) {
-	var limited *limitError
-	if errors.As(err, &limited) {
+	throttled, ok := errors.AsType[*inventory.ThrottledError](err)
+	if !ok {
 		return 0, false
 	}
-	var throttled *inventory.ThrottledError
-	if errors.As(err, &throttled) {
-		return throttled.RetryAfter, true
+	if _, ours := errors.AsType[*limitError](err); ours {
+		return 0, false
 	}
-	return 0, false
+	return throttled.RetryAfter, true
 }
 
 // origin is where a request of the buying flow comes from, for the

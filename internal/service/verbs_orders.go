@@ -20,11 +20,12 @@ type BuyRequest struct {
 	ClientIP       netip.Addr // for the per-address limit; zero: not applied
 }
 
-// Buy checks a buy (inventory.CheckBuy), the sale's rate limits and
-// purchase token, and makes it where the sale sells now: Redis, or the
-// database in degraded mode. The receipt's order is the public sale's (a
-// segmented sale's, not its segment's), with its payment step;
-// Receipt.Replayed says the buy repeats an earlier one of the same
+// Buy checks a buy (inventory.CheckBuy), the rate limits of the buying
+// flow (per user, per sale, and per address when ClientIP is given) and
+// the sale's purchase token, and makes it where the sale sells now:
+// Redis, or the database in degraded mode. The receipt's order is the
+// public sale's (a segmented sale's, not its segment's), with its payment
+// step; Receipt.Replayed says the buy repeats an earlier one of the same
 // idempotency key, whose order it returns as it is now.
 func (s *Service) Buy(ctx context.Context, req BuyRequest) (inventory.Receipt, error) {
 	rc, err := s.placeBuy(ctx, req, nil)
@@ -198,10 +199,12 @@ func (s *Service) payOrder(ctx context.Context, id, user, ref string) (o invento
 }
 
 // IssuePurchaseToken issues a purchase token of an active sale for one
-// buyer: a buy of a sale that requires tokens carries one
-// (BuyRequest.PurchaseToken), spent only by an accepted buy. The service's
-// per-user limit of tokens applies. (Config.Challenge, which reads the
-// HTTP request, is the HTTP API's: a caller in Go makes its own checks.)
+// buyer, valid for five minutes: a buy of a sale that requires tokens
+// carries one (BuyRequest.PurchaseToken), spent only by an accepted buy.
+// The rate limits of the buying flow apply, per user (a count of its own
+// for tokens) and per sale; per address over HTTP only. (Config.Challenge,
+// which reads the HTTP request, is the HTTP API's: a caller in Go makes
+// its own checks first.)
 func (s *Service) IssuePurchaseToken(ctx context.Context, saleID, userID string) (token string, expiresAt time.Time, err error) {
 	token, expiresAt, err = s.newPurchaseToken(ctx, saleID, userID, origin{}, nil)
 	return token, expiresAt, verbError(err)

@@ -40,6 +40,11 @@ var (
 	// ErrTokenSpent: the buy's purchase token (BuyRequest.Token) was spent
 	// by an earlier accepted buy; nothing was written.
 	ErrTokenSpent = errors.New("seckill: purchase token already spent")
+	// ErrTokenRequired: a buy of a sale that requires purchase tokens
+	// carried none, or one not valid for this sale and buyer (forged, another
+	// sale's or user's, expired); nothing was written. The service checks a
+	// token before the buy; the engine only spends it (ErrTokenSpent).
+	ErrTokenRequired = errors.New("seckill: a valid purchase token for this sale is required")
 	// ErrCorrupt: a value in Redis is not what the engine wrote (for example a
 	// counter that is not an integer). Nothing was written by the failing call.
 	ErrCorrupt = errors.New("seckill: corrupt state in redis")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/internal/inventory"
-	"github.com/seckill/seckill/internal/store"
+	"github.com/seckill/seckill/internal/segment"
 )
 
 // routes registers the contract's endpoints. Each path is registered once
@@ -39,18 +39,12 @@ func (s *Service) routes() http.Handler {
 		})
 	}
 	// An operator's change to a sale shows at once in GET /v1/sales
-	// (sales_list.go) on this instance.
-	changes := func(h handler) handler {
-		return func(w http.ResponseWriter, r *http.Request) error {
-			defer s.salesList.changed()
-			return h(w, r)
-		}
-	}
-	handle("/v1/admin/sales", map[string]handler{"POST": changes(s.createSale)})
-	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": changes(s.restock)})
-	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": changes(s.setPaused(true))})
-	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": changes(s.setPaused(false))})
-	handle("/v1/admin/sales/{sale}/close", map[string]handler{"POST": changes(s.closeSale)})
+	// (sales_list.go) on this instance: its verb says so.
+	handle("/v1/admin/sales", map[string]handler{"POST": s.createSale})
+	handle("/v1/admin/sales/{sale}/items/{sku}/restock", map[string]handler{"POST": s.restock})
+	handle("/v1/admin/sales/{sale}/pause", map[string]handler{"POST": s.setPaused(true)})
+	handle("/v1/admin/sales/{sale}/resume", map[string]handler{"POST": s.setPaused(false)})
+	handle("/v1/admin/sales/{sale}/close", map[string]handler{"POST": s.closeSale})
 	handle("/v1/admin/sales/{sale}/reconcile", map[string]handler{"GET": s.reconcile})
 	handle("/v1/admin/degraded", map[string]handler{"GET": s.getDegraded, "PUT": s.putDegraded})
 	handle("/v1/sales", map[string]handler{"GET": s.listSales})
@@ -163,29 +157,20 @@ type saleJSON struct {
 	Archived             bool        `json:"archived,omitempty"` // ended, its keys gone from Redis (close.go)
 }
 
+// saleBody is the sale's body as GET /v1/sales/{sale} shows it.
 func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
-	if s.knownArchived(id) {
-		return s.archivedSaleBody(ctx, id)
-	}
-	st, err := s.stock(ctx, id) // segments.go: Redis's, or the database's while it sells
-	if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
-		return s.archivedSaleBody(ctx, id)
-	}
+	v, err := s.Sale(ctx, id)
 	if err != nil {
 		return saleJSON{}, err
 	}
-	return s.saleJSONOf(ctx, id, st, st.Status, false)
+	return saleJSONOf(v), nil
 }
 
-// saleJSONOf is the body of a sale in the state st, with its service
-// settings; status is st's unless the sale is known to have ended.
-func (s *Service) saleJSONOf(ctx context.Context, id string, st inventory.SaleState, status inventory.Status, archived bool) (saleJSON, error) {
-	settings, err := s.settings(ctx, id)
-	if err != nil {
-		return saleJSON{}, err
-	}
-	b := saleJSON{ID: id, Status: string(status), PerUserLimit: st.Sale.PerUserLimit,
-		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: archived}
+// saleJSONOf is the body of a sale's view.
+func saleJSONOf(v SaleView) saleJSON {
+	st, settings := v.State, v.Settings
+	b := saleJSON{ID: st.Sale.ID, Status: string(st.Status), PerUserLimit: st.Sale.PerUserLimit,
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: v.Archived}
 	if settings.RateLimits != (RateLimits{}) {
 		b.RateLimits = &settings.RateLimits
 	}
@@ -195,7 +180,7 @@ func (s *Service) saleJSONOf(ctx context.Context, id string, st inventory.SaleSt
 	if t := st.Sale.EndsAt; !t.IsZero() {
 		b.EndsAt = &t
 	}
-	b.PaymentTimeoutS = int64(settings.PaymentTimeout / time.Second)
+	b.PaymentTimeoutS = int64(st.Sale.PaymentTimeout / time.Second)
 	for _, it := range st.Items {
 		// An ended sale sells nothing more: what was not sold stays unsold.
 		item := itemJSON{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked, Sold: it.Sold}
@@ -204,7 +189,7 @@ func (s *Service) saleJSONOf(ctx context.Context, id string, st inventory.SaleSt
 		}
 		b.Items = append(b.Items, item)
 	}
-	return b, nil
+	return b
 }
 
 // stockInDB is a sale's state as the database has it.
@@ -251,22 +236,16 @@ type saleItem struct {
 	Segments *int64  `json:"segments"` // segments.go
 }
 
-// newSale is a sale to create: the engine's definition and the service's
-// settings.
-type newSale struct {
-	inventory.Sale
-	SaleSettings
-}
-
-func (req createSaleRequest) sale() (newSale, error) {
-	var sale newSale
+// sale reads the request into a sale to create, checked (checkSale).
+func (req createSaleRequest) sale() (checkedSale, error) {
+	var sale SaleDef
 	if req.ID == nil {
-		return sale, errInvalid("id is required")
+		return checkedSale{}, errInvalid("id is required")
 	}
 	sale.ID, sale.PerUserLimit = *req.ID, 1
 	if req.PerUserLimit != nil {
 		if *req.PerUserLimit < 1 {
-			return sale, errInvalid("per_user_limit must be at least 1")
+			return checkedSale{}, errInvalid("per_user_limit must be at least 1")
 		}
 		sale.PerUserLimit = *req.PerUserLimit
 	}
@@ -280,7 +259,7 @@ func (req createSaleRequest) sale() (newSale, error) {
 		}
 		v, err := time.Parse(time.RFC3339, *t.in)
 		if err != nil {
-			return sale, errInvalid(t.field + " must be an RFC 3339 time")
+			return checkedSale{}, errInvalid(t.field + " must be an RFC 3339 time")
 		}
 		*t.out = v.UTC()
 	}
@@ -288,24 +267,39 @@ func (req createSaleRequest) sale() (newSale, error) {
 		sale.RequirePurchaseToken = *req.RequirePurchaseToken
 	}
 	if req.RateLimits != nil {
-		if err := checkSaleLimits(*req.RateLimits); err != nil {
-			return sale, err
-		}
 		sale.RateLimits = *req.RateLimits
 	}
 	if t := req.PaymentTimeoutS; t != nil && *t != 0 {
 		if *t < 1 || *t > int64(inventory.MaxPaymentTimeout/time.Second) {
-			return sale, errInvalid("payment_timeout_s must be between 1 and 86400 (0: no payment step)")
+			return checkedSale{}, errInvalid("payment_timeout_s must be between 1 and 86400 (0: no payment step)")
 		}
 		sale.PaymentTimeout = time.Duration(*t) * time.Second
 	}
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Stock == nil {
-			return sale, errInvalid("items[" + itoa(i) + "] needs sku and stock")
+			return checkedSale{}, errInvalid("items[" + itoa(i) + "] needs sku and stock")
 		}
 		sale.Items = append(sale.Items, inventory.Item{SKU: *it.SKU, Stock: *it.Stock})
+		if it.Segments != nil {
+			if sale.Segments == nil {
+				sale.Segments = make([]int64, len(req.Items))
+			}
+			sale.Segments[i] = *it.Segments
+		}
 	}
-	return sale, inventory.ValidateSale(sale.Sale)
+	checked, err := checkSale(sale)
+	if err != nil {
+		return checkedSale{}, err
+	}
+	// A sale's segments given as 0 mean none to the verb; the contract
+	// refuses them (after everything else, as when the verb checked none).
+	for i, it := range req.Items {
+		if it.Segments != nil && *it.Segments == 0 {
+			return checkedSale{}, &inventory.InvalidError{Field: "items[" + itoa(i) + "].segments",
+				Reason: "must be between 1 and " + itoa(segment.MaxSegments)}
+		}
+	}
+	return checked, nil
 }
 
 func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
@@ -316,53 +310,39 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	def, err := req.sale()
+	sale, err := req.sale()
 	if err != nil {
 		return err
 	}
-	if k, err := segmentsOf(req.Items); err != nil || k > 1 {
-		if err == nil {
-			err = s.createSegmented(r.Context(), def, k)
-		}
-		if err != nil {
-			return err
-		}
-		s.saleCache.Delete(def.ID) // remembered missing, maybe
-		s.audit(r, "sale created", def.ID, "", map[string]any{"items": len(def.Items), "per_user_limit": def.PerUserLimit, "segments": k})
-		return s.writeSaleCreated(w, r, def.ID)
-	}
-	sale := store.Sale{Sale: def.Sale, Settings: def.SaleSettings.encode(), CreatedAt: time.Now().UTC()}
-	// The database first: it is the system of record, and the one that says
-	// whether the id is taken. Then Redis; if Redis holds a sale of that id
-	// already (left from an earlier database), the create is undone.
-	if err := s.db.CreateSale(r.Context(), sale); err != nil {
+	// CreateSale, with the audit once the sale exists (before it is read).
+	if err := s.createChecked(r.Context(), sale); err != nil {
 		return err
 	}
-	if err := s.eng.CreateSale(r.Context(), sale.Sale); err != nil {
-		if delErr := s.db.DeleteSale(context.WithoutCancel(r.Context()), sale.ID); delErr != nil {
-			s.log.Error("undo sale create", "sale", sale.ID, "err", delErr)
-		}
-		s.saleCache.Delete(sale.ID) // read by a request meanwhile, maybe
-		return err
+	detail := map[string]any{"items": len(sale.Items), "per_user_limit": sale.PerUserLimit}
+	if sale.k > 1 {
+		detail["segments"] = sale.k
 	}
-	s.saleCache.Delete(sale.ID) // remembered missing, maybe
-	s.audit(r, "sale created", sale.ID, "", map[string]any{"items": len(sale.Items), "per_user_limit": sale.PerUserLimit})
-	body, err := s.saleBody(r.Context(), sale.ID)
+	s.audit(r, "sale created", sale.ID, "", detail)
+	return s.writeSale(w, r, http.StatusCreated, sale.ID, false)
+}
+
+// writeSale answers with the sale as GET shows it; ended: as Redis ended
+// it (endedView).
+func (s *Service) writeSale(w http.ResponseWriter, r *http.Request, status int, id string, ended bool) error {
+	view := s.Sale
+	if ended {
+		view = s.endedView
+	}
+	v, err := view(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, body)
+	writeJSON(w, status, saleJSONOf(v))
 	return nil
 }
 
 func (s *Service) getSale(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("sale")
-	body, err := s.saleBody(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
+	return s.writeSale(w, r, http.StatusOK, r.PathValue("sale"), false)
 }
 
 func (s *Service) restock(w http.ResponseWriter, r *http.Request) error {
@@ -379,11 +359,10 @@ func (s *Service) restock(w http.ResponseWriter, r *http.Request) error {
 		return errInvalid("qty is required")
 	}
 	sale, sku := r.PathValue("sale"), r.PathValue("sku")
-	remaining, err := s.router.Restock(r.Context(), sale, sku, *req.Qty)
+	remaining, err := s.Restock(r.Context(), sale, sku, *req.Qty)
 	if err != nil {
 		return err
 	}
-	s.wakeSale(r.Context(), sale) // its stream has a new entry, even if the sale has ended
 	s.audit(r, "restocked", sale, sku, map[string]any{"qty": *req.Qty, "remaining": remaining})
 	writeJSON(w, http.StatusOK, map[string]any{"sku": sku, "remaining": remaining})
 	return nil
@@ -394,34 +373,21 @@ func (s *Service) setPaused(paused bool) handler {
 		if err := s.auth.operator(r); err != nil {
 			return err
 		}
+		// SetPaused, with the audit before the sale is read.
 		id := r.PathValue("sale")
 		if err := s.pauseSale(r.Context(), id, paused); err != nil {
 			return err
 		}
 		s.audit(r, map[bool]string{true: "paused", false: "resumed"}[paused], id, "", nil)
-		body, err := s.saleBody(r.Context(), id)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, body)
-		return nil
+		return s.writeSale(w, r, http.StatusOK, id, false)
 	}
-}
-
-// pauseSale pauses or resumes the sale where it sells (failover.Seller.Pause).
-func (s *Service) pauseSale(ctx context.Context, id string, paused bool) error {
-	return s.seller.Pause(ctx, id, paused)
 }
 
 func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 	if err := s.auth.operator(r); err != nil {
 		return err
 	}
-	id := r.PathValue("sale")
-	rep, err := s.reconcileSale(r.Context(), id)
-	if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
-		rep, err = s.archivedReport(r.Context(), id)
-	}
+	rep, err := s.Reconcile(r.Context(), r.PathValue("sale"))
 	if err != nil {
 		return err
 	}
@@ -438,7 +404,7 @@ func (s *Service) reconcile(w http.ResponseWriter, r *http.Request) error {
 // does not have is remembered too, for missingSaleTTL, so that requests
 // naming it do not each ask the database: a sale created on another
 // instance is found here that long after at most; one created here, at
-// once (createSale forgets what was remembered of its id), or as late
+// once (CreateSale forgets what was remembered of its id), or as late
 // when a look-up begun before the creation ends after it.
 const (
 	maxCachedSales    = 1 << 14
@@ -451,7 +417,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 	now := time.Now().UnixNano()
 	if v, ok := s.saleCache.Get(saleID, now); ok {
 		if v.missing {
-			return saleSettings{}, errNotFound("sale not found: " + saleID)
+			return saleSettings{}, saleNotFound(saleID)
 		}
 		return v, nil
 	}
@@ -459,7 +425,7 @@ func (s *Service) settings(ctx context.Context, saleID string) (saleSettings, er
 	if err != nil {
 		if errors.Is(err, inventory.ErrNotFound) {
 			s.saleCache.Set(saleID, saleSettings{missing: true}, now+int64(missingSaleTTL), now)
-			return saleSettings{}, errNotFound("sale not found: " + saleID)
+			return saleSettings{}, saleNotFound(saleID)
 		}
 		return saleSettings{}, err
 	}

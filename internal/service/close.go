@@ -17,74 +17,21 @@ import (
 // Closing a sale, and the reads of a sale that has ended and whose Redis
 // keys the archiver removed (see archive/): the database answers for it.
 
-// closeSale ends a sale now (POST /v1/admin/sales/{sale}/close): in Redis,
-// atomically, by the Redis server's clock; the database follows through
-// the stream. Closing an ended or archived sale changes nothing.
+// closeSale ends a sale now (POST /v1/admin/sales/{sale}/close): CloseSale,
+// with the audit of a close that ended something, before the sale is read.
 func (s *Service) closeSale(w http.ResponseWriter, r *http.Request) error {
 	if err := s.auth.operator(r); err != nil {
 		return err
 	}
 	id := r.PathValue("sale")
-	// A segment is no sale to anyone outside (storedSale): closing one
-	// alone would end the sale for its buyers only.
-	if p, err := s.router.Parent(r.Context(), id); err != nil || p != "" {
-		if err != nil {
-			return err
-		}
-		return errNotFound("sale not found: " + id)
-	}
-	if !s.seller.RedisSells() {
-		return errUnavailable // degraded mode: Redis does not sell; close after the recovery
-	}
-	// Every engine sale of it: a segmented sale's segments each. A close
-	// that fails part way leaves some closed; sent again, it closes the
-	// rest (closing an ended sale changes nothing).
-	ids, err := s.engineSales(r.Context(), id)
+	closed, err := s.endSale(r.Context(), id)
 	if err != nil {
 		return err
-	}
-	closed := false
-	for _, eid := range ids {
-		_, end, err := s.eng.Close(r.Context(), eid)
-		if _, ok := errors.AsType[*inventory.ArchivedError](err); ok {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		// The database knows the end at once, not only when the consumer
-		// stores the closed event: a sale Redis loses before that is
-		// rebuilt ended. Until it does, the close is not answered (sent
-		// again, it writes it again).
-		if err := s.db.CloseSale(r.Context(), eid, end); err != nil {
-			return err
-		}
-		closed = true
-		s.orders.Wake(eid) // its stream has a new entry
 	}
 	if closed {
 		s.audit(r, "sale closed", id, "", nil)
 	}
-	body, err := s.saleBody(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	body.Status = string(inventory.StatusEnded) // by Redis's clock, whatever this host's says
-	writeJSON(w, http.StatusOK, body)
-	return nil
-}
-
-// archivedSaleBody is the body of a sale whose keys are gone from Redis
-// (or going): the database's numbers, ended, archived once the keys are
-// gone. A segmented sale whose segments are not all archiving yet (one
-// waits for a payment, say) is not archived: its live segments' numbers
-// are Redis's.
-func (s *Service) archivedSaleBody(ctx context.Context, id string) (saleJSON, error) {
-	st, archived, err := s.stockOfEnded(ctx, id)
-	if err != nil {
-		return saleJSON{}, err
-	}
-	return s.saleJSONOf(ctx, id, st, inventory.StatusEnded, archived)
+	return s.writeSale(w, r, http.StatusOK, id, true)
 }
 
 // stockOfEnded is the state of a sale that some engine sale of is

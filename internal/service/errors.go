@@ -21,33 +21,48 @@ type apiError struct {
 	Message    string
 	SKUs       []string
 	RetryAfter int // seconds, for 429 and 503
+	// Kind is the sentinel of package inventory the answer matches
+	// (errors.Is), for the refusals a verb returns as they are answered
+	// (verbs.go): ErrInvalid, ErrNotFound, ErrUnavailable, ...; nil: none.
+	Kind error
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 
+// Is reports whether target is e's Kind.
+func (e *apiError) Is(target error) bool { return e.Kind != nil && target == e.Kind }
+
 func errInvalid(msg string) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Code: "invalid_argument", Message: msg}
+	return &apiError{Status: http.StatusBadRequest, Code: "invalid_argument", Message: msg, Kind: inventory.ErrInvalid}
 }
 
 func errNotFound(msg string) *apiError {
-	return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: msg}
+	return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: msg, Kind: inventory.ErrNotFound}
 }
 
 var (
-	errUnavailable     = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the inventory is unavailable; retry", RetryAfter: 1}
+	errUnavailable = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the inventory is unavailable; retry", RetryAfter: 1,
+		Kind: inventory.ErrUnavailable}
 	errInternal        = &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 	errUnauthenticated = &apiError{Status: http.StatusUnauthorized, Code: "unauthenticated", Message: "a valid bearer token is required"}
 	errForbidden       = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "this token does not grant that"}
-	errTokenDenied     = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "a valid, unused X-Purchase-Token for this sale is required"}
+	errTokenDenied     = &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "a valid, unused X-Purchase-Token for this sale is required",
+		Kind: inventory.ErrTokenRequired}
 	// errTokensNeedRedis refuses a buy of a sale that requires purchase
 	// tokens while the database sells: a token's single use is kept in Redis.
 	errTokensNeedRedis = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 1,
-		Message: "this sale requires purchase tokens, which are checked in redis; it does not sell while the database sells (degraded mode): retry when redis is back"}
+		Message: "this sale requires purchase tokens, which are checked in redis; it does not sell while the database sells (degraded mode): retry when redis is back",
+		Kind:    inventory.ErrUnavailable}
 )
 
 // toAPI is the one table from errors to HTTP answers. Anything it does not
 // know is an internal error: logged, and answered without details.
 func toAPI(err error) *apiError {
+	// A refusal by one of the service's rate limits (limits.go). (AsType:
+	// its variable costs no allocation per answer, as errors.As's do.)
+	if limited, ok := errors.AsType[*limitError](err); ok {
+		return &limited.answer
+	}
 	var (
 		api      *apiError
 		inv      *inventory.InvalidError
@@ -59,6 +74,8 @@ func toAPI(err error) *apiError {
 	switch {
 	case errors.As(err, &api):
 		return api
+	case errors.Is(err, inventory.ErrNoPayment): // an InvalidError, answered in words of its own
+		return errInvalid("this order's sale has no payment step")
 	case errors.As(err, &inv):
 		return errInvalid(inv.Field + " " + inv.Reason)
 	case errors.As(err, &notFound):
@@ -72,9 +89,11 @@ func toAPI(err error) *apiError {
 	case errors.As(err, &limit):
 		return &apiError{Status: http.StatusConflict, Code: "limit_exceeded",
 			Message: "the per-user limit is " + strconv.FormatInt(limit.Limit, 10), SKUs: limit.SKUs}
-	case errors.Is(err, inventory.ErrAlreadyPaid), errors.Is(err, inventory.ErrOrderClosed):
-		return toAPI(payError(err))
-	case errors.Is(err, inventory.ErrTokenSpent):
+	case errors.Is(err, inventory.ErrAlreadyPaid):
+		return errAlreadyPaid
+	case errors.Is(err, inventory.ErrOrderClosed):
+		return errOrderClosed
+	case errors.Is(err, inventory.ErrTokenSpent), errors.Is(err, inventory.ErrTokenRequired):
 		return errTokenDenied
 	case errors.Is(err, inventory.ErrIdempotencyMismatch):
 		return &apiError{Status: http.StatusUnprocessableEntity, Code: "idempotency_mismatch",
@@ -83,11 +102,22 @@ func toAPI(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Code: "sale_not_active", Message: "the sale is " + string(inactive.Status)}
 	case errors.Is(err, failover.ErrTokensNeedRedis):
 		return errTokensNeedRedis
-	case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrFenced), errors.Is(err, failover.ErrRedisRestarted),
-		errors.Is(err, failover.ErrReplicaConnection), failover.RedisDown(err), isPoolBusy(err):
+	case retryLater(err):
 		return errUnavailable
 	}
 	return errInternal
+}
+
+// retryLater reports whether err says the inventory cannot serve the call
+// now and the caller should retry: Redis and the database both unable to
+// sell, a sale fenced off, Redis unreachable or refusing a connection
+// during a failover, a pool with no connection free. The HTTP answer is 503
+// with Retry-After; a verb's error matches inventory.ErrUnavailable
+// (verbError).
+func retryLater(err error) bool {
+	return errors.Is(err, inventory.ErrUnavailable) || errors.Is(err, failover.ErrTokensNeedRedis) ||
+		errors.Is(err, inventory.ErrFenced) || errors.Is(err, failover.ErrRedisRestarted) ||
+		errors.Is(err, failover.ErrReplicaConnection) || failover.RedisDown(err) || isPoolBusy(err)
 }
 
 // isPoolBusy: every connection of the client's pool stayed busy for its

@@ -159,34 +159,35 @@ func (s *Service) resolve(sale store.Sale, settings SaleSettings) saleSettings {
 // naming sales that do not exist is throttled like any other hammering
 // (404, then 429), and costs the database a look-up per allowed request
 // at most, one per missingSaleTTL for any one id.
-func (s *Service) saleFor(x exchange, saleID, user, what string) (saleSettings, error) {
+func (s *Service) saleFor(ctx context.Context, o origin, saleID, user, what string) (saleSettings, error) {
 	settings, known := s.saleCache.Get(saleID, time.Now().UnixNano())
 	if !known || settings.missing {
-		if err := s.throttle(x, saleSettings{user: s.limits.user, ip: s.limits.ip}, user, "lookup"); err != nil {
+		if err := s.throttle(ctx, o, saleSettings{user: s.limits.user, ip: s.limits.ip}, user, "lookup"); err != nil {
 			return saleSettings{}, err
 		}
 		var err error
-		if settings, err = s.settings(x.ctx(), saleID); err != nil {
+		if settings, err = s.settings(ctx, saleID); err != nil {
 			return saleSettings{}, err
 		}
 	}
-	return settings, s.throttle(x, settings, user, what)
+	return settings, s.throttle(ctx, o, settings, user, what)
 }
 
-// throttle checks the buying flow's limits for one request; what is the
-// scope prefix of the user's key ("u" for buys, "pt" for purchase tokens).
+// throttle checks the buying flow's limits for one request from o; what
+// is the scope prefix of the user's key ("u" for buys, "pt" for purchase
+// tokens).
 //
 // A buy's user limit is left to the buy itself when sale.userInBuy is set.
-func (s *Service) throttle(x exchange, sale saleSettings, user, what string) error {
-	ctx := x.ctx()
+func (s *Service) throttle(ctx context.Context, o origin, sale saleSettings, user, what string) error {
 	if sale.user != nil && (what != "u" || sale.userInBuy == nil) {
 		if err := s.allow(ctx, "user", what+":"+user, sale.user); err != nil {
 			return err
 		}
 	}
 	if sale.ip != nil {
-		// No address when not over TCP (a test's fake request): nothing to limit.
-		if ip := s.clientIPOf(x); ip.IsValid() {
+		// No address when not over TCP (a test's fake request) or not
+		// given (a caller in Go): nothing to limit.
+		if ip := s.addrOf(o); ip.IsValid() {
 			// The client's first address names it: a key has no "/".
 			if err := s.allow(ctx, "ip", "ip:"+clientOf(ip).Addr().String(), sale.ip); err != nil {
 				return err
@@ -230,13 +231,27 @@ func (s *Service) allow(ctx context.Context, scope, key string, limit *ratelimit
 	return s.limited(scope, limit, res.RetryAfter)
 }
 
-// limited counts a refusal by the scope's limit and answers 429.
+// limited counts a refusal by the scope's limit and returns it (toAPI
+// answers it 429, with Retry-After in whole seconds, at least 1).
 func (s *Service) limited(scope string, limit *ratelimit.Limit, retryAfter time.Duration) error {
 	s.metrics.rateLimited.WithLabelValues(scope).Inc()
 	secs := max(int((retryAfter+time.Second-1)/time.Second), 1)
-	return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
-		Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", scope, limit, secs)}
+	return &limitError{ThrottledError: inventory.ThrottledError{RetryAfter: retryAfter},
+		answer: apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: secs,
+			Message: fmt.Sprintf("too many requests: the %s limit is %s; retry in %d s", scope, limit, secs)}}
 }
+
+// limitError is a refusal by one of the rate limits of the buying flow:
+// the *inventory.ThrottledError errors.As finds (it matches
+// inventory.ErrThrottled), and its 429, which names the limit.
+type limitError struct {
+	inventory.ThrottledError
+	answer apiError
+}
+
+func (e *limitError) Error() string { return "seckill: " + e.answer.Message }
+
+func (e *limitError) Unwrap() error { return &e.ThrottledError }
 
 // clientIP is the address the request came from: the peer's, unless the
 // peer is a trusted proxy; then X-Forwarded-For is read from the right,

@@ -45,19 +45,17 @@ func orderBody(o inventory.Order, remaining []int64) orderJSON {
 	return b
 }
 
-// buy decodes a buy, checks what the service checks (the buyer, the
-// request, the per-IP and per-sale limits, the purchase token's signature)
-// and makes it with one call to the seller, which sells it from Redis or,
-// in degraded mode, from the database. The request is checked here, once
-// (inventory.CheckBuy); the seller, the engine and the database take the
-// checked buy as it is.
+// buy is POST /v1/sales/{sale}/orders over net/http's mux.
 func (s *Service) buy(w http.ResponseWriter, r *http.Request) error {
 	return s.buyIn(exchangeOf(w, r), r.PathValue("sale"))
 }
 
 // buyIn is buy of the sale saleID (the path's, found by the mux, by
 // routes' shortcut, or by fasthttp's route in fast.go): the one buy of
-// every server.
+// every server. It authenticates the buyer, reads the request (the
+// header's idempotency key, the body's lines) and makes the buy as Buy
+// does (placeBuy, which checks it, once); a replayed buy is a 200, any
+// other a 201.
 func (s *Service) buyIn(x exchange, saleID string) error {
 	authorization, _ := x.header("Authorization")
 	user, err := s.auth.buyerOf(authorization)
@@ -74,60 +72,16 @@ func (s *Service) buyIn(x exchange, saleID string) error {
 	if err != nil {
 		return err
 	}
-	buy, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key})
+	rc, err := s.placeBuy(x.ctx(), BuyRequest{SaleID: saleID, UserID: user, Lines: lines, IdempotencyKey: key}, x)
 	if err != nil {
 		return err
 	}
-	ctx := x.ctx()
-	settings, err := s.saleFor(x, saleID, user, "u")
-	if err != nil {
-		return err
-	}
-	var token purchaseToken // spent by the buy itself, only if it is accepted
-	if settings.RequirePurchaseToken {
-		given, _ := x.header("X-Purchase-Token")
-		if token, err = s.checkPurchaseToken(settings.ID, user, given); err != nil {
-			return err
-		}
-	}
-	if buy, err = buy.WithThrottle(settings.userInBuy); err != nil {
-		return err
-	}
-	if buy, err = buy.WithToken(token.nonce, token.ttl); err != nil {
-		return err
-	}
-	rc, err := s.seller.Buy(ctx, buy)
-	if err != nil {
-		rc, err = s.replayArchived(ctx, settings.ID, user, lines, key, err)
-	}
-	if err != nil {
-		if retry, ok := throttledFor(err); ok {
-			return s.limited("user", settings.user, retry)
-		}
-		return err
-	}
-	rc.Order.SaleID = settings.ID // a segmented sale's, not its segment's
 	status := http.StatusCreated
-	boughtPayment(&rc.Order, settings.PaymentTimeout)
 	if rc.Replayed {
 		status = http.StatusOK
-		if o, err := s.order(ctx, rc.Order.ID); err == nil {
-			rc.Order.Status = o.Status // it may be confirmed or cancelled by now
-			rc.Order.Payment, rc.Order.PayBy, rc.Order.PaymentRef = o.Payment, o.PayBy, o.PaymentRef
-		}
 	}
 	writeOrderTo(x, status, rc.Order, rc.Remaining)
 	return nil
-}
-
-// throttledFor is the wait an inventory.ThrottledError asks for. (Apart,
-// so that the variable errors.As needs is made only for an error.)
-func throttledFor(err error) (time.Duration, bool) {
-	var throttled *inventory.ThrottledError
-	if errors.As(err, &throttled) {
-		return throttled.RetryAfter, true
-	}
-	return 0, false
 }
 
 // observeBuy counts a buy that Redis or the database answered (the
@@ -183,14 +137,13 @@ func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("order")
-	o, err := s.order(r.Context(), id)
-	if errors.Is(err, inventory.ErrInvalid) || err == nil && !who.admin && o.UserID != who.user {
-		err = errNotFound("order not found: " + id) // someone else's order does not exist for you
+	o, err := s.Order(r.Context(), id)
+	if err == nil && !who.admin && o.UserID != who.user {
+		err = orderNotFound(id) // someone else's order does not exist for you
 	}
 	if err != nil {
 		return err
 	}
-	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
 	writeOrder(w, http.StatusOK, o, nil)
 	return nil
 }
@@ -201,20 +154,13 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("order")
-	rc, err := s.seller.Cancel(r.Context(), id, who.user)
-	if err != nil {
-		rc, err = s.cancelArchived(r.Context(), id, who.user, err)
-	}
-	if errors.Is(err, inventory.ErrInvalid) {
-		err = errNotFound("order not found: " + id)
-	}
+	o, err := s.Cancel(r.Context(), id, who.user)
 	if err != nil {
 		return err
 	}
-	rc.Order.SaleID = s.publicSale(r.Context(), rc.Order.SaleID)
 	if who.admin {
-		s.audit(r, "order cancelled", rc.Order.SaleID, id, map[string]any{"user": rc.Order.UserID})
+		s.audit(r, "order cancelled", o.SaleID, id, map[string]any{"user": o.UserID})
 	}
-	writeOrder(w, http.StatusOK, s.withPayment(r.Context(), rc.Order), nil)
+	writeOrder(w, http.StatusOK, o, nil)
 	return nil
 }

@@ -22,35 +22,23 @@ import (
 
 var (
 	errAlreadyPaid = &apiError{Status: http.StatusConflict, Code: "already_paid",
-		Message: "this order was paid with another payment_ref"}
+		Message: "this order was paid with another payment_ref", Kind: inventory.ErrAlreadyPaid}
 	errOrderClosed = &apiError{Status: http.StatusConflict, Code: "order_closed",
-		Message: "this order was cancelled or its payment deadline has passed"}
+		Message: "this order was cancelled or its payment deadline has passed", Kind: inventory.ErrOrderClosed}
 	errPayNeedsRedis = &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 1,
-		Message: "payments are recorded in redis, which does not sell right now (degraded mode): retry when it is back"}
+		Message: "payments are recorded in redis, which does not sell right now (degraded mode): retry when it is back",
+		Kind:    inventory.ErrUnavailable}
 )
 
-// payError maps the engine's outcomes of a pay to the contract's answers.
-func payError(err error) error {
-	switch {
-	case errors.Is(err, inventory.ErrAlreadyPaid):
-		return errAlreadyPaid
-	case errors.Is(err, inventory.ErrOrderClosed):
-		return errOrderClosed
-	case errors.Is(err, inventory.ErrNoPayment):
-		return errInvalid("this order's sale has no payment step")
-	}
-	return err
-}
-
+// pay is POST /v1/orders/{order}/pay: Pay, with the audit of an
+// operator's pay (one the database answered for an archived sale changed
+// nothing, and is not audited).
 func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	who, err := s.auth.buyerOrOperator(r)
 	if err != nil {
 		return err
 	}
 	id := r.PathValue("order")
-	if _, err := inventory.SaleOfOrder(id); err != nil {
-		return errNotFound("order not found: " + id)
-	}
 	var req struct {
 		PaymentRef *string `json:"payment_ref"`
 	}
@@ -60,32 +48,11 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) error {
 	if req.PaymentRef == nil {
 		return errInvalid("payment_ref is required")
 	}
-	if err := inventory.ValidatePaymentRef(*req.PaymentRef); err != nil {
+	o, replayed, archived, err := s.payOrder(r.Context(), id, who.user, *req.PaymentRef)
+	if err != nil {
 		return err
 	}
-	if !s.seller.RedisSells() {
-		return errPayNeedsRedis
-	}
-	o, replayed, err := s.eng.Pay(r.Context(), id, who.user, *req.PaymentRef)
-	if err != nil {
-		if o, err = s.payArchived(r.Context(), id, who.user, *req.PaymentRef, err); err != nil {
-			return payError(err)
-		}
-		writeOrder(w, http.StatusOK, o, nil)
-		return nil
-	}
-	seg := o.SaleID                                // the engine's sale: its stream has the paid event
-	o.SaleID = s.publicSale(r.Context(), o.SaleID) // a segment's order shows its segmented sale
-	if !replayed {
-		s.metrics.paid.Inc()
-		if s.orders != nil {
-			s.orders.Wake(seg)
-		}
-	}
-	if stored, err := s.db.Order(r.Context(), id); err == nil {
-		o.Status = stored.Status // confirmed, or cancelled (a paid order may be cancelled)
-	}
-	if who.admin {
+	if who.admin && !archived {
 		s.audit(r, "order paid", o.SaleID, id, map[string]any{"user": o.UserID, "replayed": replayed})
 	}
 	writeOrder(w, http.StatusOK, o, nil)

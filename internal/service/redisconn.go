@@ -17,7 +17,13 @@ import (
 // background work's own, every connection checked by the failover seller
 // (OnConnect, NodeHook); the embedded server when none is configured.
 func (s *Service) connectRedis(ctx context.Context) error {
-	if len(s.cfg.RedisClusterAddrs) == 0 && s.cfg.RedisURL == "" {
+	if s.cfg.RedisOptions != nil && s.cfg.RedisClusterOptions != nil {
+		return errors.New("redis: set RedisOptions or RedisClusterOptions, not both")
+	}
+	if (s.cfg.RedisOptions != nil || s.cfg.RedisClusterOptions != nil) && (s.cfg.RedisURL != "" || len(s.cfg.RedisClusterAddrs) > 0) {
+		return errors.New("redis: set RedisOptions or RedisClusterOptions instead of a redis url or cluster addresses, not with them")
+	}
+	if !s.cfg.cluster() && s.cfg.RedisURL == "" && s.cfg.RedisOptions == nil {
 		mini, stop, err := startEmbeddedRedis()
 		if err != nil {
 			return err
@@ -25,11 +31,15 @@ func (s *Service) connectRedis(ctx context.Context) error {
 		s.mini, s.miniStop = mini, stop
 		s.log.Warn("using an embedded in-process Redis-compatible server (miniredis): not for production; its data lives as long as this process")
 	}
-	if len(s.cfg.RedisClusterAddrs) > 0 {
+	if s.cfg.cluster() {
 		// The clients connect to masters only (failover.Seller.OnConnect):
 		// seed them with the masters too.
+		seeds := s.cfg.RedisClusterAddrs
+		if o := s.cfg.RedisClusterOptions; o != nil {
+			seeds = o.Addrs
+		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		s.clusterSeeds = clusterclient.WithMasters(wctx, s.cfg.RedisClusterAddrs)
+		s.clusterSeeds = clusterclient.WithMasters(wctx, seeds)
 		cancel()
 	}
 	var err error
@@ -72,28 +82,30 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 		}
 	}
 	switch {
-	case len(s.cfg.RedisClusterAddrs) > 0:
+	case s.cfg.cluster():
 		// clusterclient: after a failover, finds the promoted replica (go-redis
 		// alone keeps dialling the dead master until its next slot map reload).
-		o := &redis.ClusterOptions{Addrs: s.clusterSeeds,
-			DisableIdentity: true, OnConnect: s.seller.OnConnect, ClientName: name}
+		o := &redis.ClusterOptions{}
+		if given := s.cfg.RedisClusterOptions; given != nil {
+			*o = *given
+		}
+		o.Addrs, o.DisableIdentity, o.OnConnect, o.ClientName = s.clusterSeeds, true, s.onConnect(o.OnConnect), name
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		c := clusterclient.New(o)
 		// Each node is checked again under connections already open: a
 		// node's role can change under them (failover.Seller.NodeHook).
 		c.OnNewNode(func(node *redis.Client) { node.AddHook(s.seller.NodeHook(node)) })
 		return c, nil
-	case s.cfg.RedisURL != "":
-		o, err := redis.ParseURL(s.cfg.RedisURL)
+	case s.cfg.RedisURL != "" || s.cfg.RedisOptions != nil:
+		o, err := s.redisOptions()
 		if err != nil {
-			// Not the parser's message: it quotes the URL, password and all.
-			return nil, errors.New("bad redis url: want redis://[user:password@]host:port/db, special characters percent-encoded")
+			return nil, err
 		}
 		// No CLIENT SETINFO on connect: the least-privilege ACL user
 		// (deploy/redis/seckill.acl) is not allowed it, and on Redis 7.2+
 		// each connection would leave a denial in ACL LOG.
 		o.DisableIdentity = true
-		o.OnConnect = s.seller.OnConnect
+		o.OnConnect = s.onConnect(o.OnConnect)
 		o.ClientName = name
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		c := redis.NewClient(o)
@@ -106,10 +118,49 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 	}
 }
 
+// redisOptions are new options of the configured single Redis: a copy of
+// Config.RedisOptions without a client-side cache (the service's scripts
+// read nothing a cache would keep), or the URL's.
+func (s *Service) redisOptions() (*redis.Options, error) {
+	if given := s.cfg.RedisOptions; given != nil {
+		o := *given
+		o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+		return &o, nil
+	}
+	o, err := redis.ParseURL(s.cfg.RedisURL)
+	if err != nil {
+		// Not the parser's message: it quotes the URL, password and all.
+		return nil, errors.New("bad redis url: want redis://[user:password@]host:port/db, special characters percent-encoded")
+	}
+	return o, nil
+}
+
+// onConnect is the check of every new connection of the service's clients
+// (failover.Seller.OnConnect), followed by then, if not nil: the OnConnect
+// of the options the service was given.
+func (s *Service) onConnect(then func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	if then == nil {
+		return s.seller.OnConnect
+	}
+	return func(ctx context.Context, cn *redis.Conn) error {
+		if err := s.seller.OnConnect(ctx, cn); err != nil {
+			return err
+		}
+		return then(ctx, cn)
+	}
+}
+
+// cluster reports whether the configured Redis is a Redis Cluster.
+func (c *Config) cluster() bool { return len(c.RedisClusterAddrs) > 0 || c.RedisClusterOptions != nil }
+
 func (s *Service) redisName() string {
 	switch {
+	case s.cfg.RedisClusterOptions != nil:
+		return "cluster " + fmt.Sprint(s.cfg.RedisClusterOptions.Addrs)
 	case len(s.cfg.RedisClusterAddrs) > 0:
 		return "cluster " + fmt.Sprint(s.cfg.RedisClusterAddrs)
+	case s.cfg.RedisOptions != nil:
+		return s.cfg.RedisOptions.Addr
 	case s.cfg.RedisURL != "":
 		if o, err := redis.ParseURL(s.cfg.RedisURL); err == nil {
 			return o.Addr

@@ -272,11 +272,11 @@ func (s *Service) buildArchivedSales(ctx context.Context, after string, limit in
 	}
 	out := make([]saleJSON, 0, len(ids))
 	for _, id := range ids {
-		body, err := s.archivedSaleBody(ctx, id)
+		v, err := s.archivedSaleView(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, body)
+		out = append(out, saleJSONOf(v))
 	}
 	page["sales"] = out
 	return json.Marshal(page)

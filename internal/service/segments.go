@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -23,23 +22,7 @@ import (
 // engine's, and units are moved to the home segment when it is short. The
 // database keeps the segments as ordinary sales and their list
 // (store.Store.Segments); the sale itself has no row, and reads as one
-// sale everywhere (saleBody, listSales, reconcile, the live view).
-
-// segmentsOf checks the items' segments (1..segment.MaxSegments, default
-// 1) and returns the sale's K, the largest.
-func segmentsOf(items []saleItem) (int, error) {
-	k := int64(1)
-	for i, it := range items {
-		if it.Segments == nil {
-			continue
-		}
-		if *it.Segments < 1 || *it.Segments > segment.MaxSegments {
-			return 0, errInvalid(fmt.Sprintf("items[%d].segments must be between 1 and %d", i, segment.MaxSegments))
-		}
-		k = max(k, *it.Segments)
-	}
-	return int(k), nil
-}
+// sale everywhere (Sale, listSales, Reconcile, the live view).
 
 // createSegmented creates a sale split into k segments, all or nothing:
 // in Redis first (segment.Seller.CreateWith: the segments and the
@@ -51,7 +34,7 @@ func segmentsOf(items []saleItem) (int, error) {
 // the database knows already is refused before Redis is touched: its
 // keys may be missing from Redis for a while (lost, archived), and new
 // ones must not stand in for them.
-func (s *Service) createSegmented(ctx context.Context, def newSale, k int) error {
+func (s *Service) createSegmented(ctx context.Context, def SaleDef, k int) error {
 	if _, exists, err := s.db.SaleKind(ctx, def.ID); err != nil || exists {
 		if err == nil {
 			err = fmt.Errorf("%w: sale %s", inventory.ErrExists, def.ID)
@@ -233,14 +216,4 @@ func (s *Service) wakeSale(ctx context.Context, id string) {
 	for _, id := range ids {
 		s.orders.Wake(id)
 	}
-}
-
-// writeSaleCreated answers a create with the sale as GET shows it.
-func (s *Service) writeSaleCreated(w http.ResponseWriter, r *http.Request, id string) error {
-	body, err := s.saleBody(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, body)
-	return nil
 }

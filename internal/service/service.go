@@ -45,6 +45,31 @@ type Config struct {
 	KeyPrefix         string   // default "seckill"
 	Logger            *slog.Logger
 
+	// RedisOptions and RedisClusterOptions, set instead of RedisURL and
+	// RedisClusterAddrs, name the Redis to use as go-redis options (a
+	// client's Options()): the service makes its own clients from copies
+	// of them (its API's pool, its order consumer's, its probe's), with
+	// the options' address, credentials, TLS, timeouts and retries, and
+	// sets on the copies what it sets on every client of its own: a
+	// connection name, its check of each new connection and node (degraded
+	// mode; an OnConnect of the options runs after it), no CLIENT SETINFO,
+	// no client-side cache, and the pool sizes of its consumer's and
+	// probe's. The options themselves are never changed, and a client they
+	// came from stays the caller's, to use and to close, before and after
+	// Shutdown. (A cluster's seeds are ordered masters first as for
+	// RedisClusterAddrs, when a seed answers CLUSTER SLOTS without
+	// credentials; else they are used as given.)
+	RedisOptions        *redis.Options
+	RedisClusterOptions *redis.ClusterOptions
+	// NoListener: Start listens on nothing and serves nothing (Addr is not
+	// used); Handler is the whole API, to mount on a server of the
+	// caller's, and URL is "". That server's limits are the caller's to set
+	// (timeouts, header sizes: Start's are in service.go), as is the
+	// refusal of requests whose framing two readers could read apart
+	// (framing.go). Shutdown still stops every background loop and ends the
+	// live view's streams.
+	NoListener bool
+
 	// Pipeline tunes the order consumer (tests shorten its timings).
 	Pipeline pipeline.Options
 	// ReconcileEvery is the period of the reconciliation loop; default 30s,
@@ -164,7 +189,8 @@ func (s *Service) closeStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 // Handler is the service's HTTP API as an http.Handler: what Start serves
 // over either server (the buy over fasthttp is served natively, by the
-// same code: fast.go).
+// same code: fast.go), or, with Config.NoListener, the API to mount on a
+// server of the caller's.
 func (s *Service) Handler() http.Handler { return s.handler }
 
 // Start connects to Redis and the database (or starts the embedded ones),
@@ -179,7 +205,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.seller = failover.New(failover.Config{Tick: cfg.DegradedTick, Grace: cfg.DegradedGrace, AckRing: cfg.AckRing, Recheck: cfg.NodeRecheck,
-		Cluster: len(cfg.RedisClusterAddrs) > 0, Logger: s.log,
+		Cluster: cfg.cluster(), Logger: s.log,
 		OnMode:            s.observeMode,
 		Observe:           s.observeBuy,
 		BeforeDatabaseBuy: s.limitDatabaseBuy,
@@ -239,50 +265,67 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		OnFallback: func(string, error) { s.live.lastFallback.Store(time.Now().UnixNano()) },
 	})
 
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	switch s.cfg.HTTPServer {
+	case "", HTTPServerNet, HTTPServerFast:
+	default:
+		return nil, fmt.Errorf("unknown http server %q (want %s or %s)", s.cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
 	}
-	s.listener = ln
 	handler := s.routes()
 	s.handler = handler
-	s.serverLog = newServerLog(s.log, serverLogEvery)
-	switch s.cfg.HTTPServer {
-	case "", HTTPServerNet:
-		s.http = &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          log.New(s.serverLog, "", 0),
-			ConnContext:       framingContext, // with framingListener, below
+	if !s.cfg.NoListener {
+		if err := s.listen(handler); err != nil {
+			return nil, err
 		}
-		// A dashboard's event stream never ends by itself: end it when the
-		// server shuts down, or Shutdown would wait for it until its deadline.
-		s.http.RegisterOnShutdown(s.closeStreams)
-	case HTTPServerFast:
-		s.fast = s.newFastServer(handler)
-	default:
-		_ = ln.Close()
-		return nil, fmt.Errorf("unknown http server %q (want %s or %s)", s.cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
 	}
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
 	s.startBackground(bgCtx)
-	if s.fast != nil {
-		go s.serveFast(ln)
-	} else {
+	switch {
+	case s.fast != nil:
+		go s.serveFast(s.listener)
+	case s.http != nil:
 		go func() {
-			if err := s.http.Serve(framingListener{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.http.Serve(framingListener{s.listener}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("http server", "err", err)
 			}
 		}()
 	}
 	ok = true
-	s.log.Info("seckill ready", "addr", "http://"+ln.Addr().String(), "database", db.Dialect(), "redis", s.redisName())
+	where := []any{"addr", s.URL()}
+	if s.cfg.NoListener {
+		where = []any{"listener", "none (Handler)"}
+	}
+	s.log.Info("seckill ready", append(where, "database", db.Dialect(), "redis", s.redisName())...)
 	return s, nil
+}
+
+// listen listens on Config.Addr, and makes the HTTP server of handler that
+// Start serves there.
+func (s *Service) listen(handler http.Handler) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.listener = ln
+	s.serverLog = newServerLog(s.log, serverLogEvery)
+	if s.cfg.HTTPServer == HTTPServerFast {
+		s.fast = s.newFastServer(handler)
+		return nil
+	}
+	s.http = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          log.New(s.serverLog, "", 0),
+		ConnContext:       framingContext, // with the framingListener Start serves it on
+	}
+	// A dashboard's event stream never ends by itself: end it when the
+	// server shuts down, or Shutdown would wait for it until its deadline.
+	s.http.RegisterOnShutdown(s.closeStreams)
+	return nil
 }
 
 // Run starts the service and runs it until ctx is done, then shuts it down
@@ -299,8 +342,13 @@ func Run(ctx context.Context, cfg Config) error {
 	return s.Shutdown(sctx)
 }
 
-// URL is the base URL the service listens on.
-func (s *Service) URL() string { return "http://" + s.listener.Addr().String() }
+// URL is the base URL the service listens on; "" with Config.NoListener.
+func (s *Service) URL() string {
+	if s.listener == nil {
+		return ""
+	}
+	return "http://" + s.listener.Addr().String()
+}
 
 // AdminToken is the operators' bearer token (generated if not configured).
 func (s *Service) AdminToken() string { return s.cfg.AdminToken }
@@ -326,13 +374,18 @@ func (s *Service) Redis() redis.UniversalClient { return s.rdb }
 func (s *Service) Store() *store.Store { return s.db }
 
 // Shutdown drains HTTP requests, stops the consumer after its current
-// batch, and closes the connections.
+// batch and every other background loop, and closes the connections.
+// Without a listener (Config.NoListener), the requests of the caller's
+// server are the caller's to drain; the live view's streams end.
 func (s *Service) Shutdown(ctx context.Context) error {
 	var err error
-	if s.fast != nil {
+	switch {
+	case s.fast != nil:
 		err = s.shutdownFast(ctx)
-	} else {
+	case s.http != nil:
 		err = s.http.Shutdown(ctx)
+	default:
+		s.closeStreams()
 	}
 	s.stop()
 	done := make(chan struct{})
@@ -425,8 +478,16 @@ func (s *Service) startBackground(ctx context.Context) {
 		// Named after where it listens, so that a process restarted on the
 		// same address (after a crash, say) reads the entries it held first,
 		// instead of leaving them for the reclaim of idle entries (30 s).
+		// Without a listener, after the process, and apart from any other
+		// service in it: the entries of one that dies are taken over by the
+		// others once its heartbeat stops (failover.Seller.ConsumerAlive),
+		// or after the reclaim's idle time.
 		host, _ := os.Hostname()
-		po.Name = "serve-" + host + "-" + s.listener.Addr().String()
+		if s.listener != nil {
+			po.Name = "serve-" + host + "-" + s.listener.Addr().String()
+		} else {
+			po.Name = "serve-" + host + "-pid" + strconv.Itoa(os.Getpid()) + "-" + randomHex(4)
+		}
 	}
 	if s.seller.Ticks() {
 		po.Alive = s.seller.ConsumerAlive

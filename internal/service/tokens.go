@@ -37,37 +37,42 @@ func (s *Service) signToken(payload string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// issuePurchaseToken is POST /v1/sales/{sale}/purchase-tokens:
+// IssuePurchaseToken of the request's buyer, under the per-address limit
+// too, and with the challenge (Config.Challenge) once the sale is known
+// active.
 func (s *Service) issuePurchaseToken(w http.ResponseWriter, r *http.Request) error {
 	user, err := s.auth.buyer(r)
 	if err != nil {
 		return err
 	}
 	saleID := r.PathValue("sale")
-	if !inventory.ValidID(saleID) {
-		return errInvalid("sale id must match ^[A-Za-z0-9_.:-]{1,64}$")
+	var challenge func() error
+	if s.cfg.Challenge != nil {
+		challenge = func() error {
+			if err := s.cfg.Challenge(r.Context(), r, user, saleID); err != nil {
+				s.logFor(r).Info("purchase token refused by the challenge", "sale", saleID, "user", user, "reason", err)
+				return &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "the challenge was not passed"}
+			}
+			return nil
+		}
 	}
-	if _, err := s.saleFor(exchangeOf(w, r), saleID, user, "pt"); err != nil {
-		return err
-	}
-	st, err := s.router.Stock(r.Context(), saleID) // a segmented sale: its segments summed
+	token, expires, err := s.newPurchaseToken(r.Context(), saleID, user, origin{x: exchangeOf(w, r)}, challenge)
 	if err != nil {
 		return err
 	}
-	if st.Status != inventory.StatusActive {
-		return &inventory.NotActiveError{Status: st.Status}
-	}
-	if s.cfg.Challenge != nil {
-		if err := s.cfg.Challenge(r.Context(), r, user, saleID); err != nil {
-			s.logFor(r).Info("purchase token refused by the challenge", "sale", saleID, "user", user, "reason", err)
-			return &apiError{Status: http.StatusForbidden, Code: "permission_denied", Message: "the challenge was not passed"}
-		}
-	}
+	writeJSON(w, http.StatusCreated, map[string]any{"token": token, "expires_at": expires})
+	return nil
+}
+
+// makePurchaseToken is a new token of the sale for user, and when it
+// expires.
+func (s *Service) makePurchaseToken(saleID, user string) (string, time.Time) {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	expires := time.Now().Add(purchaseTokenTTL).UTC()
 	payload := saleID + "|" + user + "|" + strconv.FormatInt(expires.UnixMilli(), 10) + "|" + hex.EncodeToString(nonce[:])
-	writeJSON(w, http.StatusCreated, map[string]any{"token": s.signToken(payload), "expires_at": expires})
-	return nil
+	return s.signToken(payload), expires
 }
 
 // purchaseToken is a checked token: its nonce and how long it stays valid.

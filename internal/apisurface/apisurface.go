@@ -24,7 +24,7 @@ import (
 
 // Decl is one exported declaration of a package.
 type Decl struct {
-	// Package is the import path relative to the module ("." for the root).
+	// Package is the package's import path.
 	Package string
 	// Kind is "func", "method", "type", "const", "var" or "field".
 	Kind string
@@ -47,8 +47,12 @@ func (d Decl) Line() string { return "pkg " + d.Package + ", " + d.Text }
 // Surface lists the exported declarations of the importable packages of
 // the module whose go.mod is in dir, sorted by line.
 func Surface(dir string) ([]Decl, error) {
+	module, err := modulePath(dir)
+	if err != nil {
+		return nil, err
+	}
 	var out []Decl
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -67,12 +71,26 @@ func Surface(dir string) ([]Decl, error) {
 				return filepath.SkipDir // another module
 			}
 		}
-		decls, err := packageDecls(p, rel)
+		decls, err := packageDecls(p, path.Join(module, rel))
 		out = append(out, decls...)
 		return err
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Line() < out[j].Line() })
 	return out, err
+}
+
+// modulePath reads the module path from dir's go.mod.
+func modulePath(dir string) (string, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`), nil
+		}
+	}
+	return "", fmt.Errorf("%s/go.mod names no module", dir)
 }
 
 // packageDecls lists the exported declarations of the package in dir.

@@ -75,15 +75,15 @@ type Alias = Thing
 		}
 	}
 	want := []string{
-		"pkg ., const Yes = \"yes\"",
-		"pkg ., func New() *Thing",
-		"pkg ., method (*Thing) Do(n int) error",
-		"pkg ., type Alias = Thing",
-		"pkg ., type Thing struct",
-		"pkg ., type Thing struct, Name string",
-		"pkg ., var Undocumented int",
-		"pkg sub, type Iface interface",
-		"pkg sub, type Iface interface, Get() string",
+		"pkg example.com/m, const Yes = \"yes\"",
+		"pkg example.com/m, func New() *Thing",
+		"pkg example.com/m, method (*Thing) Do(n int) error",
+		"pkg example.com/m, type Alias = Thing",
+		"pkg example.com/m, type Thing struct",
+		"pkg example.com/m, type Thing struct, Name string",
+		"pkg example.com/m, var Undocumented int",
+		"pkg example.com/m/sub, type Iface interface",
+		"pkg example.com/m/sub, type Iface interface, Get() string",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("surface:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -28,6 +28,8 @@ func TestSubcommandFlags(t *testing.T) {
 		{[]string{"demo"}, concat(stores, logs, []string{"buyers", "concurrency", "stock", "limit", "pay-timeout", "v"})},
 		{[]string{"reconcile"}, concat(stores, []string{"db-schema", "key-prefix", "sale", "repair"})},
 		{[]string{"token"}, []string{"jwt-secret", "user", "ttl", "count"}},
+		{[]string{"draw"}, nil},
+		{[]string{"draw", "verify"}, []string{"file"}},
 		{[]string{"bench"}, []string{"cost", "quick", "json", "redis", "db", "concurrency", "stock", "duration", "only",
 			"chart", "segments", "batch", "rounds"}},
 		{[]string{"bench", "--cost"}, []string{"cost", "serve-bin", "against", "rounds", "conns", "duration", "open-rate",

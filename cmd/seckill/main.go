@@ -24,6 +24,7 @@ commands:
   demo        run a whole flash sale with simulated buyers and print the result
   reconcile   compare Redis, the order stream and the database for one sale (--repair: fix drift)
   token       print a buyer's JWT signed with the service's secret (for trying the API)
+  draw verify  check a sale's published draw (its waiting room's order) and print the order
   bench       measure every stock deduction approach side by side (databases, Redis locks, Lua)
   bench --cost  what one HTTP buy costs in CPU: the service, Redis and PostgreSQL, per buy
 
@@ -47,6 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], getenv, stdout, stderr)
+	case "draw":
+		return runDraw(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -34,7 +34,7 @@ type VerifyError struct {
 }
 
 func (e *VerifyError) Error() string {
-	return fmt.Sprintf("draw: %s check failed: %s", e.Check, e.Detail)
+	return fmt.Sprintf("admission: the draw's %s check failed: %s", e.Check, e.Detail)
 }
 
 // Verify checks a published draw from the record alone, as anyone can:

@@ -50,7 +50,7 @@ type Config struct {
 	HTTPServer string
 	// AdminToken is the operators' bearer token and JWTSecret the HS256
 	// secret of buyers' tokens, for the HTTP API; empty: generated at Open
-	// and logged once.
+	// and logged once (to Logger: set them when the logs are discarded).
 	AdminToken, JWTSecret string
 	// RateLimitUser, RateLimitIP and RateLimitSale limit buys per buyer,
 	// per client address and per sale: "5/s,burst=10", "100/m", "off".

@@ -37,7 +37,8 @@ var (
 	ErrAlreadyPaid = inventory.ErrAlreadyPaid
 	// ErrOrderClosed: the order was cancelled or expired; it cannot be paid.
 	ErrOrderClosed = inventory.ErrOrderClosed
-	// ErrNoPayment: the order's sale has no payment step.
+	// ErrNoPayment: the order's sale has no payment step (it matches
+	// ErrInvalid too).
 	ErrNoPayment = inventory.ErrNoPayment
 	// ErrCorrupt: a value in Redis is not what seckill wrote; the call
 	// wrote nothing.

@@ -56,7 +56,13 @@ func Run(ctx context.Context, cfg Config) error {
 func (s *System) Shutdown(ctx context.Context) error { return s.svc.Shutdown(ctx) }
 
 // Handler is the HTTP API of docs/api.md, to mount in a program's own
-// server (with Config.Addr empty) or to test with net/http/httptest.
+// server (with Config.Addr empty) or to test with net/http/httptest. It
+// serves every route of the contract and the operations routes beside it:
+// the live dashboard at "/", GET /v1/live, /metrics, /healthz, /readyz and
+// /openapi.json, which need no token. Mount it where only operators reach
+// those, or in front of a router that keeps them in. Operators'
+// routes take Config.AdminToken and buyers' tokens are signed with
+// Config.JWTSecret: set both (generated ones are only logged).
 func (s *System) Handler() http.Handler { return s.svc.Handler() }
 
 // URL is the base URL the HTTP API listens on ("http://127.0.0.1:8080"),
@@ -96,21 +102,31 @@ func (s *System) Sale(ctx context.Context, saleID string) (SaleState, error) {
 // with the same IdempotencyKey, it returns the same order (Replayed) and
 // changes nothing, even once the sale has sold out or ended.
 func (s *System) Buy(ctx context.Context, req BuyRequest) (Receipt, error) {
-	return s.svc.Buy(ctx, service.BuyRequest{SaleID: req.SaleID, UserID: req.UserID, Lines: req.Lines,
+	lines := make([]inventory.Line, len(req.Lines))
+	for i, l := range req.Lines {
+		lines[i] = inventory.Line{SKU: l.SKU, Qty: l.Qty}
+	}
+	rc, err := s.svc.Buy(ctx, service.BuyRequest{SaleID: req.SaleID, UserID: req.UserID, Lines: lines,
 		IdempotencyKey: req.IdempotencyKey, PurchaseToken: req.PurchaseToken})
+	if err != nil {
+		return Receipt{}, err
+	}
+	o, _ := orderOf(rc.Order, nil)
+	return Receipt{Order: o, Remaining: rc.Remaining, Replayed: rc.Replayed}, nil
 }
 
 // Order returns an order, from Redis while it is pending, from the
 // database once confirmed.
 func (s *System) Order(ctx context.Context, orderID string) (Order, error) {
-	return s.svc.Order(ctx, orderID)
+	return orderOf(s.svc.Order(ctx, orderID))
 }
 
 // Cancel cancels an order of userID ("" cancels any buyer's, as an
 // operator): its units go back to stock and the buyer's quota, once. A
-// second cancel changes nothing and returns the same order.
+// second cancel changes nothing and returns the same order. Another buyer's
+// order is ErrNotFound.
 func (s *System) Cancel(ctx context.Context, orderID, userID string) (Order, error) {
-	return s.svc.Cancel(ctx, orderID, userID)
+	return orderOf(s.svc.Cancel(ctx, orderID, userID))
 }
 
 // Pay records the payment of a reservation of userID ("" for any buyer's)
@@ -119,7 +135,7 @@ func (s *System) Cancel(ctx context.Context, orderID, userID string) (Order, err
 // cancelled order is ErrOrderClosed. Exactly one of a pay and the expiry at
 // the order's PayBy wins.
 func (s *System) Pay(ctx context.Context, orderID, userID, paymentRef string) (Order, error) {
-	return s.svc.Pay(ctx, orderID, userID, paymentRef)
+	return orderOf(s.svc.Pay(ctx, orderID, userID, paymentRef))
 }
 
 // Restock adds qty units of sku to a live sale and returns what remains.
@@ -161,6 +177,20 @@ func (s *System) PurchaseToken(ctx context.Context, saleID, userID string) (Purc
 func (s *System) Reconcile(ctx context.Context, saleID string) (Report, error) {
 	r, err := s.svc.Reconcile(ctx, saleID)
 	return reportOf(r), err
+}
+
+// orderOf is the public form of an order the service returned, with its
+// error (the zero Order with an error).
+func orderOf(o inventory.Order, err error) (Order, error) {
+	if err != nil {
+		return Order{}, err
+	}
+	out := Order{ID: o.ID, SaleID: o.SaleID, UserID: o.UserID, Status: o.Status, Items: make([]Line, len(o.Items)),
+		IdempotencyKey: o.IdempotencyKey, CreatedAt: o.CreatedAt, Payment: o.Payment, PayBy: o.PayBy, PaymentRef: o.PaymentRef}
+	for i, l := range o.Items {
+		out.Items[i] = Line{SKU: l.SKU, Qty: l.Qty}
+	}
+	return out, nil
 }
 
 func stateOf(v service.SaleView) SaleState {

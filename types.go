@@ -23,8 +23,9 @@ type Sale struct {
 	Items []Item
 	// PaymentTimeout, if set, makes every order a reservation that must be
 	// paid (System.Pay) within it, or expires: its units go back to stock
-	// and to the buyer's quota. Whole seconds, at most 24h; 0: no payment
-	// step, orders are final.
+	// and to the buyer's quota. At most 24h, in whole milliseconds (the
+	// HTTP API takes and shows whole seconds); 0: no payment step, orders
+	// are final.
 	PaymentTimeout time.Duration
 	// RequirePurchaseToken makes every buy carry a purchase token
 	// (System.PurchaseToken) bound to the buyer and the sale, spent once.
@@ -89,8 +90,12 @@ type ItemState struct {
 	AwaitingPayment int64
 }
 
-// Line is one sku and quantity of a buy.
-type Line = inventory.Line
+// Line is one sku and quantity of a buy or an order.
+type Line struct {
+	SKU string
+	// Qty is the units (1 to 1,000,000,000).
+	Qty int64
+}
 
 // BuyRequest is one buyer's buy, all its lines or none.
 type BuyRequest struct {
@@ -106,13 +111,45 @@ type BuyRequest struct {
 	PurchaseToken string
 }
 
-// Receipt is what a buy returns: the Order, each line's Remaining stock
-// right after it (-1 for unlimited), and Replayed when an earlier buy with
-// the same idempotency key made the order.
-type Receipt = inventory.Receipt
+// Receipt is what a buy returns.
+type Receipt struct {
+	// Order is the order the buy made, or, for a replay, the one an
+	// earlier buy with the same idempotency key made (as it stands now: it
+	// may have been confirmed, paid or cancelled since).
+	Order Order
+	// Remaining is each line's stock left right after the buy (-1 for an
+	// unlimited item), in the order of Order.Items; for a replay, what is
+	// left now.
+	Remaining []int64
+	// Replayed: the idempotency key named an earlier order; this call
+	// changed nothing.
+	Replayed bool
+}
 
 // Order is an accepted buy.
-type Order = inventory.Order
+type Order struct {
+	// ID names the order; it is unique and sorts by time.
+	ID string
+	// SaleID is the sale it was bought in.
+	SaleID string
+	// UserID is the buyer.
+	UserID string
+	// Status is OrderPending until the database holds the order, then
+	// OrderConfirmed; OrderCancelled once cancelled or expired.
+	Status OrderStatus
+	// Items are the order's lines.
+	Items []Line
+	// IdempotencyKey is the key the buy carried ("" for none).
+	IdempotencyKey string
+	// CreatedAt is when Redis accepted the buy (Redis's clock).
+	CreatedAt time.Time
+	// Payment is where the order's payment is (PaymentNotRequired for a
+	// sale without a payment step); PayBy is its deadline while
+	// PaymentAwaiting; PaymentRef the reference it was paid under.
+	Payment    PaymentStatus
+	PayBy      time.Time
+	PaymentRef string
+}
 
 // OrderStatus is an order's state: OrderPending (accepted, not yet in the
 // database), OrderConfirmed (in the database) or OrderCancelled.

@@ -28,7 +28,11 @@ type Config struct {
 	// Redis and RedisURL are not set.
 	RedisClusterAddrs []string
 	// KeyPrefix starts every Redis key (several deployments can share one
-	// Redis); default "seckill".
+	// Redis); default "seckill". It namespaces Redis only: the database
+	// belongs to the prefix of the first System (or `seckill serve`) that
+	// starts on it, and Open refuses another prefix on it, which would sell
+	// each of its sales once more. Deployments sharing a PostgreSQL database
+	// each take their own DatabaseSchema.
 	KeyPrefix string
 
 	// DatabaseURL is the system of record: postgres://... (or
@@ -37,7 +41,7 @@ type Config struct {
 	DatabaseURL string
 	// DatabaseSchema is the PostgreSQL schema of seckill's tables (created
 	// if missing); empty: the URL's search_path if it sets one, else
-	// "seckill".
+	// "seckill". A schema belongs to one KeyPrefix.
 	DatabaseSchema string
 
 	// Addr is where the HTTP API listens ("127.0.0.1:8080"; ":0" picks a

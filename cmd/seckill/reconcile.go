@@ -66,6 +66,12 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 		return 1
 	}
 	defer db.Close()
+	// The sale's keys are those of the prefix the database belongs to; a
+	// pass claims no database (a service does, when it starts).
+	if err := db.CheckKeyPrefix(ctx, *prefix); err != nil {
+		fmt.Fprintln(stderr, "seckill reconcile:", err)
+		return 1
+	}
 	eng := inventory.New(rdb, inventory.Options{Prefix: *prefix})
 	if st, err := db.Archive(ctx, *sale); err == nil && !st.ArchivedAt.IsZero() {
 		fmt.Fprintf(stdout, "sale %s is archived (%s): its keys are gone from Redis and the database alone holds it; nothing to compare\n",

@@ -42,7 +42,7 @@ type Config struct {
 	DatabaseSchema    string   // PostgreSQL schema of the tables (store.OpenSchema); empty: the URL's search_path, else store.DefaultSchema
 	AdminToken        string   // empty: generated and logged once
 	JWTSecret         string   // empty: generated and logged once
-	KeyPrefix         string   // default "seckill"
+	KeyPrefix         string   // default "seckill"; the database belongs to one (store.ClaimKeyPrefix)
 	Logger            *slog.Logger
 
 	// RedisOptions and RedisClusterOptions, set instead of RedisURL and
@@ -242,6 +242,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.db = db
+	// Another prefix's instances would sell the database's sales again.
+	if err := db.ClaimKeyPrefix(ctx, s.cfg.KeyPrefix); err != nil {
+		return nil, err
+	}
 	if db.Dialect() == "sqlite" {
 		s.log.Warn("using an embedded SQLite database: not for production", "url", orDefault(s.cfg.DatabaseURL, "sqlite://seckill.db"))
 	}

@@ -55,6 +55,8 @@ type Store struct {
 	// (prepareSchema), unless the URL's search_path named it.
 	schema     string
 	movePublic bool
+	// file is the SQLite database's path ("" on PostgreSQL).
+	file string
 }
 
 // Open opens and migrates the database named by url:
@@ -187,7 +189,7 @@ func openSQLite(path string) (*Store, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
-	return &Store{db: db, dialect: SQLite, maxParams: 32766}, nil
+	return &Store{db: db, dialect: SQLite, maxParams: 32766, file: path}, nil
 }
 
 // Close closes the database.

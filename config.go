@@ -18,9 +18,9 @@ type Config struct {
 	// Redis is the Redis the inventory lives in: a *redis.Client (single
 	// node or Sentinel's failover client) or a *redis.ClusterClient.
 	// seckill opens connections of its own with a copy of the client's
-	// options (so its hooks and pools never touch the client), and never
-	// closes the client. Nil: RedisURL, then RedisClusterAddrs, then the
-	// embedded stand-in.
+	// options (so its hooks, pools and push-notification handlers never
+	// touch the client), and never closes the client. Nil: RedisURL, then
+	// RedisClusterAddrs, then the embedded stand-in.
 	Redis redis.UniversalClient
 	// RedisURL is redis://[user:password@]host:port/db, used when Redis is nil.
 	RedisURL string

@@ -90,6 +90,7 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 			*o = *given
 		}
 		o.Addrs, o.DisableIdentity, o.OnConnect, o.ClientName = s.clusterSeeds, true, s.onConnect(o.OnConnect), name
+		o.PushNotificationProcessor = nil // the caller's, with its handlers (redisOptions)
 		pool(&o.PoolSize, &o.MaxActiveConns, &o.PipelinePoolSize)
 		c := clusterclient.New(o)
 		// Each node is checked again under connections already open: a
@@ -120,11 +121,25 @@ func (s *Service) newClient(name string, conns int) (redis.UniversalClient, erro
 
 // redisOptions are new options of the configured single Redis: a copy of
 // Config.RedisOptions without a client-side cache (the service's scripts
-// read nothing a cache would keep), or the URL's.
+// read nothing a cache would keep), or the URL's. A client's Options()
+// also hold what go-redis made for that client: its push-notification
+// processor, where the client registered its handlers (a client made on
+// it registers them again, fails to, and logs "failed to initialize
+// maintnotifications ... cannot overwrite existing handler"; and the
+// caller's handlers would act on the service's connections), and the
+// worker and queue sizes of its maintenance notifications, derived from
+// its pools. The copy has neither: each client of the service makes its
+// own processor, and derives the sizes from its own pools.
 func (s *Service) redisOptions() (*redis.Options, error) {
 	if given := s.cfg.RedisOptions; given != nil {
 		o := *given
 		o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+		o.PushNotificationProcessor = nil
+		if m := given.MaintNotificationsConfig; m != nil {
+			own := *m
+			own.MaxWorkers, own.HandoffQueueSize = 0, 0
+			o.MaintNotificationsConfig = &own
+		}
 		return &o, nil
 	}
 	o, err := redis.ParseURL(s.cfg.RedisURL)

@@ -54,9 +54,10 @@ type Config struct {
 	// connection name, its check of each new connection and node (degraded
 	// mode; an OnConnect of the options runs after it), no CLIENT SETINFO,
 	// no client-side cache, and the pool sizes of its consumer's and
-	// probe's. The options themselves are never changed, and a client they
-	// came from stays the caller's, to use and to close, before and after
-	// Shutdown. (A cluster's seeds are ordered masters first as for
+	// probe's; each client has its own push-notification processor (not
+	// the one a client's Options() carry: redisconn.go). The options
+	// themselves are never changed, and a client they came from stays the
+	// caller's, to use and to close, before and after Shutdown. (A cluster's seeds are ordered masters first as for
 	// RedisClusterAddrs, when a seed answers CLUSTER SLOTS without
 	// credentials; else they are used as given.)
 	RedisOptions        *redis.Options

@@ -10,12 +10,15 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 )
 
@@ -31,8 +34,9 @@ const URLEnv = "SECKILL_TEST_DATABASE_URL"
 // connections work in it: the URL sets search_path, which pgx sends as a
 // run-time parameter when it connects. The schema and everything in it is
 // dropped in tb.Cleanup (a failure to drop is logged, not fatal); close what uses it with a cleanup registered after
-// this call (or with defer). If the server cannot be reached, the test fails
-// with a one-line reason (it never skips).
+// this call (or with defer). A server with no connection to spare is waited
+// for (whileFull). If the server cannot be reached, the test fails with a
+// one-line reason (it never skips).
 func PostgresURL(tb testing.TB) string {
 	tb.Helper()
 	base := ServerURL()
@@ -44,19 +48,22 @@ func PostgresURL(tb testing.TB) string {
 	if err != nil {
 		tb.Fatalf("dbtest: open PostgreSQL %s: %v", u.Redacted(), err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), fullFor+10*time.Second)
 	defer cancel()
 	schema := "t_" + randomName(10)
 	// The name is ours (letters and digits only): safe to splice in.
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+	if err := whileFull(ctx, db, "CREATE SCHEMA "+schema); err != nil {
 		db.Close()
+		if isFull(err) {
+			tb.Fatalf("dbtest: %s", fullMessage(u, err))
+		}
 		tb.Fatalf("dbtest: cannot create a schema in PostgreSQL %s (start it, or point $%s elsewhere): %v", u.Redacted(), URLEnv, err)
 	}
 	tb.Cleanup(func() {
 		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), fullFor+30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		if err := whileFull(ctx, db, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			tb.Logf("dbtest: drop schema %s: %v", schema, err)
 		}
 	})
@@ -85,19 +92,22 @@ func DatabaseURL(tb testing.TB) string {
 	if err != nil {
 		tb.Fatalf("dbtest: open PostgreSQL %s: %v", u.Redacted(), err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), fullFor+30*time.Second)
 	defer cancel()
 	name := "t_" + randomName(10)
 	// The name is ours (letters and digits only): safe to splice in.
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+	if err := whileFull(ctx, db, "CREATE DATABASE "+name); err != nil {
 		db.Close()
+		if isFull(err) {
+			tb.Fatalf("dbtest: %s", fullMessage(u, err))
+		}
 		tb.Fatalf("dbtest: cannot create a database in PostgreSQL %s: %v", u.Redacted(), err)
 	}
 	tb.Cleanup(func() {
 		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), fullFor+30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+		if err := whileFull(ctx, db, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
 			tb.Logf("dbtest: drop database %s: %v", name, err)
 		}
 	})
@@ -106,6 +116,50 @@ func DatabaseURL(tb testing.TB) string {
 	q.Del("search_path")
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// defaultFullFor is how long PostgresURL and DatabaseURL wait for a
+// PostgreSQL that has no connection to spare, fullFor unless a test
+// shortens it. Test binaries run in parallel take and free connections all
+// the time: a full server is usually full for a moment.
+const defaultFullFor = 30 * time.Second
+
+var (
+	fullFor = defaultFullFor
+	// whenFull, if set (by tests), is called each time whileFull waits.
+	whenFull func()
+)
+
+// whileFull runs query on db, and again while the server answers that it
+// is full, with a growing wait between tries, for up to fullFor.
+func whileFull(ctx context.Context, db *sql.DB, query string) error {
+	deadline := time.Now().Add(fullFor)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		_, err := db.ExecContext(ctx, query)
+		if !isFull(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		if whenFull != nil {
+			whenFull()
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// isFull reports whether err is PostgreSQL's refusal of a connection for
+// want of a free one (SQLSTATE 53300: max_connections, or a role's limit).
+func isFull(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
+}
+
+func fullMessage(u *url.URL, err error) string {
+	return fmt.Sprintf("PostgreSQL %s is full: every connection its max_connections allow is taken (SQLSTATE 53300), and stayed so for %s; "+
+		"run fewer test binaries at once (go test -p 2), or raise max_connections: %v", u.Redacted(), fullFor, err)
 }
 
 // ServerURL is the machine's PostgreSQL the tests use: $SECKILL_TEST_DATABASE_URL, or DefaultURL.

@@ -66,7 +66,8 @@ func ValidatePaymentRef(ref string) error {
 // Pay records the payment of an order awaiting it. Paying again with the
 // same ref changes nothing (replayed is true); another ref is
 // ErrAlreadyPaid; a cancelled or expired order, or one whose deadline has
-// passed, is ErrOrderClosed; an order of a sale without a payment step is
+// passed, is ErrOrderClosed (its message says "cancelled" or "expired",
+// the latter once the deadline has passed); an order of a sale without a payment step is
 // ErrNoPayment. With a non-empty userID the order must be that user's
 // (anyone else's is ErrNotFound).
 func (e *Engine) Pay(ctx context.Context, orderID, userID, ref string) (o Order, replayed bool, err error) {

@@ -21,8 +21,10 @@
 --   {4}               no such order (or not this user's)
 --   {8, field}        a stored value is not what the engine wrote
 --   {16}              already paid with another ref: nothing changed
---   {17, why}         closed: "cancelled" (cancelled or expired) or
---                     "deadline" (pay_by has passed; expiry takes it)
+--   {17, why}         closed: "cancelled" (cancelled before pay_by) or
+--                     "expired" (pay_by has passed: the expiry took it,
+--                     or will; or it was cancelled, and its time is up
+--                     too)
 --   {18}              the sale has no payment step
 -- record is the order's record (see record.go).
 
@@ -41,11 +43,14 @@ if paid then
 end
 local pay = redis.call('HGET', KEYS[1], 'pay')
 if not pay or pay == '0' then return {18} end
-if status == 'c' then return {17, 'cancelled'} end
-local deadline = redis.call('ZSCORE', KEYS[3], order_id)
 local now_ms = math.floor(script_now(ARGV[1]) / 1000)
-if not deadline then return {17, 'cancelled'} end
-if tonumber(deadline) <= now_ms then return {17, 'deadline'} end
+local deadline = redis.call('ZSCORE', KEYS[3], order_id)
+if status == 'c' or not deadline then
+  -- off the deadlines: pay_by is its time + the timeout (see buy.lua)
+  if tonumber(created) + tonumber(pay) <= now_ms then return {17, 'expired'} end
+  return {17, 'cancelled'}
+end
+if tonumber(deadline) <= now_ms then return {17, 'expired'} end
 
 for sku in string.gmatch(lines, '([^,=]+)=%d+') do
   if not int(redis.call('HGET', KEYS[1], 'a:' .. sku) or '0') then return {8, 'a:' .. sku} end

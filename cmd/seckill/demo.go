@@ -30,6 +30,8 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fs.Int64Var(&cfg.PerUserLimit, "limit", 2, "per-user limit of each item")
 	fs.DurationVar(&cfg.PaymentTimeout, "pay-timeout", 2*time.Second,
 		"payment timeout of the payment round (some buyers never pay; their units go to later buyers); 0 leaves it out")
+	fs.DurationVar(&cfg.RoomAdmitTTL, "room-ttl", 10*time.Second,
+		"how long an admission lasts in the room round (a sale behind a waiting room: the draw, the line after it, a lapse, a unit coming back); whole seconds from 10s, 0 leaves it out")
 	verbose := fs.Bool("v", false, "log what the service does")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -34,6 +34,9 @@ type Config struct {
 	// PaymentTimeout, whole seconds, adds the payment round (payment.go)
 	// after the sale: 0 leaves it out.
 	PaymentTimeout time.Duration
+	// RoomAdmitTTL, whole seconds from 10, adds the room round (room.go):
+	// how long an admission lasts before it lapses; 0 leaves it out.
+	RoomAdmitTTL time.Duration
 	// Progress, if not nil, receives a progress bar (for a terminal).
 	Progress io.Writer
 }
@@ -67,6 +70,7 @@ type Result struct {
 	Elapsed, Settle                       time.Duration
 	P50, P99                              time.Duration
 	Payment                               *PaymentResult // the payment round, if run
+	Room                                  *RoomResult    // the room round, if run
 }
 
 // ItemResult is one item's outcome.
@@ -95,6 +99,9 @@ func (r Result) OK() bool {
 		return false
 	}
 	if r.Payment != nil && !r.Payment.OK() {
+		return false
+	}
+	if r.Room != nil && !r.Room.OK() {
 		return false
 	}
 	for _, it := range r.Items {
@@ -257,6 +264,13 @@ func run(ctx context.Context, svcCfg service.Config, cfg Config) (Result, error)
 		res.Payment = &p
 		if err != nil {
 			return res, fmt.Errorf("payment round: %w", err)
+		}
+	}
+	if cfg.RoomAdmitTTL > 0 {
+		r, err := roomRound(ctx, c, cfg)
+		res.Room = &r
+		if err != nil {
+			return res, fmt.Errorf("room round: %w", err)
 		}
 	}
 	return res, nil
@@ -429,6 +443,9 @@ func Print(w io.Writer, r Result) {
 	}
 	if r.Payment != nil {
 		printPayment(w, *r.Payment)
+	}
+	if r.Room != nil {
+		printRoom(w, *r.Room)
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "\nall invariants held: no oversell, nobody over the limit, every accepted order confirmed in the database")

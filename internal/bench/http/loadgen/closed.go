@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,9 @@ import (
 // connection, send a request, read its whole reply, and send the next, until
 // Duration has passed or the tokens run out. Request i carries Tokens[i]
 // (each token used once: a fresh buyer per request); with no tokens, no
-// Authorization header and no limit but Duration.
+// Authorization header and no limit but Duration. Request i also carries
+// Extra[i], when Extra is not empty, as one more header line
+// ("X-Purchase-Token: ..."): a header of that buyer's own.
 //
 // Its latencies run from each request's actual send to the end of its
 // reply: a closed loop stops sending while the server stalls, so they hide
@@ -23,6 +26,7 @@ type Closed struct {
 	Body     []byte
 	Header   http.Header // sent with every request
 	Tokens   []string
+	Extra    []string // as long as Tokens, or empty
 	Conns    int
 	Duration time.Duration
 	Timeout  time.Duration // of one request
@@ -54,6 +58,9 @@ type ClosedReport struct {
 // cancelled; requests already sent run to their end (or Timeout).
 func (c Closed) Run(ctx context.Context) ClosedReport {
 	client, err := newRawClient(c.Method, c.URL, c.Header, c.Body, c.Timeout)
+	if err == nil && len(c.Extra) > 0 && len(c.Extra) != len(c.Tokens) {
+		err = fmt.Errorf("loadgen: %d extra headers for %d tokens", len(c.Extra), len(c.Tokens))
+	}
 	if err != nil {
 		return ClosedReport{Conns: c.Conns, Errors: 1, ErrorsByKind: map[string]int{err.Error(): 1}}
 	}
@@ -85,11 +92,14 @@ func (c Closed) Run(ctx context.Context) ClosedReport {
 					return
 				}
 				sent := time.Now()
-				token := ""
+				token, extra := "", ""
 				if len(c.Tokens) > 0 {
 					token = c.Tokens[i]
 				}
-				status, err := conn.do(token, sent)
+				if len(c.Extra) > 0 {
+					extra = c.Extra[i]
+				}
+				status, err := conn.do(token, extra, sent)
 				me.last = time.Now()
 				if err != nil {
 					me.errors[errorKind(err)]++

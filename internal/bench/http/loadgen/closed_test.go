@@ -45,3 +45,35 @@ func TestClosedTokensOnce(t *testing.T) {
 		t.Errorf("rate %v, max latency %v; want both positive", r.Rate2xx, r.LatencyMS.Max)
 	}
 }
+
+// TestClosedExtraHeader: request i carries Extra[i] beside Tokens[i], so a
+// buyer's own header (an admission) travels with its own token; Extra of
+// another length than Tokens is refused without a request.
+func TestClosedExtraHeader(t *testing.T) {
+	var mu sync.Mutex
+	pairs := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		pairs[r.Header.Get("Authorization")] = r.Header.Get("X-Purchase-Token")
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	tokens, extra := make([]string, 50), make([]string, 50)
+	for i := range tokens {
+		tokens[i], extra[i] = fmt.Sprint("t", i), fmt.Sprint("X-Purchase-Token: p", i)
+	}
+	c := Closed{Method: http.MethodPost, URL: srv.URL, Tokens: tokens, Extra: extra,
+		Conns: 3, Duration: time.Minute, Timeout: 10 * time.Second}
+	if r := c.Run(context.Background()); r.Status2xx != 50 || r.Errors != 0 {
+		t.Fatalf("report %+v, want 50 2xx", r)
+	}
+	for i := range tokens {
+		if got := pairs[fmt.Sprint("Bearer t", i)]; got != fmt.Sprint("p", i) {
+			t.Errorf("token t%d came with X-Purchase-Token %q, want p%d", i, got, i)
+		}
+	}
+	c.Extra = extra[:10]
+	if r := c.Run(context.Background()); r.Sent != 0 || r.Errors != 1 || r.Status2xx != 0 {
+		t.Errorf("10 extra headers for 50 tokens: report %+v, want one error and nothing sent", r)
+	}
+}

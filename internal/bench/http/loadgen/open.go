@@ -156,7 +156,7 @@ func (a Attack) sender(conn *rawConn, start time.Time, next *atomic.Int64, stopp
 		}
 		r := &results[i]
 		r.sent, r.free, r.send = true, free, now.Sub(start)
-		r.status, r.err = conn.do(token, now)
+		r.status, r.err = conn.do(token, "", now)
 		if r.err != nil {
 			r.status = 0
 		}

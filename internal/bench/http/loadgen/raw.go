@@ -13,7 +13,7 @@ import (
 )
 
 // rawClient sends one request shape (method, URL, headers, body; only the
-// bearer token varies) over keep-alive HTTP/1.1 connections, each a rawConn
+// bearer token and one optional extra header line vary) over keep-alive HTTP/1.1 connections, each a rawConn
 // owned by one sender goroutine and carrying one request at a time. It
 // writes the request's bytes, built once, with one write(2) and reads the
 // reply with a parser that knows only what a reply needs: the status line,
@@ -89,10 +89,11 @@ func newRawClient(method, rawURL string, header http.Header, body []byte, timeou
 func (c *rawClient) conn() *rawConn { return &rawConn{c: c} }
 
 // do sends the request with token as its bearer token ("" for none) and
-// returns the reply's status once its body has been read. now is the
-// caller's reading of the clock just before: the request's timeout counts
-// from it (from the dial's end on a new connection).
-func (conn *rawConn) do(token string, now time.Time) (int, error) {
+// extra as one more header line ("Name: value", "" for none), and returns
+// the reply's status once its body has been read. now is the caller's
+// reading of the clock just before: the request's timeout counts from it
+// (from the dial's end on a new connection).
+func (conn *rawConn) do(token, extra string, now time.Time) (int, error) {
 	if conn.nc != nil && now.Sub(conn.sent) >= staleAfter && (conn.r.Buffered() > 0 || closedByPeer(conn.nc)) {
 		conn.close()
 	}
@@ -110,7 +111,7 @@ func (conn *rawConn) do(token string, now time.Time) (int, error) {
 		now = time.Now()
 	}
 	conn.sent = now
-	status, keep, err := conn.roundTrip(token, now)
+	status, keep, err := conn.roundTrip(token, extra, now)
 	if err != nil || !keep {
 		conn.close()
 	}
@@ -125,7 +126,7 @@ func (conn *rawConn) close() {
 	}
 }
 
-func (conn *rawConn) roundTrip(token string, now time.Time) (status int, keep bool, err error) {
+func (conn *rawConn) roundTrip(token, extra string, now time.Time) (status int, keep bool, err error) {
 	c := conn.c
 	if c.timeout > 0 {
 		// The deadline falls between timeout and timeout+slack after the
@@ -142,6 +143,10 @@ func (conn *rawConn) roundTrip(token string, now time.Time) (status int, keep bo
 	if token != "" {
 		b = append(b, "Authorization: Bearer "...)
 		b = append(b, token...)
+		b = append(b, "\r\n"...)
+	}
+	if extra != "" {
+		b = append(b, extra...)
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, c.tail...)

@@ -44,7 +44,7 @@ func TestRawClientRequest(t *testing.T) {
 	conn := c.conn()
 	defer conn.close()
 	for range 20 {
-		if status, err := conn.do("tok", time.Now()); status != http.StatusCreated || err != nil {
+		if status, err := conn.do("tok", "", time.Now()); status != http.StatusCreated || err != nil {
 			t.Fatalf("status %d, err %v; want 201", status, err)
 		}
 	}
@@ -138,12 +138,12 @@ func TestRawClientReconnects(t *testing.T) {
 	conn := c.conn()
 	defer conn.close()
 	for i := range 2 {
-		if status, err := conn.do("", time.Now()); status != 200 || err != nil {
+		if status, err := conn.do("", "", time.Now()); status != 200 || err != nil {
 			t.Fatalf("request %d: status %d err %v", i, status, err)
 		}
 	}
 	sent := time.Now()
-	_, err = conn.do("", sent)
+	_, err = conn.do("", "", sent)
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("stalled request: err %v, want a timeout", err)
@@ -151,7 +151,7 @@ func TestRawClientReconnects(t *testing.T) {
 	if waited := time.Since(sent); waited < timeout {
 		t.Errorf("the stalled request timed out after %v, before its timeout %v", waited, timeout)
 	}
-	if status, err := conn.do("", time.Now()); status != 200 || err != nil {
+	if status, err := conn.do("", "", time.Now()); status != 200 || err != nil {
 		t.Fatalf("after the timeout: status %d err %v (the connection must dial anew)", status, err)
 	}
 	if n := accepted.Load(); n != 4 {

@@ -211,15 +211,8 @@ func (rep Report) summarize() Report {
 		if len(rs) == 0 {
 			continue
 		}
-		m := Result{Build: build, Bin: rs[0].Bin, Load: rs[0].Load}
-		for _, c := range columns {
-			vs := make([]float64, len(rs))
-			for k, r := range rs {
-				vs[k] = c.get(r)
-			}
-			c.set(&m, median(vs))
-		}
-		m.Commands = medianCommands(rs)
+		m := medianOf(rs)
+		m.Build = build
 		rep.Medians = append(rep.Medians, m)
 	}
 	if len(rep.Medians) == 2 {
@@ -231,6 +224,21 @@ func (rep Report) summarize() Report {
 		rep.RatioBA = &ratio
 	}
 	return rep
+}
+
+// medianOf is, for each figure, its median over rs (not empty), and the
+// median of each Redis command's share; Bin and Load are rs[0]'s.
+func medianOf(rs []*Result) Result {
+	m := Result{Bin: rs[0].Bin, Load: rs[0].Load}
+	for _, c := range columns {
+		vs := make([]float64, len(rs))
+		for k, r := range rs {
+			vs[k] = c.get(r)
+		}
+		c.set(&m, median(vs))
+	}
+	m.Commands = medianCommands(rs)
+	return m
 }
 
 // median of vs (the mean of the middle two when even); 0 of none.

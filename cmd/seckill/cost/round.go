@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -90,20 +91,7 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 	if err != nil {
 		return res, fmt.Errorf("read the load generator's CPU: %w", err)
 	}
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for t := time.NewTicker(200 * time.Millisecond); ; {
-			select {
-			case <-sampleCtx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-				_ = r.sampler.sample(false)
-			}
-		}
-	}()
+	stopSampling := r.sampleDuring(ctx)
 
 	if rate > 0 {
 		res.Load, res.RateAsked = "open", rate
@@ -112,14 +100,12 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 			Duration: r.cfg.Duration, Timeout: 30 * time.Second, Conns: r.cfg.Conns, MaxInFlight: 8192}
 		if n := a.Requests(); n > len(tokens) {
 			stopSampling()
-			<-sampled
 			return res, fmt.Errorf("the open loop needs %d tokens, %d are signed: raise --max-rate", n, len(tokens))
 		}
 		if r.cfg.TimelineDir != "" {
 			f, err := os.Create(filepath.Join(r.cfg.TimelineDir, fmt.Sprintf("round%d%s.csv", r.n, strings.ToLower(r.build))))
 			if err != nil {
 				stopSampling()
-				<-sampled
 				return res, fmt.Errorf("timeline: %w", err)
 			}
 			defer f.Close()
@@ -144,7 +130,6 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 	}
 	if ctx.Err() != nil {
 		stopSampling()
-		<-sampled
 		return res, ctx.Err()
 	}
 	if loadAfter, err := readProcStat(os.Getpid()); err == nil {
@@ -156,7 +141,6 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 	// the consumer has caught up.
 	catchUp, err := r.catchUp(ctx, accepted)
 	stopSampling()
-	<-sampled
 	if err != nil {
 		return res, err
 	}
@@ -177,6 +161,28 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 	}
 	res.account(before, after, r.sampler.micros)
 	return res, nil
+}
+
+// sampleDuring samples PostgreSQL's processes every 200 ms until the
+// returned stop is called (which waits for the sampling to end), so that
+// backends that exit inside a window still count.
+func (r *round) sampleDuring(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = r.sampler.sample(false)
+			}
+		}
+	}()
+	return func() { cancel(); <-sampled }
 }
 
 // quietGenerator collects this process's garbage before a load, so that
@@ -231,6 +237,18 @@ func (r *round) closed(ctx context.Context, tokens []string) loadgen.ClosedRepor
 // start creates the round's database, starts `serve` on it and creates the
 // sale.
 func (r *round) start(ctx context.Context) error {
+	if err := r.startServe(ctx); err != nil {
+		return err
+	}
+	if status, body, err := r.adminDo(ctx, http.MethodPost, "/v1/admin/sales", saleJSON); err != nil || status != http.StatusCreated {
+		return fmt.Errorf("create the sale: %d %s %v", status, body, err)
+	}
+	return nil
+}
+
+// startServe creates the round's database, starts `serve` on it and opens
+// the connection that counts its orders.
+func (r *round) startServe(ctx context.Context) error {
 	if err := r.env.adminExec(ctx, "CREATE DATABASE "+r.db); err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
@@ -267,18 +285,31 @@ func (r *round) start(ctx context.Context) error {
 	if r.orders, err = pgx.ConnectConfig(ctx, cc); err != nil {
 		return fmt.Errorf("connect to the round's database: %w", err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/v1/admin/sales", strings.NewReader(saleJSON))
+	return nil
+}
+
+// adminDo sends an operator's request with body ("" for none) and returns
+// the reply's status and body (its first 64 KiB).
+func (r *round) adminDo(ctx context.Context, method, path, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+r.env.adminToken)
-	req.Header.Set("Content-Type", "application/json")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("create the sale: %w", err)
+		return 0, nil, err
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("create the sale: %s", resp.Status)
-	}
-	return nil
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, bytes.TrimSpace(b), err
 }
 
 // waitReady polls GET /readyz until 200, or serve exits.

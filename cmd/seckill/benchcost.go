@@ -44,6 +44,24 @@ request. The Redis is a redis-server this run starts and stops, unless
 --redis names a real one. --against B runs rounds of A and B alternately and
 prints their medians and B/A.
 
+--room measures the waiting room instead (the admission API of 2026-11-28),
+in ONE "<bin> serve", side by side, per pass (--rounds passes), each phase a
+closed loop of --conns for --duration with CPU µs per 2xx reply (service,
+Redis, PostgreSQL), requests/s and p50/p99:
+  plain-buys            buys of a sale without a room (the load above)
+  joins                 POST /v1/sales/{sale}/queue, a fresh buyer each, on a
+                        room already holding --room-waiting buyers
+  place-reads           GET /v1/sales/{sale}/queue of the buyers who joined
+  admitted-buys         buys, with their X-Purchase-Token, of --room-admitted
+                        buyers a room admitted before the load
+  admitted-buys-loaded  the same, while place reads run at --room-read-rate
+                        per second (an open loop) on the joins' room
+  plain-buys-loaded     plain buys while the same background runs
+then the ratios the room's targets name: joins/s ÷ plain buys/s (>= 1),
+place-read CPU ÷ plain buy CPU (< 1), admitted-buy p99 with the room loaded
+÷ plain buy p99 (<= 1.2), and the ratios that explain them. Its sales, keys
+and database are removed at its end like a round's.
+
 flags:
 `
 
@@ -72,6 +90,10 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	catchUp := fs.Duration("catch-up-timeout", 2*time.Minute, "how long the database may take to hold every accepted order after the load")
 	timeline := fs.String("timeline", "", "an existing directory: each open-loop round writes there one CSV line per request (scheduled send as Unix ms, send lag, latency, status), named after the round")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
+	room := fs.Bool("room", false, "measure the waiting room's phases side by side in one serve (see above) instead of rounds of builds")
+	roomWaiting := fs.Int("room-waiting", 100_000, "--room: buyers joined to the joins' room before its joins are measured (the room the place reads meet; 1000000 for a full one)")
+	roomAdmitted := fs.Int("room-admitted", 100_000, "--room: admitted buyers of each admitted-buy phase (its load ends when they have all bought)")
+	roomReadRate := fs.Float64("room-read-rate", 10_000, "--room: place reads per second of the background during the loaded phases (0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -99,6 +121,14 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usage("--max-rate must be 1..1000000")
 	case *catchUp <= 0:
 		return usage("--catch-up-timeout must be positive")
+	case *room && (*against != "" || *openRate > 0 || *openFraction > 0 || *timeline != ""):
+		return usage("--room measures one build in closed loops: not with --against, --open-rate, --open-fraction or --timeline")
+	case *room && (*roomWaiting < 0 || *roomWaiting > 10_000_000):
+		return usage("--room-waiting must be 0..10000000")
+	case *room && (*roomAdmitted < 1 || *roomAdmitted > 10_000_000):
+		return usage("--room-admitted must be 1..10000000")
+	case *room && (*roomReadRate < 0 || *roomReadRate > 1_000_000):
+		return usage("--room-read-rate must be 0..1000000")
 	}
 	a := *serveBin
 	if a == "" {
@@ -122,6 +152,10 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *redisURL == "", PostgresURL: *pgURL, Conns: *conns,
 		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
 		MaxRate: *maxRate, CatchUpTimeout: *catchUp, TimelineDir: *timeline, Progress: stderr}
+	if *room {
+		cfg.Room = &cost.RoomConfig{Waiting: *roomWaiting, Admitted: *roomAdmitted, ReadRate: *roomReadRate}
+		return runRoomCost(ctx, cfg, *asJSON, stdout, stderr)
+	}
 	rep, runErr := cost.Run(ctx, cfg)
 	if len(rep.Results) > 0 || runErr == nil {
 		if *asJSON {
@@ -139,6 +173,33 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	for _, r := range rep.Results {
 		if r.OrdersInDB != r.Buys {
+			return 1
+		}
+	}
+	return 0
+}
+
+// runRoomCost runs `seckill bench --cost --room` and prints its report.
+// Exit status: 0 measured, 1 a failure (a service without rooms included,
+// or an accepted buy missing from the database).
+func runRoomCost(ctx context.Context, cfg cost.Config, asJSON bool, stdout, stderr io.Writer) int {
+	rep, runErr := cost.RunRoom(ctx, cfg)
+	if len(rep.Phases) > 0 || runErr == nil {
+		if asJSON {
+			if err := cost.PrintRoomJSON(stdout, rep); err != nil {
+				fmt.Fprintln(stderr, "seckill bench --cost --room:", err)
+				return 1
+			}
+		} else {
+			cost.PrintRoomText(stdout, rep)
+		}
+	}
+	if runErr != nil {
+		fmt.Fprintln(stderr, "seckill bench --cost --room:", strings.TrimSpace(runErr.Error()))
+		return 1
+	}
+	for _, p := range rep.Phases {
+		if p.Sells() && p.OrdersInDB != p.Buys {
 			return 1
 		}
 	}

@@ -70,7 +70,10 @@ type Config struct {
 	// writes its requests' timeline (loadgen.Attack.Timeline) as
 	// round<n><build>.csv.
 	TimelineDir string
-	Progress    io.Writer // a line per round; nil: none
+	// Room, if set, asks RunRoom for the waiting room's phases, side by
+	// side in one serve of Builds[0] (Rounds passes of them).
+	Room     *RoomConfig
+	Progress io.Writer // a line per round (per phase of a room pass); nil: none
 }
 
 // env is what the rounds of one measurement share.
@@ -98,10 +101,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer e.close()
-	rep.Redis = e.redis.Options().Addr
-	if e.ownRedis != nil {
-		rep.Redis = "a redis-server of this run's own at " + rep.Redis
-	}
+	rep.Redis = e.describeRedis()
 	for n := 1; n <= cfg.Rounds; n++ {
 		for i, bin := range cfg.Builds {
 			build := string(rune('A' + i))
@@ -120,6 +120,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	return rep.summarize(), nil
+}
+
+// describeRedis names the Redis measured, and whether it is the run's own.
+func (e *env) describeRedis() string {
+	if e.ownRedis != nil {
+		return "a redis-server of this run's own at " + e.redis.Options().Addr
+	}
+	return e.redis.Options().Addr
 }
 
 // open connects to Redis and PostgreSQL, finds the postmaster, and signs
@@ -217,8 +225,12 @@ func (e *env) signTokens(ctx context.Context, cfg Config) error {
 	if cfg.OpenFraction > 0 {
 		n *= 2
 	}
+	if cfg.Room != nil {
+		// Plain buys and joins after the line's waiting buyers; the
+		// admitted buyers are the first ones again, in rooms of their own.
+		n = max(n+float64(cfg.Room.Waiting), float64(cfg.Room.Admitted))
+	}
 	e.tokens = make([]string, int(n)+cfg.Conns+1)
-	exp := jwt.MapClaims{"exp": time.Now().Add(24 * time.Hour).Unix()}
 	workers := max(runtime.GOMAXPROCS(0), 1)
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
@@ -227,7 +239,7 @@ func (e *env) signTokens(ctx context.Context, cfg Config) error {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(e.tokens) && ctx.Err() == nil; i += workers {
-				tok, err := service.SignUser(e.secret, fmt.Sprintf("b%d", i+1), exp)
+				tok, err := signBuyer(e.secret, fmt.Sprintf("b%d", i+1))
 				if err != nil {
 					errs[w] = err
 					return
@@ -241,6 +253,11 @@ func (e *env) signTokens(ctx context.Context, cfg Config) error {
 		return ctx.Err()
 	}
 	return errors.Join(errs...)
+}
+
+// signBuyer signs a buyer's JWT, valid for a day.
+func signBuyer(secret, user string) (string, error) {
+	return service.SignUser(secret, user, jwt.MapClaims{"exp": time.Now().Add(24 * time.Hour).Unix()})
 }
 
 func randomHex(n int) string {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -278,11 +279,14 @@ func PrintRoomText(w io.Writer, rep RoomReport) {
 // printRoomCommands writes, per phase (medians), the Redis commands that
 // took most of its time: calls and usec per 2xx reply.
 func printRoomCommands(w io.Writer, rep RoomReport) {
-	if len(rep.Medians) == 0 {
+	if !slices.ContainsFunc(rep.Medians, func(m RoomPhase) bool { return len(m.Commands) > 0 }) {
 		return
 	}
 	fmt.Fprintln(w, "\nRedis commands per 2xx reply, medians, most usec first (commandstats; a script's commands count inside its EVALSHA too):")
 	for _, m := range rep.Medians {
+		if len(m.Commands) == 0 {
+			continue
+		}
 		var parts []string
 		for _, c := range m.Commands[:min(len(m.Commands), 5)] {
 			parts = append(parts, fmt.Sprintf("%s %.2f× %.2f µs", c.Name, c.CallsPerBuy, c.USPerBuy))

@@ -1,6 +1,10 @@
 package seckill
 
-import "github.com/seckill/seckill/internal/inventory"
+import (
+	"github.com/seckill/seckill/internal/admission"
+	"github.com/seckill/seckill/internal/inventory"
+	"github.com/seckill/seckill/internal/service"
+)
 
 // The outcomes a System's verbs report, to test with errors.Is. A refused
 // call changed nothing. Errors of Redis or the database themselves come
@@ -29,7 +33,8 @@ var (
 	// of other lines.
 	ErrIdempotencyMismatch = inventory.ErrIdempotencyMismatch
 	// ErrTokenRequired: the sale requires a purchase token and the buy's is
-	// missing, another buyer's or sale's, or expired.
+	// missing, another buyer's or sale's, or expired; or the sale has a
+	// waiting room and the buy carries no live admission of the buyer.
 	ErrTokenRequired = inventory.ErrTokenRequired
 	// ErrTokenSpent: the buy's purchase token bought an order already.
 	ErrTokenSpent = inventory.ErrTokenSpent
@@ -43,6 +48,16 @@ var (
 	// ErrCorrupt: a value in Redis is not what seckill wrote; the call
 	// wrote nothing.
 	ErrCorrupt = inventory.ErrCorrupt
+	// ErrAdmissionRequired: the sale has a waiting room; it is bought with
+	// admissions, not purchase tokens.
+	ErrAdmissionRequired = service.ErrAdmissionRequired
+	// ErrAdmissionNotEnabled: the sale has no waiting room.
+	ErrAdmissionNotEnabled = service.ErrAdmissionNotEnabled
+	// ErrRoomFull: the sale's waiting room holds Admission.MaxWaiting
+	// buyers; retry later.
+	ErrRoomFull = admission.ErrRoomFull
+	// ErrNotJoined: the buyer never joined the sale's waiting room.
+	ErrNotJoined = admission.ErrNotJoined
 )
 
 // InvalidError names the input that was refused (Field) and why (Reason).

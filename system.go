@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/seckill/seckill/internal/admission"
 	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/reconcile"
 	"github.com/seckill/seckill/internal/service"
@@ -79,6 +80,13 @@ func (s *System) CreateSale(ctx context.Context, sale Sale) (SaleState, error) {
 		SaleSettings: service.SaleSettings{RequirePurchaseToken: sale.RequirePurchaseToken,
 			RateLimits: service.RateLimits{PerUser: sale.RateLimits.PerUser, PerIP: sale.RateLimits.PerIP, PerSale: sale.RateLimits.PerSale}},
 		Segments: make([]int64, len(sale.Items)),
+	}
+	if a := sale.Admission; a != nil {
+		if a.AdmitTTL%time.Second != 0 {
+			return SaleState{}, &InvalidError{Field: "admission.admit_ttl", Reason: "must be whole seconds"}
+		}
+		def.Admission = &service.AdmissionSettings{OpensAt: a.OpensAt, DrawUntil: a.DrawUntil, RatePerS: a.RatePerS,
+			CapacityPerS: a.CapacityPerS, AdmitTTLS: int64(a.AdmitTTL / time.Second), MaxWaiting: a.MaxWaiting}
 	}
 	for i, it := range sale.Items {
 		def.Sale.Items = append(def.Sale.Items, inventory.Item{SKU: it.SKU, Stock: it.Stock})
@@ -179,6 +187,57 @@ func (s *System) Reconcile(ctx context.Context, saleID string) (Report, error) {
 	return reportOf(r), err
 }
 
+// Join places a buyer in a sale's waiting room and returns the place: the
+// same place if the buyer joined already, a new one at the back after a
+// lapse. ErrRoomFull, ErrSaleNotActive (before OpensAt, or the sale has
+// ended), ErrAdmissionNotEnabled and ErrThrottled (more than 10 joins and
+// reads a second) say why not.
+func (s *System) Join(ctx context.Context, saleID, userID string) (Place, error) {
+	return placeOf(s.svc.JoinQueue(ctx, saleID, userID))
+}
+
+// Place reads a buyer's place in a sale's waiting room; ErrNotJoined if
+// the buyer never joined. While admitted, Place.Admission is what to buy
+// with.
+func (s *System) Place(ctx context.Context, saleID, userID string) (Place, error) {
+	return placeOf(s.svc.QueuePlace(ctx, saleID, userID))
+}
+
+// QueueStats reads the counts of a sale's waiting room.
+func (s *System) QueueStats(ctx context.Context, saleID string) (QueueStats, error) {
+	return queueStatsOf(s.svc.QueueStats(ctx, saleID))
+}
+
+// SetAdmissionRate changes the admissions per second of a sale's waiting
+// room during the sale (0: automatic).
+func (s *System) SetAdmissionRate(ctx context.Context, saleID string, ratePerS int64) (QueueStats, error) {
+	return queueStatsOf(s.svc.SetAdmissionRate(ctx, saleID, ratePerS))
+}
+
+// Draw returns the published record of a waiting room's draw: the
+// commitment alone before the draw, the whole record after it, also once
+// the sale is archived.
+func (s *System) Draw(ctx context.Context, saleID string) (Draw, error) {
+	return s.svc.Draw(ctx, saleID)
+}
+
+func placeOf(p service.Place, err error) (Place, error) {
+	if err != nil {
+		return Place{}, err
+	}
+	return Place{Status: p.Status, JoinedAt: p.JoinedAt, InDraw: p.InDraw, Position: p.Position, Ahead: p.Ahead,
+		ETA: p.ETA, HasETA: p.HasETA, Admission: p.Admission, AdmittedUntil: p.AdmittedUntil, OrderID: p.OrderID,
+		PollAfter: p.PollAfter}, nil
+}
+
+func queueStatsOf(st admission.Stats, err error) (QueueStats, error) {
+	if err != nil {
+		return QueueStats{}, err
+	}
+	return QueueStats{Waiting: st.Waiting, Drawing: st.Drawing, Live: st.Live, Admitted: st.Admitted, Used: st.Used,
+		Lapsed: st.Lapsed, RatePerS: st.RatePerS, DrawSize: st.DrawSize}, nil
+}
+
 // orderOf is the public form of an order the service returned, with its
 // error (the zero Order with an error).
 func orderOf(o inventory.Order, err error) (Order, error) {
@@ -199,6 +258,10 @@ func stateOf(v service.SaleView) SaleState {
 	st.Sale = Sale{ID: sale.ID, PerUserLimit: sale.PerUserLimit, StartsAt: sale.StartsAt, EndsAt: sale.EndsAt,
 		PaymentTimeout: sale.PaymentTimeout, RequirePurchaseToken: v.Settings.RequirePurchaseToken,
 		RateLimits: RateLimits{PerUser: v.Settings.PerUser, PerIP: v.Settings.PerIP, PerSale: v.Settings.PerSale}}
+	if a := v.Settings.Admission; a != nil {
+		st.Sale.Admission = &Admission{OpensAt: a.OpensAt, DrawUntil: a.DrawUntil, RatePerS: a.RatePerS,
+			CapacityPerS: a.CapacityPerS, AdmitTTL: time.Duration(a.AdmitTTLS) * time.Second, MaxWaiting: a.MaxWaiting}
+	}
 	for _, it := range v.State.Items {
 		st.Sale.Items = append(st.Sale.Items, Item{SKU: it.SKU, Stock: it.Stocked})
 		st.Items = append(st.Items, ItemState{SKU: it.SKU, Remaining: it.Remaining, Stocked: it.Stocked,

@@ -3,6 +3,7 @@ package seckill
 import (
 	"time"
 
+	"github.com/seckill/seckill/internal/admission"
 	"github.com/seckill/seckill/internal/inventory"
 )
 
@@ -32,7 +33,94 @@ type Sale struct {
 	RequirePurchaseToken bool
 	// RateLimits are the sale's own rate limits, over the Config's.
 	RateLimits RateLimits
+	// Admission, if set, puts a waiting room in front of the sale's buys:
+	// buyers join it (System.Join), wait for their turn (System.Place)
+	// and buy with the admission it gives them, as BuyRequest.PurchaseToken.
+	// A sale with a room requires no purchase token and has no segments.
+	Admission *Admission
 }
+
+// Admission is a sale's waiting room. Everyone who joins before DrawUntil
+// is in one draw: their order is random, drawn with a secret the sale
+// committed to at its creation, and published (System.Draw). Later joins
+// queue behind the draw in arrival order. Buyers are admitted in that
+// order as fast as the rate allows, and never more at once than there
+// are units left. A zero field takes its default.
+type Admission struct {
+	// OpensAt: joins are taken from then until the sale ends; default: at
+	// creation.
+	OpensAt time.Time
+	// DrawUntil ends the draw's joins; default StartsAt, else OpensAt.
+	// OpensAt <= DrawUntil <= StartsAt.
+	DrawUntil time.Time
+	// RatePerS is the admissions per second (up to 1,000,000); 0:
+	// automatic, as fast as the units left and CapacityPerS allow.
+	RatePerS int64
+	// CapacityPerS is the admissions per second at most; default 1,000.
+	CapacityPerS int64
+	// AdmitTTL is how long an admission stays valid, in whole seconds
+	// from 10s to 10m (never past EndsAt); default 2m.
+	AdmitTTL time.Duration
+	// MaxWaiting: joins past it are ErrRoomFull; default 1,000,000.
+	MaxWaiting int64
+}
+
+// Place is a buyer's place in a sale's waiting room.
+type Place struct {
+	// Status is where the buyer is: drawing, waiting, admitted, used,
+	// lapsed or sold out.
+	Status PlaceStatus
+	// JoinedAt is when the buyer joined; InDraw says it was before the
+	// draw's end.
+	JoinedAt time.Time
+	InDraw   bool
+	// Position (from 1) and Ahead (Position-1), while PlaceWaiting: the
+	// buyer's rank among those not admitted yet; it only goes down.
+	Position, Ahead int64
+	// ETA, while PlaceWaiting, is Ahead ÷ the admissions per second of the
+	// last 10 s; HasETA is false when nobody was admitted in that time.
+	ETA    time.Duration
+	HasETA bool
+	// Admission, while PlaceAdmitted, is the admission to buy with
+	// (BuyRequest.PurchaseToken), valid until AdmittedUntil.
+	Admission     string
+	AdmittedUntil time.Time
+	// OrderID, while PlaceUsed, is the order the admission bought.
+	OrderID string
+	// PollAfter is when to read the place again.
+	PollAfter time.Duration
+}
+
+// PlaceStatus is where a buyer is in a sale's waiting room.
+type PlaceStatus = admission.Status
+
+// The statuses of a buyer's place. PlaceSoldOut: no unit is left, no
+// admission is out and no reservation awaits payment; should units come
+// back, the buyer is waiting again at the same rank.
+const (
+	PlaceDrawing  = admission.Drawing
+	PlaceWaiting  = admission.Waiting
+	PlaceAdmitted = admission.Admitted
+	PlaceUsed     = admission.Used
+	PlaceLapsed   = admission.Lapsed
+	PlaceSoldOut  = admission.SoldOut
+)
+
+// QueueStats are a waiting room's counts: Waiting and Drawing are the
+// buyers in line and in the draw now, Live the unused admissions out now;
+// Admitted, Used and Lapsed are totals since the room opened. RatePerS is
+// the rate now (0: automatic), DrawSize the buyers in the draw (0 before
+// it).
+type QueueStats struct {
+	Waiting, Drawing, Live int64
+	Admitted, Used, Lapsed int64
+	RatePerS, DrawSize     int64
+}
+
+// Draw is the published record of a waiting room's draw: before the draw
+// only its Commitment, after it every field, which anyone can check
+// (`seckill draw verify`).
+type Draw = admission.Draw
 
 // Item is one sku of a sale.
 type Item struct {

@@ -52,6 +52,10 @@ func (s *Service) routes() http.Handler {
 	handle("/v1/sales/{sale}", map[string]handler{"GET": s.getSale})
 	handle("/v1/sales/{sale}/orders", map[string]handler{"POST": s.buy})
 	handle("/v1/sales/{sale}/purchase-tokens", map[string]handler{"POST": s.issuePurchaseToken})
+	handle("/v1/sales/{sale}/queue", map[string]handler{"POST": s.joinQueue, "GET": s.getPlace})
+	handle("/v1/sales/{sale}/queue/draw", map[string]handler{"GET": s.getDraw})
+	handle("/v1/admin/sales/{sale}/queue", map[string]handler{"GET": s.getQueueStats})
+	handle("/v1/admin/sales/{sale}/queue/rate", map[string]handler{"POST": s.setQueueRate})
 	handle("/v1/orders/{order}", map[string]handler{"GET": s.getOrder})
 	handle("/v1/orders/{order}/cancel", map[string]handler{"POST": s.cancel})
 	handle("/v1/orders/{order}/pay", map[string]handler{"POST": s.pay})
@@ -155,6 +159,8 @@ type saleJSON struct {
 	PaymentTimeoutS      int64       `json:"payment_timeout_s,omitempty"`
 	Items                []itemJSON  `json:"items"`
 	Archived             bool        `json:"archived,omitempty"` // ended, its keys gone from Redis (close.go)
+	// Admission: the sale's waiting room as created (room.go)
+	Admission *AdmissionSettings `json:"admission,omitempty"`
 }
 
 // saleBody is the sale's body as GET /v1/sales/{sale} shows it.
@@ -170,7 +176,8 @@ func (s *Service) saleBody(ctx context.Context, id string) (saleJSON, error) {
 func saleJSONOf(v SaleView) saleJSON {
 	st, settings := v.State, v.Settings
 	b := saleJSON{ID: st.Sale.ID, Status: string(st.Status), PerUserLimit: st.Sale.PerUserLimit,
-		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: v.Archived}
+		RequirePurchaseToken: settings.RequirePurchaseToken, Items: make([]itemJSON, 0, len(st.Items)), Archived: v.Archived,
+		Admission: settings.Admission}
 	if settings.RateLimits != (RateLimits{}) {
 		b.RateLimits = &settings.RateLimits
 	}
@@ -220,14 +227,15 @@ func (s *Service) stockInDB(ctx context.Context, id string) (inventory.SaleState
 }
 
 type createSaleRequest struct {
-	ID                   *string     `json:"id"`
-	PerUserLimit         *int64      `json:"per_user_limit"`
-	StartsAt             *string     `json:"starts_at"`
-	EndsAt               *string     `json:"ends_at"`
-	RequirePurchaseToken *bool       `json:"require_purchase_token"`
-	RateLimits           *RateLimits `json:"rate_limits"`
-	PaymentTimeoutS      *int64      `json:"payment_timeout_s"`
-	Items                []saleItem  `json:"items"`
+	ID                   *string           `json:"id"`
+	PerUserLimit         *int64            `json:"per_user_limit"`
+	StartsAt             *string           `json:"starts_at"`
+	EndsAt               *string           `json:"ends_at"`
+	RequirePurchaseToken *bool             `json:"require_purchase_token"`
+	RateLimits           *RateLimits       `json:"rate_limits"`
+	PaymentTimeoutS      *int64            `json:"payment_timeout_s"`
+	Admission            *admissionRequest `json:"admission"` // room_http.go
+	Items                []saleItem        `json:"items"`
 }
 
 type saleItem struct {
@@ -275,6 +283,13 @@ func (req createSaleRequest) sale() (checkedSale, error) {
 		}
 		sale.PaymentTimeout = time.Duration(*t) * time.Second
 	}
+	if req.Admission != nil {
+		a, err := req.Admission.settings()
+		if err != nil {
+			return checkedSale{}, err
+		}
+		sale.Admission = &a
+	}
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Stock == nil {
 			return checkedSale{}, errInvalid("items[" + itoa(i) + "] needs sku and stock")
@@ -297,6 +312,11 @@ func (req createSaleRequest) sale() (checkedSale, error) {
 		if it.Segments != nil && *it.Segments == 0 {
 			return checkedSale{}, &inventory.InvalidError{Field: "items[" + itoa(i) + "].segments",
 				Reason: "must be between 1 and " + itoa(segment.MaxSegments)}
+		}
+	}
+	if req.Admission != nil { // so are a room's numbers given as 0 (but its rate)
+		if err := req.Admission.explicitZeros(); err != nil {
+			return checkedSale{}, err
 		}
 	}
 	return checked, nil

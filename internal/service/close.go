@@ -3,9 +3,7 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/seckill/seckill/internal/archive"
@@ -116,22 +114,9 @@ func (s *Service) replayArchived(ctx context.Context, saleID, user string, lines
 	if !found {
 		return inventory.Receipt{}, err
 	}
-	if !slices.Equal(o.Items, lines) {
-		return inventory.Receipt{}, fmt.Errorf("%w: key %q names order %s", inventory.ErrIdempotencyMismatch, key, o.ID)
-	}
-	rc := inventory.Receipt{Order: o, Replayed: true, Remaining: make([]int64, len(lines))}
-	st, serr := s.stockInDBAsOne(ctx, saleID)
-	if serr != nil {
-		return inventory.Receipt{}, serr
-	}
-	for i, l := range lines {
-		for _, it := range st.Items {
-			if it.SKU == l.SKU {
-				rc.Remaining[i] = it.Remaining
-			}
-		}
-	}
-	return rc, nil
+	return replayReceipt(ctx, o, lines, key, func(ctx context.Context) (inventory.SaleState, error) {
+		return s.stockInDBAsOne(ctx, saleID)
+	})
 }
 
 // cancelArchived cancels an order of a sale whose keys are gone, in the
@@ -238,16 +223,21 @@ func (e archiveEngine) CheckArchive(ctx context.Context, saleID string) (invento
 	return chk, nil
 }
 
-// PurgeArchived is the engine's, and removes the directory of the
-// segmented sale whose segments are all archiving now.
+// PurgeArchived is the engine's, and removes the room of a sale with one,
+// and the directory of the segmented sale whose segments are all
+// archiving now.
 func (e archiveEngine) PurgeArchived(ctx context.Context, saleID string) (int, error) {
 	n, err := e.Engine.PurgeArchived(ctx, saleID)
 	if err != nil {
 		return n, err
 	}
 	parent, err := e.s.router.Parent(ctx, saleID)
-	if err != nil || parent == "" {
+	if err != nil {
 		return n, err
+	}
+	if parent == "" {
+		// A sale with a room has one segment: itself.
+		return n, e.s.removeRoom(ctx, saleID)
 	}
 	if done, err := e.s.allArchiving(ctx, parent); err != nil || !done {
 		return n, err

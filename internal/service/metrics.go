@@ -107,7 +107,7 @@ func newMetrics(s *Service) *metrics {
 	})
 	m.buysOK = m.buys.WithLabelValues("ok")
 	m.collectors = []prometheus.Collector{m.buys, m.buyLatency, m.scriptErrors, m.rateLimited, m.batches, m.batchSizes,
-		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}, m.paid, m.expired, m.archived, m.archiveWaiting}
+		m.batchEntries, m.deadLetters, m.dbRetries, m.repairs, m.degraded, m.dbBuys, reloads, soldOut, liveCollector{s.live}, m.paid, m.expired, m.archived, m.archiveWaiting, roomCollector{&s.roomStats}}
 	m.reg.MustRegister(m.collectors...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -11,12 +11,16 @@ import (
 )
 
 // SaleSettings are what the service enforces for a sale beyond the engine's
-// definition: purchase tokens and the sale's own rate limits. The store
-// keeps them encoded (store.Sale.Settings) without reading them.
+// definition: purchase tokens, the sale's own rate limits and its waiting
+// room. The store keeps them encoded (store.Sale.Settings) without reading
+// them.
 type SaleSettings struct {
 	// RequirePurchaseToken: buys must carry a purchase token.
 	RequirePurchaseToken bool `json:"require_purchase_token,omitempty"`
 	RateLimits
+	// Admission, if set, puts a waiting room in front of the sale's buys
+	// (room.go): only admitted buyers buy.
+	Admission *AdmissionSettings `json:"admission,omitempty"`
 }
 
 // RateLimits are a sale's own rate limits, each a ratelimit.ParseLimit
@@ -63,8 +67,8 @@ func decodeSaleSettings(s string) (SaleSettings, error) {
 }
 
 // settingsOf decodes a stored sale's settings and checks its rate limits
-// as at its creation: a limit that does not parse would otherwise be read
-// as the service's default (or none).
+// and its room as at its creation: a limit that does not parse would
+// otherwise be read as the service's default (or none).
 func settingsOf(sale store.Sale) (SaleSettings, error) {
 	st, err := decodeSaleSettings(sale.Settings)
 	if err != nil {
@@ -75,6 +79,11 @@ func settingsOf(sale store.Sale) (SaleSettings, error) {
 	for _, c := range []struct{ field, spec string }{{"per_user", st.PerUser}, {"per_ip", st.PerIP}, {"per_sale", st.PerSale}} {
 		if _, err := parseLimitSpec(c.spec); c.spec != "" && err != nil {
 			return SaleSettings{}, fmt.Errorf("settings of sale %s: rate limit %s %q: %v", sale.ID, c.field, c.spec, err)
+		}
+	}
+	if st.Admission != nil {
+		if err := checkAdmission(sale.Sale, *st.Admission); err != nil {
+			return SaleSettings{}, fmt.Errorf("settings of sale %s: %v", sale.ID, err)
 		}
 	}
 	return st, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
+	"github.com/seckill/seckill/internal/admission"
 	"github.com/seckill/seckill/internal/failover"
 	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/pipeline"
@@ -145,7 +146,10 @@ type Service struct {
 	miniStop     func()
 	db           *store.Store
 	eng          *inventory.Engine
-	router       *segment.Router // the engine's sales by id, segmented ones through internal/segment/ (segments.go)
+	router       *segment.Router         // the engine's sales by id, segmented ones through internal/segment/ (segments.go)
+	rooms        *admission.Rooms        // the waiting rooms of sales with one (room.go)
+	roomStats    roomStats               // the rooms' counts, for the metrics (room_loop.go)
+	draws        *ttlcache.Cache[[]byte] // the rooms' draws as published (room.go)
 	auth         *auth
 	limits       limits
 	limiter      *ratelimit.Limiter
@@ -199,7 +203,8 @@ func (s *Service) Handler() http.Handler { return s.handler }
 // HTTP server, and logs one line when ready. Its errors are one line each.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, live: newLive(), closing: make(chan struct{}),
-		saleCache: ttlcache.New[saleSettings](maxCachedSales), archived: ttlcache.New[struct{}](maxCachedSales)}
+		saleCache: ttlcache.New[saleSettings](maxCachedSales), archived: ttlcache.New[struct{}](maxCachedSales),
+		draws: ttlcache.New[[]byte](maxCachedDraw)}
 	s.streams = newStreamSlots(cfg.LiveStreamsPerClient, cfg.LiveStreams)
 	s.metrics = newMetrics(s)
 	if s.log == nil {
@@ -256,6 +261,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	// them with the orders (failover.Seller.BeginMove).
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale), Moves: s.seller})
 	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.directory}), s.db.SaleKind)
+	s.rooms = admission.NewRooms(s.rdb, s.eng.Key)
 	// Loading the scripts sells nothing, and the recovery of a Redis held
 	// back after a restart or a promotion needs them: allowed before the
 	// first tick repairs it (or the load is refused whenever the node
@@ -542,6 +548,8 @@ func (s *Service) startBackground(ctx context.Context) {
 	}
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.finishMovesLoop(ctx) }() // moves.go
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.roomLoop(ctx) }() // room_loop.go
 	if s.seller.Ticks() {
 		s.bg.Add(1)
 		go func() { defer s.bg.Done(); s.seller.Run(recovery) }()

@@ -84,15 +84,11 @@ type purchaseToken struct {
 // checkPurchaseToken checks a token's signature, user, sale and expiry; its
 // single use is for the buy to check and spend (inventory.BuyRequest.Token).
 func (s *Service) checkPurchaseToken(saleID, user, token string) (purchaseToken, error) {
-	enc, _, ok := strings.Cut(token, ".")
+	raw, ok := s.signedPayload(token)
 	if !ok {
 		return purchaseToken{}, errTokenDenied
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || !hmac.Equal([]byte(s.signToken(string(raw))), []byte(token)) {
-		return purchaseToken{}, errTokenDenied
-	}
-	parts := strings.Split(string(raw), "|")
+	parts := strings.Split(raw, "|")
 	if len(parts) != 4 || parts[0] != saleID || parts[1] != user || !inventory.ValidID(parts[3]) {
 		return purchaseToken{}, errTokenDenied
 	}
@@ -101,4 +97,59 @@ func (s *Service) checkPurchaseToken(saleID, user, token string) (purchaseToken,
 		return purchaseToken{}, errTokenDenied
 	}
 	return purchaseToken{nonce: parts[3], ttl: time.Until(time.UnixMilli(exp)) + time.Minute}, nil
+}
+
+// signedPayload is the payload of a token the service signed (signToken);
+// false for any other string.
+func (s *Service) signedPayload(token string) (string, bool) {
+	enc, _, ok := strings.Cut(token, ".")
+	if !ok {
+		return "", false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || !hmac.Equal([]byte(s.signToken(string(raw))), []byte(token)) {
+		return "", false
+	}
+	return string(raw), true
+}
+
+// Admission tokens are signed as purchase tokens are, over a payload of
+// their own kind, "adm|<sale>|<user>|<admitted_until ms>|<nonce>": five
+// fields, the first "adm", where a purchase token's has four, so neither
+// is ever read as the other. The nonce is the room's (admission.Place),
+// and the token is made again from it at every read of the place: the
+// same admission always has the same token. The buy spends the nonce as
+// it spends a purchase token's (buy.lua, "ptoken:<nonce>").
+const admissionKind = "adm"
+
+// makeAdmissionToken is the token of user's admission nonce in the sale,
+// valid until until.
+func (s *Service) makeAdmissionToken(saleID, user, nonce string, until time.Time) string {
+	return s.signToken(admissionKind + "|" + saleID + "|" + user + "|" + strconv.FormatInt(until.UnixMilli(), 10) + "|" + nonce)
+}
+
+// admissionToken is a token's admission, its signature, sale and user
+// checked: the room says whether it is live (admission.Rooms.Check).
+type admissionToken struct {
+	nonce string
+	until time.Time
+}
+
+// checkAdmissionToken reads an admission token of user in the sale; false
+// for anything else (no token, a forged one, a purchase token, another
+// buyer's or sale's admission).
+func (s *Service) checkAdmissionToken(saleID, user, token string) (admissionToken, bool) {
+	raw, ok := s.signedPayload(token)
+	if !ok {
+		return admissionToken{}, false
+	}
+	parts := strings.Split(raw, "|")
+	if len(parts) != 5 || parts[0] != admissionKind || parts[1] != saleID || parts[2] != user || !inventory.ValidID(parts[4]) {
+		return admissionToken{}, false
+	}
+	until, err := strconv.ParseInt(parts[3], 10, 64)
+	if err != nil {
+		return admissionToken{}, false
+	}
+	return admissionToken{nonce: parts[4], until: time.UnixMilli(until)}, true
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/seckill/seckill/internal/admission"
 	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/reconcile"
 	"github.com/seckill/seckill/internal/segment"
@@ -54,7 +55,8 @@ type checkedSale struct {
 }
 
 // checkSale checks a sale to create, once, whoever sends it: its own rate
-// limits, the engine's rules (inventory.ValidateSale), its segments.
+// limits, the engine's rules (inventory.ValidateSale), its segments, its
+// room (resolved: every default set).
 func checkSale(def SaleDef) (checkedSale, error) {
 	if err := checkSaleLimits(def.RateLimits); err != nil {
 		return checkedSale{}, err
@@ -65,6 +67,17 @@ func checkSale(def SaleDef) (checkedSale, error) {
 	k, err := segmentsOf(def.Segments, len(def.Items))
 	if err != nil {
 		return checkedSale{}, err
+	}
+	if def.Admission != nil {
+		switch {
+		case def.RequirePurchaseToken:
+			return checkedSale{}, &inventory.InvalidError{Field: "admission", Reason: "cannot be given with require_purchase_token: admitted buyers need no purchase token"}
+		case k > 1:
+			return checkedSale{}, &inventory.InvalidError{Field: "admission", Reason: "needs a sale of one segment: no item of a sale with a room may have segments above 1"}
+		}
+		if def.Admission, err = resolveAdmission(def.Sale, def.Admission, time.Now()); err != nil {
+			return checkedSale{}, err
+		}
 	}
 	return checkedSale{SaleDef: def, k: k}, nil
 }
@@ -119,7 +132,8 @@ func (s *Service) createChecked(ctx context.Context, sale checkedSale) error {
 	if err := s.db.CreateSale(ctx, row); err != nil {
 		return err
 	}
-	if err := s.eng.CreateSale(ctx, row.Sale); err != nil {
+	if err := s.createInRedis(ctx, sale, row); err != nil {
+		// The sale's room row goes with it.
 		if delErr := s.db.DeleteSale(context.WithoutCancel(ctx), row.ID); delErr != nil {
 			s.log.Error("undo sale create", "sale", row.ID, "err", delErr)
 		}
@@ -128,6 +142,28 @@ func (s *Service) createChecked(ctx context.Context, sale checkedSale) error {
 	}
 	s.saleCache.Delete(row.ID) // remembered missing, maybe
 	return nil
+}
+
+// createInRedis creates in Redis a sale the database holds now. A sale
+// with a room has its room's row written first, then the sale and its room
+// in Redis as one (inventory.Engine.CreateSales: a room that cannot be
+// made takes the sale out of Redis again).
+func (s *Service) createInRedis(ctx context.Context, sale checkedSale, row store.Sale) error {
+	if sale.Admission == nil {
+		return s.eng.CreateSale(ctx, row.Sale)
+	}
+	if err := s.createRoom(ctx, sale); err != nil {
+		return err
+	}
+	cfg := roomConfig(row, *sale.Admission, sale.Admission.RatePerS)
+	_, err := s.eng.CreateSales(ctx, []inventory.Sale{row.Sale}, func(ctx context.Context) error {
+		err := s.rooms.Create(ctx, row.ID, cfg)
+		if errors.Is(err, admission.ErrConfigChanged) { // left in Redis by an earlier database
+			return fmt.Errorf("%w: a waiting room of sale %s: %w", inventory.ErrExists, row.ID, err)
+		}
+		return err
+	})
+	return err
 }
 
 // Sale is a sale as it is now.

@@ -46,16 +46,32 @@ func (s *Service) placeBuy(ctx context.Context, req BuyRequest, x exchange) (inv
 		return inventory.Receipt{}, err
 	}
 	var token purchaseToken // spent by the buy itself, only if it is accepted
-	if settings.RequirePurchaseToken {
-		given := req.PurchaseToken
-		if x != nil {
-			given, _ = x.header("X-Purchase-Token")
-		}
-		if token, err = s.checkPurchaseToken(settings.ID, req.UserID, given); err != nil {
+	switch {
+	case settings.RequirePurchaseToken:
+		if token, err = s.checkPurchaseToken(settings.ID, req.UserID, tokenOf(req, x)); err != nil {
 			return inventory.Receipt{}, err
 		}
+	case settings.Admission != nil:
+		return s.buyAdmitted(ctx, buy, settings, req, tokenOf(req, x))
 	}
-	if buy, err = buy.WithThrottle(settings.userInBuy); err != nil {
+	return s.sell(ctx, buy, settings, req, token)
+}
+
+// tokenOf is the purchase token (or admission) a buy carries: over HTTP,
+// its X-Purchase-Token header.
+func tokenOf(req BuyRequest, x exchange) string {
+	if x == nil {
+		return req.PurchaseToken
+	}
+	given, _ := x.header("X-Purchase-Token")
+	return given
+}
+
+// sell makes a checked buy of the sale, spending token (none: "") only if
+// the buy is accepted, where the sale sells now.
+func (s *Service) sell(ctx context.Context, buy inventory.CheckedBuy, settings saleSettings, req BuyRequest, token purchaseToken) (inventory.Receipt, error) {
+	buy, err := buy.WithThrottle(settings.userInBuy)
+	if err != nil {
 		return inventory.Receipt{}, err
 	}
 	if buy, err = buy.WithToken(token.nonce, token.ttl); err != nil {
@@ -201,6 +217,8 @@ func (s *Service) payOrder(ctx context.Context, id, user, ref string) (o invento
 // IssuePurchaseToken issues a purchase token of an active sale for one
 // buyer, valid for five minutes: a buy of a sale that requires tokens
 // carries one (BuyRequest.PurchaseToken), spent only by an accepted buy.
+// A sale with a waiting room is bought with admissions instead
+// (ErrAdmissionRequired).
 // The rate limits of the buying flow apply, per user (a count of its own
 // for tokens) and per sale; per address over HTTP only. (Config.Challenge,
 // which reads the HTTP request, is the HTTP API's: a caller in Go makes
@@ -217,8 +235,12 @@ func (s *Service) newPurchaseToken(ctx context.Context, saleID, user string, o o
 	if !inventory.ValidID(saleID) {
 		return "", time.Time{}, &inventory.InvalidError{Field: "sale id", Reason: "must match ^[A-Za-z0-9_.:-]{1,64}$"}
 	}
-	if _, err := s.saleFor(ctx, o, saleID, user, "pt"); err != nil {
+	settings, err := s.saleFor(ctx, o, saleID, user, "pt")
+	if err != nil {
 		return "", time.Time{}, err
+	}
+	if settings.Admission != nil {
+		return "", time.Time{}, errAdmissionRequired
 	}
 	st, err := s.router.Stock(ctx, saleID) // a segmented sale: its segments summed
 	if err != nil {

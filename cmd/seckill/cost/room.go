@@ -153,14 +153,15 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 			return err
 		}
 		rep.Phases = append(rep.Phases, p)
-		if r.cfg.Progress != nil {
-			fmt.Fprintf(r.cfg.Progress, "pass %d %s: %.0f/s, %.1f µs each in all, p99 %.2f ms\n", pass, p.Phase, p.BuysPerS, p.TotalUS, p.P99MS)
-		}
+		r.progress("pass %d %s: %.0f/s, %.1f µs each in all, p99 %.2f ms", pass, p.Phase, p.BuysPerS, p.TotalUS, p.P99MS)
 		return err
 	}
 
 	if rc.Waiting > 0 {
-		fill := r.load(ctx, http.MethodPost, r.queueURL(line), "", tokens[:rc.Waiting], nil)
+		r.progress("pass %d: joining %d buyers to %s (not measured)", pass, rc.Waiting, line)
+		// Every one of them, however long it takes: not a measured load.
+		fill := loadgen.Closed{Method: http.MethodPost, URL: r.queueURL(line), Tokens: tokens[:rc.Waiting],
+			Conns: r.cfg.Conns, Duration: 24 * time.Hour, Timeout: 30 * time.Second}.Run(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -210,6 +211,7 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 		return rep
 	}})
 	p.Background = bg.result()
+	p.Problems = append(p.Problems, p.Background.problems()...)
 	return step(p, err)
 }
 
@@ -218,6 +220,7 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 // places in line's room at rc.ReadRate.
 func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase, sale, line string, readers []string) (RoomPhase, error) {
 	buyers := r.env.tokens[:min(r.cfg.Room.Admitted, len(r.env.tokens))]
+	r.progress("pass %d: admitting %d buyers to %s (not measured)", pass, len(buyers), sale)
 	admissions, err := r.admit(ctx, sale, buyers)
 	if err != nil {
 		return RoomPhase{Phase: phase}, err
@@ -242,8 +245,16 @@ func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase
 	}})
 	if bg != nil {
 		p.Background = bg.result()
+		p.Problems = append(p.Problems, p.Background.problems()...)
 	}
 	return p, err
+}
+
+// progress writes a line of what the run does to Config.Progress.
+func (r *round) progress(format string, a ...any) {
+	if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, format+"\n", a...)
+	}
 }
 
 // window is one measured load of a pass.

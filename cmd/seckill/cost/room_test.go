@@ -250,3 +250,15 @@ func TestNoRooms(t *testing.T) {
 		}
 	}
 }
+
+// TestBackgroundProblems: a background that fell more than a tenth behind
+// its rate, or had reads refused, says so; one that kept up says nothing.
+func TestBackgroundProblems(t *testing.T) {
+	if p := (&Background{RateAsked: 10_000, SendRate: 9_500, Status2xx: 100}).problems(); len(p) != 0 {
+		t.Errorf("kept up: %q, want nothing", p)
+	}
+	p := (&Background{RateAsked: 10_000, SendRate: 1_800, Non2xx: 3}).problems()
+	if len(p) != 2 || !strings.Contains(p[0], "1800/s of the 10000/s asked") || !strings.Contains(p[1], "3 background place reads non-2xx") {
+		t.Errorf("fell behind, 3 refused: %q", p)
+	}
+}

@@ -63,6 +63,22 @@ type Background struct {
 	LagP99MS    float64 `json:"lag_p99_ms"`
 }
 
+// problems says what made the background other than asked: reads sent
+// more than a tenth below its rate (the service, or the generator, did not
+// keep up: the phase beside it ran on a saturated machine), reads refused
+// or unanswered.
+func (b *Background) problems() []string {
+	var out []string
+	if b.RateAsked > 0 && b.SendRate < 0.9*b.RateAsked {
+		out = append(out, fmt.Sprintf("the background place reads were sent at %.0f/s of the %.0f/s asked (p99 %.0f ms): the service did not keep up with them beside this load",
+			b.SendRate, b.RateAsked, b.P99MS))
+	}
+	if b.Non2xx > 0 || b.Errors > 0 {
+		out = append(out, fmt.Sprintf("%d background place reads non-2xx, %d without a reply", b.Non2xx, b.Errors))
+	}
+	return out
+}
+
 // RoomRatio is one ratio of phases' medians, with the room's target for
 // it, if it has one. Value 0: a phase it needs was not measured.
 type RoomRatio struct {

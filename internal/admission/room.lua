@@ -4,8 +4,15 @@
 -- makes them, and remove, which answers {0}. Every other operation first
 -- seals the draw (seal, below) if its time has come.
 --
--- KEYS[1] room:cfg hash: the settings, the draw's state and the counts
---         (see room.go, cfgFields)
+-- KEYS[1] room:cfg hash. The settings: "fp" (all of them, as create got
+--         them), "opens", "draw", "ends" (unix ms, 0 none), "rate" (0
+--         automatic), "cap", "ttl" (ms), "max", "nb" (buckets: a power of
+--         two, about max/64, at most 65536). The draw: "sealed", "drawn"
+--         (0/1), "dsize" (its entrants), "dlen" (how many drawpart wrote).
+--         The line: "seq" (arrivals so far), "head" (ranks admitted),
+--         "waiting" (users with a rank not admitted yet), "drawing"
+--         (entrants until the draw is written). Totals: "admitted", "used",
+--         "lapsed". "tat": the admission clock (GCRA), unix µs
 -- KEYS[2] room:dj list: the users who joined before the draw, in join order
 -- KEYS[3] room:dq list: the users of the draw, in the draw's order, from
 --         the first not yet admitted
@@ -94,14 +101,31 @@ if op == 'create' then
   return {0}
 end
 
--- c: the room's settings and counts, as numbers (but fp).
-local raw = redis.call('HGETALL', KEYS[1])
-if #raw == 0 then
+-- c: the settings and counts the operation reads, as numbers (HMGET of
+-- those only: in Redis's Lua every string a reply makes costs).
+local reads = {
+  join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head'},
+  place = {'ends', 'head'},
+  step = {'rate', 'cap', 'tat', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
+  entrants = {'drawn'},
+  drawpart = {'drawn', 'dlen'},
+  drawdone = {'drawn', 'dlen', 'waiting'},
+  check = {},
+  used = {'used', 'lapsed'},
+  stats = {'waiting', 'drawing', 'admitted', 'used', 'lapsed', 'rate', 'drawn'},
+  rate = {},
+  remove = {},
+}
+if not reads[op] then return redis.error_reply('room.lua: unknown operation ' .. tostring(op)) end
+local names = {'nb', 'sealed', 'draw', 'dsize'}
+for _, f in ipairs(reads[op]) do names[#names + 1] = f end
+local raw = redis.call('HMGET', KEYS[1], unpack(names))
+if not raw[1] then
   if op == 'remove' then return {0} end
   return {1}
 end
 local c = {}
-for i = 1, #raw, 2 do c[raw[i]] = tonumber(raw[i + 1]) or raw[i + 1] end
+for i, f in ipairs(names) do c[f] = tonumber(raw[i]) end
 
 if op == 'remove' then
   local batch = {}
@@ -147,10 +171,15 @@ local function stock()
   return sum, limited
 end
 
--- sale_end(): the sale's end (unix ms, 0 none), false without a sale hash.
+-- sale_end(): the sale's end (unix ms, 0 none), false without a sale hash
+-- (read once a call).
+local the_end
 local function sale_end()
-  local e = redis.call('HGET', KEYS[8], 'end')
-  return e and (tonumber(e) or 0)
+  if the_end == nil then
+    local e = redis.call('HGET', KEYS[8], 'end')
+    the_end = e and (tonumber(e) or 0)
+  end
+  return the_end
 end
 
 -- sold_out: nothing can be bought now nor come back: the sale (or the
@@ -161,9 +190,11 @@ local function sold_out()
   local e = sale_end()
   if not e then return false end
   if (e > 0 and now_ms >= e) or (c.ends > 0 and now_ms >= c.ends) then return true end
+  -- The cheapest check first: while admissions are out, it is not.
+  if redis.call('ZCARD', KEYS[5]) > 0 then return false end
   local sum, limited = stock()
   if not limited or sum > 0 then return false end
-  return redis.call('ZCARD', KEYS[5]) == 0 and redis.call('ZCARD', KEYS[9]) == 0
+  return redis.call('ZCARD', KEYS[9]) == 0
 end
 
 -- recent(): admissions over the 10 whole seconds before this one.
@@ -411,5 +442,3 @@ if op == 'rate' then
   redis.call('HSET', KEYS[1], 'rate', ARGV[3])
   return {0}
 end
-
-return redis.error_reply('room.lua: unknown operation ' .. tostring(op))

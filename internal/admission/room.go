@@ -176,7 +176,11 @@ func (r *Rooms) run(ctx context.Context, saleID, op string, args ...any) ([]any,
 	case codeNoSale:
 		return nil, ErrNoSale
 	case codeBadDraw:
-		return nil, fmt.Errorf("admission: the draw of sale %s: %v", saleID, reply[1:])
+		why := "refused"
+		if len(reply) > 1 {
+			why = str(reply[1])
+		}
+		return nil, fmt.Errorf("admission: the draw of sale %s: %s", saleID, why)
 	}
 	return nil, fmt.Errorf("admission: %s of sale %s: unexpected reply %v", op, saleID, res)
 }

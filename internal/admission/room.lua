@@ -104,7 +104,7 @@ end
 -- c: the settings and counts the operation reads, as numbers (HMGET of
 -- those only: in Redis's Lua every string a reply makes costs).
 local reads = {
-  join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head'},
+  join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'used', 'lapsed'},
   place = {'ends', 'head'},
   step = {'rate', 'cap', 'tat', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
   entrants = {'drawn'},
@@ -230,6 +230,21 @@ local function place(st)
   return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0}
 end
 
+-- lapse(b, user, st): ends admission st of user (in bucket b), past its
+-- until and grace: used if a buy spent its nonce, else lapsed. It writes
+-- the new state and returns its kind, 'u' or 'l' (false: st is no
+-- admission); the caller takes the user out of live and counts.
+local function lapse(b, user, st)
+  local joined, nonce, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
+  if not joined then return false end
+  if redis.call('EXISTS', KEYS[10] .. nonce) == 1 then
+    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':')
+    return 'u'
+  end
+  redis.call('HSET', b, user, 'l' .. joined .. ':' .. nonce .. ':' .. indraw)
+  return 'l'
+end
+
 if op == 'join' then
   local user = ARGV[3]
   local e = sale_end()
@@ -238,6 +253,21 @@ if op == 'join' then
   end
   local b = bucket(user)
   local st = redis.call('HGET', b, user)
+  -- An admission past its grace that no Step has ended yet ends now, so
+  -- that a lapsed user's join is the new place it should be. (Right
+  -- whatever the join does next, like seal.)
+  if st and string.sub(st, 1, 1) == 'a'
+    and now_ms >= tonumber(string.match(st, '^a%d+:%x+:(%d+):')) + grace_ms then
+    local kind = lapse(b, user, st)
+    redis.call('ZREM', KEYS[5], user)
+    if kind == 'u' then
+      redis.call('HSET', KEYS[1], 'used', c.used + 1)
+    else
+      c.lapsed = c.lapsed + 1
+      redis.call('HSET', KEYS[1], 'lapsed', c.lapsed)
+    end
+    st = redis.call('HGET', b, user)
+  end
   if st and string.sub(st, 1, 1) ~= 'l' then return place(st) end
   if c.waiting + c.drawing >= c.max then return {3} end
   if c.sealed == 1 then
@@ -268,17 +298,8 @@ if op == 'step' then
   local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms - grace_ms, 'LIMIT', 0, 1000)
   for _, user in ipairs(due) do
     local b = bucket(user)
-    local st = redis.call('HGET', b, user)
-    local joined, nonce, _, indraw = string.match(st or '', '^a(%d+):(%x+):(%d+):(%d)$')
-    if joined then
-      if redis.call('EXISTS', KEYS[10] .. nonce) == 1 then
-        redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':')
-        used = used + 1
-      else
-        redis.call('HSET', b, user, 'l' .. joined .. ':' .. nonce .. ':' .. indraw)
-        lapsed = lapsed + 1
-      end
-    end
+    local st = lapse(b, user, redis.call('HGET', b, user) or '')
+    if st == 'u' then used = used + 1 elseif st == 'l' then lapsed = lapsed + 1 end
   end
   if #due > 0 then
     for i = 1, #due, 1000 do redis.call('ZREM', KEYS[5], unpack(due, i, math.min(i + 999, #due))) end

@@ -759,10 +759,22 @@ func TestLapse(t *testing.T) {
 		if q.Status != Waiting || q.Position != 2 || !q.JoinedAt.Equal(r.clock.Now()) {
 			t.Fatalf("u1 again: %+v", q)
 		}
+		// u2's admission, past its grace but not yet ended by a Step, ends
+		// at u2's join: within the grace it is still the lapsed admission.
+		p2 := r.place("s", "u2")
+		r.clock.Set(p2.AdmittedUntil.Add(499 * time.Millisecond))
+		if q := r.join("s", "u2"); q.Status != Lapsed {
+			t.Fatalf("u2 within the grace: %+v", q)
+		}
+		r.clock.Set(p2.AdmittedUntil.Add(500 * time.Millisecond))
+		if q := r.join("s", "u2"); q.Status != Waiting || q.Position != 3 {
+			t.Fatalf("u2 past the grace: %+v", q)
+		}
+		r.step("s") // admits u3 (the slot u2 freed)
 		if c, _ := r.rooms.Check(r.ctx, "s", "u1", p.Nonce); c != CheckNone {
 			t.Fatalf("the old admission: %v", c)
 		}
-		if st := r.stats("s"); st.Lapsed != 1 || st.Admitted != 2 || st.Waiting != 2 || st.Live != 1 {
+		if st := r.stats("s"); st.Lapsed != 2 || st.Admitted != 3 || st.Waiting != 2 || st.Live != 1 {
 			t.Fatalf("stats: %+v", st)
 		}
 	})

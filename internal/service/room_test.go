@@ -366,6 +366,7 @@ func TestRoomAdmissions(t *testing.T) {
 	pt := a.call("POST", "/v1/sales/pt/purchase-tokens", a.token("u1"), nil)
 	mustStatus(t, pt, http.StatusCreated)
 	ptoken := pt.json(t)["token"].(string)
+	a.settle("r") // its creation's event in the database: a state to compare
 
 	for name, token := range map[string]string{
 		"none":             "",

@@ -2,10 +2,18 @@ package admission
 
 import (
 	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/gcra"
+	"github.com/seckill/seckill/internal/luascript"
 )
 
 // The room in Redis: one Lua script (room.lua) whose operations each run
@@ -73,9 +81,9 @@ type AdmissionCheck int
 
 const (
 	CheckNone     AdmissionCheck = iota // the room holds no such admission of the user
-	CheckAdmitted              // live: the buy may spend it
-	CheckUsed                  // it bought an order already
-	CheckLapsed                // it was not used in time
+	CheckAdmitted                       // live: the buy may spend it
+	CheckUsed                           // it bought an order already
+	CheckLapsed                         // it was not used in time
 )
 
 // Errors of the room's operations.
@@ -85,12 +93,16 @@ var (
 	ErrRoomFull      = errors.New("admission: the room is full")
 	ErrNotJoined     = errors.New("admission: the buyer never joined")
 	ErrConfigChanged = errors.New("admission: the sale has a room of other settings")
+	ErrNoSale        = errors.New("admission: the sale is not in Redis") // Create: nothing to put a room in front of
 )
 
 // Rooms runs the rooms of one key prefix.
 type Rooms struct {
 	rdb redis.UniversalClient
 	key func(saleID, name string) string
+	// clock, for tests only, stands in for Redis's clock in the script;
+	// nil: Redis's TIME, the one clock every instance shares.
+	clock func() time.Time
 }
 
 // NewRooms returns the rooms on rdb; key names a key under the sale's
@@ -100,30 +112,203 @@ func NewRooms(rdb redis.UniversalClient, key func(saleID, name string) string) *
 	return &Rooms{rdb: rdb, key: key}
 }
 
+//go:embed room.lua
+var roomSrc string
+
+// roomScript is room.lua after script_now (its clock).
+var roomScript = luascript.New("room", gcra.ClockLua+"\n"+roomSrc)
+
+// Replies of room.lua besides 0 (done).
+const (
+	codeNoRoom   = 1
+	codeNotOpen  = 2
+	codeFull     = 3
+	codeNotJoin  = 4
+	codeChanged  = 5
+	codeNoSale   = 6
+	codeBadDraw  = 7
+	drawPartSize = 5000 // users a drawpart call writes at most
+)
+
+// drawPart is how many users one call of WriteDraw writes; a variable for
+// tests.
+var drawPart = drawPartSize
+
+// keys are room.lua's KEYS for the sale.
+func (r *Rooms) keys(saleID string) []string {
+	return []string{
+		r.key(saleID, "room:cfg"), r.key(saleID, "room:dj"), r.key(saleID, "room:dq"),
+		r.key(saleID, "room:aq"), r.key(saleID, "room:live"), r.key(saleID, "room:rate"),
+		r.key(saleID, "room:b:"), r.key(saleID, "sale"), r.key(saleID, "deadlines"),
+		r.key(saleID, "ptoken:"),
+	}
+}
+
+// run calls operation op of room.lua and returns its reply, whose first
+// element is its code; ErrNoRoom for a room that is not there.
+func (r *Rooms) run(ctx context.Context, saleID, op string, args ...any) ([]any, error) {
+	now := ""
+	if r.clock != nil {
+		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
+	}
+	res, _, err := luascript.Run(ctx, r.rdb, roomScript, r.keys(saleID), append([]any{op, now}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("admission: %s of sale %s: %w", op, saleID, err)
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) == 0 {
+		return nil, fmt.Errorf("admission: %s of sale %s: unexpected reply %v", op, saleID, res)
+	}
+	code, _ := reply[0].(int64)
+	switch code {
+	case 0:
+		return reply, nil
+	case codeNoRoom:
+		return nil, ErrNoRoom
+	case codeNotOpen:
+		return nil, ErrNotOpen
+	case codeFull:
+		return nil, ErrRoomFull
+	case codeNotJoin:
+		return nil, ErrNotJoined
+	case codeChanged:
+		return nil, ErrConfigChanged
+	case codeNoSale:
+		return nil, ErrNoSale
+	case codeBadDraw:
+		why := "refused"
+		if len(reply) > 1 {
+			why = str(reply[1])
+		}
+		return nil, fmt.Errorf("admission: the draw of sale %s: %s", saleID, why)
+	}
+	return nil, fmt.Errorf("admission: %s of sale %s: unexpected reply %v", op, saleID, res)
+}
+
 // Create makes the sale's room; again with the same settings it changes
-// nothing, with others it is ErrConfigChanged. The sale's keys must exist.
+// nothing, with others it is ErrConfigChanged. The sale's keys must exist
+// (ErrNoSale).
 func (r *Rooms) Create(ctx context.Context, saleID string, cfg Config) error {
-	panic("not yet")
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	_, err := r.run(ctx, saleID, "create", unixMs(cfg.OpensAt), unixMs(cfg.DrawUntil), unixMs(cfg.EndsAt),
+		cfg.RatePerS, cfg.CapacityPerS, cfg.AdmitTTL.Milliseconds(), cfg.MaxWaiting)
+	return err
+}
+
+// check reports a setting the room cannot run by.
+func (cfg Config) check() error {
+	switch {
+	case cfg.DrawUntil.Before(cfg.OpensAt):
+		return errors.New("admission: draw_until is before opens_at")
+	case !cfg.EndsAt.IsZero() && cfg.EndsAt.Before(cfg.DrawUntil):
+		return errors.New("admission: the room ends before draw_until")
+	case cfg.RatePerS < 0 || cfg.RatePerS > 1_000_000:
+		return errors.New("admission: rate_per_s is not in 0..1000000")
+	case cfg.CapacityPerS < 1 || cfg.CapacityPerS > 1_000_000:
+		return errors.New("admission: capacity_per_s is not in 1..1000000")
+	case cfg.AdmitTTL < time.Millisecond:
+		return errors.New("admission: admit_ttl is under 1ms")
+	case cfg.MaxWaiting < 1:
+		return errors.New("admission: max_waiting is under 1")
+	}
+	return nil
+}
+
+// unixMs is t in unix ms, 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // Join places user in the room (one place per user; again: the same
 // place, but after a lapse a new one at the back).
 func (r *Rooms) Join(ctx context.Context, saleID, user string) (Place, error) {
-	panic("not yet")
+	reply, err := r.run(ctx, saleID, "join", user)
+	if err != nil {
+		return Place{}, err
+	}
+	return placeOf(reply)
 }
 
 // Place reads user's place (ErrNotJoined if the user never joined).
 func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
-	panic("not yet")
+	reply, err := r.run(ctx, saleID, "place", user)
+	if err != nil {
+		return Place{}, err
+	}
+	return placeOf(reply)
+}
+
+// placeOf decodes room.lua's place: {0, status, joined ms, in draw,
+// position, nonce, until ms, order id, admissions over 10 s}.
+func placeOf(reply []any) (Place, error) {
+	if len(reply) != 9 {
+		return Place{}, fmt.Errorf("admission: unexpected place %v", reply)
+	}
+	status, _ := reply[1].(string)
+	joined, err1 := strconv.ParseInt(str(reply[2]), 10, 64)
+	until, err2 := strconv.ParseInt(str(reply[6]), 10, 64)
+	if status == "" || err1 != nil || err2 != nil {
+		return Place{}, fmt.Errorf("admission: unexpected place %v", reply)
+	}
+	p := Place{
+		Status:   Status(status),
+		JoinedAt: time.UnixMilli(joined),
+		InDraw:   num(reply[3]) == 1,
+		Nonce:    str(reply[5]),
+		OrderID:  str(reply[7]),
+	}
+	if p.Status == Waiting {
+		p.Position = num(reply[4])
+		p.Ahead = p.Position - 1
+		p.RecentRate = float64(num(reply[8])) / 10
+	}
+	if p.Status == Admitted {
+		p.AdmittedUntil = time.UnixMilli(until)
+	}
+	return p, nil
+}
+
+// str is a reply's string (a Lua number comes as an integer).
+func str(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}
+
+// num is a reply's integer (0 if it is none).
+func num(v any) int64 {
+	n, _ := v.(int64)
+	return n
 }
 
 // Step lapses admissions past their time and admits the next buyers as
 // far as the rate and the stock allow; any instance may call it at any
 // time (every 20 ms for each live room). It reports how many it admitted
-// and lapsed, and whether the room waits for its draw to be written
-// (NeedsDraw).
+// and lapsed, and whether the room's draw is yet to be written
+// (NeedsDraw): until it is, nobody is admitted, but in a draw nobody
+// joined, whose (empty) draw is still to be written and recorded.
 func (r *Rooms) Step(ctx context.Context, saleID string) (StepResult, error) {
-	panic("not yet")
+	var base [16]byte
+	if _, err := rand.Read(base[:]); err != nil {
+		return StepResult{}, fmt.Errorf("admission: a nonce base: %w", err)
+	}
+	reply, err := r.run(ctx, saleID, "step", hex.EncodeToString(base[:]))
+	if err != nil {
+		return StepResult{}, err
+	}
+	if len(reply) != 4 {
+		return StepResult{}, fmt.Errorf("admission: unexpected step reply %v", reply)
+	}
+	return StepResult{Admitted: int(num(reply[1])), Lapsed: int(num(reply[2])), NeedsDraw: num(reply[3]) == 1}, nil
 }
 
 // StepResult is what one Step did.
@@ -134,38 +319,116 @@ type StepResult struct {
 
 // Entrants are the users of a sealed draw (in no order), for the caller
 // to draw (RunDraw) and then WriteDraw; nil, false when there is no draw
-// to write (not sealed yet, or written).
+// to write (not sealed yet, or written). A draw nobody joined has none
+// (empty, true): its record is still to be written.
 func (r *Rooms) Entrants(ctx context.Context, saleID string) ([]string, bool, error) {
-	panic("not yet")
+	dj := r.key(saleID, "room:dj")
+	for attempt := 0; ; attempt++ {
+		reply, err := r.run(ctx, saleID, "entrants")
+		if err != nil {
+			return nil, false, err
+		}
+		if len(reply) != 3 || num(reply[1]) != 1 {
+			return nil, false, nil
+		}
+		size := num(reply[2])
+		users := make([]string, 0, size)
+		const page = 10000
+		for at := int64(0); at < size; at += page {
+			part, err := r.rdb.LRange(ctx, dj, at, at+page-1).Result()
+			if err != nil {
+				return nil, false, fmt.Errorf("admission: the entrants of sale %s: %w", saleID, err)
+			}
+			users = append(users, part...)
+		}
+		if int64(len(users)) == size {
+			return users, true, nil
+		}
+		// The draw was written (its list removed) while read: ask again.
+		if attempt == 2 {
+			return nil, false, fmt.Errorf("admission: the entrants of sale %s: %d of %d read", saleID, len(users), size)
+		}
+	}
 }
 
 // WriteDraw puts the draw's order (users, first admitted first) in place;
-// the users must be exactly the Entrants. Idempotent.
+// the users must be exactly the Entrants. Idempotent; instances writing
+// the same order at once agree.
 func (r *Rooms) WriteDraw(ctx context.Context, saleID string, order []string) error {
-	panic("not yet")
+	reply, err := r.run(ctx, saleID, "entrants")
+	if err != nil {
+		return err
+	}
+	if num(reply[1]) != 1 {
+		// Written already (or not sealed: drawdone says so).
+		_, err := r.run(ctx, saleID, "drawdone")
+		return err
+	}
+	if size := num(reply[2]); int64(len(order)) != size {
+		return fmt.Errorf("admission: the draw of sale %s: %d users for %d entrants", saleID, len(order), size)
+	}
+	for at := 0; at < len(order); at += drawPart {
+		part := order[at:min(at+drawPart, len(order))]
+		args := make([]any, 0, len(part)+1)
+		args = append(args, at)
+		for _, u := range part {
+			args = append(args, u)
+		}
+		if _, err := r.run(ctx, saleID, "drawpart", args...); err != nil {
+			return err
+		}
+	}
+	_, err = r.run(ctx, saleID, "drawdone")
+	return err
 }
 
 // Check says whether nonce is user's live admission.
 func (r *Rooms) Check(ctx context.Context, saleID, user, nonce string) (AdmissionCheck, error) {
-	panic("not yet")
+	reply, err := r.run(ctx, saleID, "check", user, nonce)
+	if err != nil {
+		return CheckNone, err
+	}
+	if len(reply) != 2 {
+		return CheckNone, fmt.Errorf("admission: unexpected check reply %v", reply)
+	}
+	return AdmissionCheck(num(reply[1])), nil
 }
 
-// MarkUsed records that user's admission nonce bought orderID.
+// MarkUsed records that user's admission nonce bought orderID; it does
+// nothing if the room holds no such admission of the user.
 func (r *Rooms) MarkUsed(ctx context.Context, saleID, user, nonce, orderID string) error {
-	panic("not yet")
+	_, err := r.run(ctx, saleID, "used", user, nonce, orderID)
+	return err
 }
 
 // Stats reads the room's counts.
 func (r *Rooms) Stats(ctx context.Context, saleID string) (Stats, error) {
-	panic("not yet")
+	reply, err := r.run(ctx, saleID, "stats")
+	if err != nil {
+		return Stats{}, err
+	}
+	if len(reply) != 10 {
+		return Stats{}, fmt.Errorf("admission: unexpected stats reply %v", reply)
+	}
+	return Stats{
+		Waiting: num(reply[1]), Drawing: num(reply[2]), Admitted: num(reply[3]), Used: num(reply[4]),
+		Lapsed: num(reply[5]), Live: num(reply[6]), RatePerS: num(reply[7]), DrawSize: num(reply[8]),
+		Drawn: num(reply[9]) == 1,
+	}, nil
 }
 
 // SetRate changes the room's rate (0: automatic).
 func (r *Rooms) SetRate(ctx context.Context, saleID string, ratePerS int64) error {
-	panic("not yet")
+	if ratePerS < 0 || ratePerS > 1_000_000 {
+		return errors.New("admission: rate_per_s is not in 0..1000000")
+	}
+	_, err := r.run(ctx, saleID, "rate", ratePerS)
+	return err
 }
 
-// Remove deletes every key of the room (the sale is archived).
+// Remove deletes every key of the room (the sale is archived); a room
+// that is not there is no error.
 func (r *Rooms) Remove(ctx context.Context, saleID string) error {
-	panic("not yet")
+	_, err := r.run(ctx, saleID, "remove")
+	return err
 }

@@ -1,0 +1,465 @@
+-- room.lua: a sale's waiting room. One operation a call, named by ARGV[1];
+-- every one of them needs the room's settings (KEYS[1]) and answers {1}
+-- without touching anything when they are missing, but create, which
+-- makes them, and remove, which answers {0}. Every other operation first
+-- seals the draw (seal, below) if its time has come.
+--
+-- KEYS[1] room:cfg hash. The settings: "fp" (all of them, as create got
+--         them), "opens", "draw", "ends" (unix ms, 0 none), "rate" (0
+--         automatic), "cap", "ttl" (ms), "max", "nb" (buckets: a power of
+--         two, about max/64, at most 65536). The draw: "sealed", "drawn"
+--         (0/1), "dsize" (its entrants), "dlen" (how many drawpart wrote).
+--         The line: "seq" (arrivals so far), "head" (ranks admitted),
+--         "waiting" (users with a rank not admitted yet), "drawing"
+--         (entrants until the draw is written). Totals: "admitted", "used",
+--         "lapsed". "tat": the admission clock (GCRA), unix µs
+-- KEYS[2] room:dj list: the users who joined before the draw, in join order
+-- KEYS[3] room:dq list: the users of the draw, in the draw's order, from
+--         the first not yet admitted
+-- KEYS[4] room:aq list: the users who joined after the draw (or again after
+--         a lapse), in arrival order, from the first not yet admitted
+-- KEYS[5] room:live zset: user -> admitted until (unix ms): the unused
+--         admissions out
+-- KEYS[6] room:rate hash: "<unix second>" -> admissions in that second,
+--         the last 11 seconds
+-- KEYS[7] the start of the buckets' keys: the user's state is field user
+--         of KEYS[7] .. n, n = (first 8 hex digits of SHA1(user)) % nb
+-- KEYS[8] the sale hash (the engine's): "items" "A=100,B=-1", "r:<sku>"
+--         remaining (-1 unlimited), "start", "end" (unix ms, 0 none),
+--         "paused" ("1"), "fenced" (set: the database sells)
+-- KEYS[9] the sale's deadlines zset: the reservations awaiting payment
+-- KEYS[10] the start of the spent purchase tokens' keys: KEYS[10] .. nonce
+--         exists once an accepted buy spent the admission nonce
+-- ARGV[1] the operation    ARGV[2] now, unix µs, or "" for Redis's TIME
+--         (script_now, clock.lua, prepended)    ARGV[3]... the operation's
+--
+-- A user's state is one string:
+--   drawing  "d<joined ms>"
+--   waiting  "w<rank>:<joined ms>"   rank 1..dsize drawn, then arrivals
+--   admitted "a<joined ms>:<nonce>:<until ms>:<in draw 0/1>"
+--   used     "u<joined ms>:<nonce>:<in draw 0/1>:<order id>"
+--   lapsed   "l<joined ms>:<nonce>:<in draw 0/1>"
+-- Ranks are admitted in order: the draw's (dq) once written, then the
+-- arrivals' (aq); head counts the ranks admitted, so a waiting user's
+-- position is rank - head.
+--
+-- Operations and their replies ({1}: no room, for every one but create
+-- and remove):
+--   create opens_ms draw_ms ends_ms rate cap ttl_ms max
+--        {0} made, or there with these settings; {5} there with others;
+--        {6} the sale hash is missing
+--   join user       {0, <place>}; {2} not open; {3} full
+--   place user      {0, <place>}; {4} never joined
+--       <place> = status, joined ms, in draw (0/1), position, nonce,
+--       admitted until ms, order id, admissions over the last 10 s
+--   step base       {0, admitted, lapsed, needs draw (0/1)}; base: random
+--                   hex the admissions' nonces are made from
+--   entrants        {0, the draw is to be written (0/1), dsize}
+--   drawpart offset user...
+--                   the draw's users of ranks offset+1...: {0}; {7, why}
+--                   when they are not the entrants in one order
+--   drawdone        {0} the draw is in place (or was); {7, why} not all
+--                   of it is written
+--   check user nonce  {0, 0 none / 1 admitted / 2 used / 3 lapsed}
+--   used user nonce order  {0}: the admission bought order (nothing if
+--                   the user holds no such admission)
+--   stats           {0, waiting, drawing, admitted, used, lapsed, live,
+--                   rate, dsize, drawn}
+--   rate r          {0}
+--   remove          {0}: every key of the room unlinked (or none was)
+--
+-- Writes come after the checks, but seal's: sealing is right whenever the
+-- time has come, whatever the operation then does.
+
+local KEYS, ARGV, redis, string, math = KEYS, ARGV, redis, string, math
+local op = ARGV[1]
+local now_us = script_now(ARGV[2])
+local now_ms = math.floor(now_us / 1000)
+
+-- grace_ms: how long past its until an admission is kept live, for a buy
+-- that checked it in time to spend it. credit_us: the most idle time the
+-- admission clock carries over (one Step period), so a burst after idling
+-- is one call's worth. max_step: admissions one call makes at most.
+local grace_ms, credit_us, max_step = 500, 20000, 500
+
+local function fmt(n) return string.format('%d', n) end
+
+if op == 'create' then
+  local fp = table.concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]}, '|')
+  local had = redis.call('HGET', KEYS[1], 'fp')
+  if had then
+    if had == fp then return {0} end
+    return {5}
+  end
+  if redis.call('EXISTS', KEYS[8]) == 0 then return {6} end
+  local max, nb = tonumber(ARGV[9]), 1
+  while nb * 64 < max and nb < 65536 do nb = nb * 2 end
+  redis.call('HSET', KEYS[1], 'fp', fp, 'opens', ARGV[3], 'draw', ARGV[4], 'ends', ARGV[5],
+    'rate', ARGV[6], 'cap', ARGV[7], 'ttl', ARGV[8], 'max', ARGV[9], 'nb', nb,
+    'sealed', 0, 'drawn', 0, 'dsize', 0, 'dlen', 0, 'seq', 0, 'head', 0, 'waiting', 0,
+    'drawing', 0, 'admitted', 0, 'used', 0, 'lapsed', 0, 'tat', 0)
+  return {0}
+end
+
+-- c: the settings and counts the operation reads, as numbers (HMGET of
+-- those only: in Redis's Lua every string a reply makes costs).
+local reads = {
+  join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'used', 'lapsed'},
+  place = {'ends', 'head'},
+  step = {'rate', 'cap', 'tat', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
+  entrants = {'drawn'},
+  drawpart = {'drawn', 'dlen'},
+  drawdone = {'drawn', 'dlen', 'waiting'},
+  check = {},
+  used = {'used', 'lapsed'},
+  stats = {'waiting', 'drawing', 'admitted', 'used', 'lapsed', 'rate', 'drawn'},
+  rate = {},
+  remove = {},
+}
+if not reads[op] then return redis.error_reply('room.lua: unknown operation ' .. tostring(op)) end
+local names = {'nb', 'sealed', 'draw', 'dsize'}
+for _, f in ipairs(reads[op]) do names[#names + 1] = f end
+local raw = redis.call('HMGET', KEYS[1], unpack(names))
+if not raw[1] then
+  if op == 'remove' then return {0} end
+  return {1}
+end
+local c = {}
+for i, f in ipairs(names) do c[f] = tonumber(raw[i]) end
+
+if op == 'remove' then
+  local batch = {}
+  for n = 0, c.nb - 1 do
+    batch[#batch + 1] = KEYS[7] .. n
+    if #batch == 1000 then
+      redis.call('UNLINK', unpack(batch))
+      batch = {}
+    end
+  end
+  if #batch > 0 then redis.call('UNLINK', unpack(batch)) end
+  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+  return {0}
+end
+
+-- seal: once Redis's clock reaches draw_until, the draw's entrants are
+-- fixed: those in dj. Later joins are arrivals.
+if c.sealed == 0 and now_ms >= c.draw then
+  c.sealed, c.dsize = 1, redis.call('LLEN', KEYS[2])
+  redis.call('HSET', KEYS[1], 'sealed', 1, 'dsize', c.dsize)
+end
+
+local function bucket(user)
+  return KEYS[7] .. (tonumber(string.sub(redis.sha1hex(user), 1, 8), 16) % c.nb)
+end
+
+-- stock(): the remaining of the sale's limited items summed, and whether
+-- it has any (false, false: no sale hash).
+local function stock()
+  local items = redis.call('HGET', KEYS[8], 'items')
+  if not items then return false, false end
+  local fields = {}
+  for sku in string.gmatch(items, '([^,]+)=[^,]*') do fields[#fields + 1] = 'r:' .. sku end
+  if #fields == 0 then return 0, false end
+  local sum, limited = 0, false
+  for i = 1, #fields, 1000 do
+    local v = redis.call('HMGET', KEYS[8], unpack(fields, i, math.min(i + 999, #fields)))
+    for j = 1, #v do
+      local r = tonumber(v[j])
+      if r and r >= 0 then sum, limited = sum + r, true end
+    end
+  end
+  return sum, limited
+end
+
+-- sale_end(): the sale's end (unix ms, 0 none), false without a sale hash
+-- (read once a call).
+local the_end
+local function sale_end()
+  if the_end == nil then
+    local e = redis.call('HGET', KEYS[8], 'end')
+    the_end = e and (tonumber(e) or 0)
+  end
+  return the_end
+end
+
+-- sold_out: nothing can be bought now nor come back: the sale (or the
+-- room) ended, or its limited items have no unit left, none is held by a
+-- live admission nor by a reservation awaiting payment. A sale of
+-- unlimited items only never sells out.
+local function sold_out()
+  local e = sale_end()
+  if not e then return false end
+  if (e > 0 and now_ms >= e) or (c.ends > 0 and now_ms >= c.ends) then return true end
+  -- The cheapest check first: while admissions are out, it is not.
+  if redis.call('ZCARD', KEYS[5]) > 0 then return false end
+  local sum, limited = stock()
+  if not limited or sum > 0 then return false end
+  return redis.call('ZCARD', KEYS[9]) == 0
+end
+
+-- recent(): admissions over the 10 whole seconds before this one.
+local function recent()
+  local s, f = math.floor(now_ms / 1000), {}
+  for i = 1, 10 do f[i] = fmt(s - i) end
+  local n = 0
+  for _, v in ipairs(redis.call('HMGET', KEYS[6], unpack(f))) do n = n + (tonumber(v) or 0) end
+  return n
+end
+
+-- place(st): the reply of a user in state st.
+local function place(st)
+  local kind = string.sub(st, 1, 1)
+  if kind == 'd' then
+    if sold_out() then return {0, 'sold_out', string.sub(st, 2), 1, 0, '', 0, '', 0} end
+    return {0, 'drawing', string.sub(st, 2), 1, 0, '', 0, '', 0}
+  elseif kind == 'w' then
+    local rank, joined = string.match(st, '^w(%d+):(%d+)$')
+    rank = tonumber(rank)
+    local indraw = (rank <= c.dsize) and 1 or 0
+    if sold_out() then return {0, 'sold_out', joined, indraw, 0, '', 0, '', 0} end
+    return {0, 'waiting', joined, indraw, rank - c.head, '', 0, '', recent()}
+  elseif kind == 'a' then
+    local joined, nonce, till, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
+    if now_ms >= tonumber(till) then return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0} end
+    return {0, 'admitted', joined, tonumber(indraw), 0, nonce, till, '', 0}
+  elseif kind == 'u' then
+    local joined, _, indraw, order = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
+    return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0}
+  end
+  local joined, _, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
+  return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0}
+end
+
+-- lapse(b, user, st): ends admission st of user (in bucket b), past its
+-- until and grace: used if a buy spent its nonce, else lapsed. It writes
+-- the new state and returns its kind, 'u' or 'l' (false: st is no
+-- admission); the caller takes the user out of live and counts.
+local function lapse(b, user, st)
+  local joined, nonce, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
+  if not joined then return false end
+  if redis.call('EXISTS', KEYS[10] .. nonce) == 1 then
+    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':')
+    return 'u'
+  end
+  redis.call('HSET', b, user, 'l' .. joined .. ':' .. nonce .. ':' .. indraw)
+  return 'l'
+end
+
+if op == 'join' then
+  local user = ARGV[3]
+  local e = sale_end()
+  if now_ms < c.opens or not e or (e > 0 and now_ms >= e) or (c.ends > 0 and now_ms >= c.ends) then
+    return {2}
+  end
+  local b = bucket(user)
+  local st = redis.call('HGET', b, user)
+  -- An admission past its grace that no Step has ended yet ends now, so
+  -- that a lapsed user's join is the new place it should be. (Right
+  -- whatever the join does next, like seal.)
+  if st and string.sub(st, 1, 1) == 'a'
+    and now_ms >= tonumber(string.match(st, '^a%d+:%x+:(%d+):')) + grace_ms then
+    local kind = lapse(b, user, st)
+    redis.call('ZREM', KEYS[5], user)
+    if kind == 'u' then
+      redis.call('HSET', KEYS[1], 'used', c.used + 1)
+    else
+      c.lapsed = c.lapsed + 1
+      redis.call('HSET', KEYS[1], 'lapsed', c.lapsed)
+    end
+    st = redis.call('HGET', b, user)
+  end
+  if st and string.sub(st, 1, 1) ~= 'l' then return place(st) end
+  if c.waiting + c.drawing >= c.max then return {3} end
+  if c.sealed == 1 then
+    -- An arrival, or a lapsed user again: the next rank, at the back.
+    local rank = c.dsize + c.seq + 1
+    st = 'w' .. fmt(rank) .. ':' .. fmt(now_ms)
+    redis.call('RPUSH', KEYS[4], user)
+    redis.call('HSET', KEYS[1], 'seq', c.seq + 1, 'waiting', c.waiting + 1)
+  else
+    st = 'd' .. fmt(now_ms)
+    redis.call('RPUSH', KEYS[2], user)
+    redis.call('HSET', KEYS[1], 'drawing', c.drawing + 1)
+  end
+  redis.call('HSET', b, user, st)
+  return place(st)
+end
+
+if op == 'place' then
+  local st = redis.call('HGET', bucket(ARGV[3]), ARGV[3])
+  if not st then return {4} end
+  return place(st)
+end
+
+if op == 'step' then
+  -- Lapses: admissions past their until and grace; one whose nonce a buy
+  -- spent was used.
+  local lapsed, used = 0, 0
+  local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms - grace_ms, 'LIMIT', 0, 1000)
+  for _, user in ipairs(due) do
+    local b = bucket(user)
+    local st = lapse(b, user, redis.call('HGET', b, user) or '')
+    if st == 'u' then used = used + 1 elseif st == 'l' then lapsed = lapsed + 1 end
+  end
+  if #due > 0 then
+    for i = 1, #due, 1000 do redis.call('ZREM', KEYS[5], unpack(due, i, math.min(i + 999, #due))) end
+    redis.call('HSET', KEYS[1], 'used', c.used + used, 'lapsed', c.lapsed + lapsed)
+  end
+
+  local needs_draw = (c.sealed == 1 and c.drawn == 0) and 1 or 0
+  -- The draw's order comes first: nobody is admitted before it is written.
+  if c.waiting == 0 or (needs_draw == 1 and c.dsize > 0) then return {0, 0, lapsed, needs_draw} end
+
+  -- Only a selling sale admits (and never past the room's end).
+  local s = redis.call('HMGET', KEYS[8], 'start', 'end', 'paused', 'fenced')
+  local starts, ends = tonumber(s[1]), tonumber(s[2])
+  if not (starts and ends) or s[3] == '1' or s[4] or (starts > 0 and now_ms < starts)
+    or (ends > 0 and now_ms >= ends) or (c.ends > 0 and now_ms >= c.ends) then
+    return {0, 0, lapsed, needs_draw}
+  end
+
+  -- The admission clock (GCRA): admission k is due at tat + k*T; the
+  -- ones due by now may go.
+  local rate = c.rate
+  if rate <= 0 then rate = c.cap end
+  local T = 1000000 / rate
+  local tat = math.max(c.tat, now_us - credit_us)
+  local n = 0
+  if now_us >= tat then n = math.floor((now_us - tat) / T) + 1 end
+  n = math.min(n, c.waiting, max_step)
+  -- The stock: never more live admissions than units left to buy.
+  local sum, limited = stock()
+  if limited then n = math.min(n, sum - redis.call('ZCARD', KEYS[5])) end
+  if n <= 0 then return {0, 0, lapsed, needs_draw} end
+
+  local till = now_ms + c.ttl
+  if c.ends > 0 then till = math.min(till, c.ends) end
+  if ends > 0 then till = math.min(till, ends) end
+  local got, head, total = 0, c.head, c.admitted
+  local live = {}
+  while got < n do
+    local user = false
+    if c.drawn == 1 then user = redis.call('LPOP', KEYS[3]) end
+    if not user then user = redis.call('LPOP', KEYS[4]) end
+    if not user then break end
+    local b = bucket(user)
+    local rank, joined = string.match(redis.call('HGET', b, user) or '', '^w(%d+):(%d+)$')
+    if rank then
+      rank = tonumber(rank)
+      got, head, total = got + 1, rank, total + 1
+      local nonce = string.sub(redis.sha1hex(ARGV[3] .. ':' .. user .. ':' .. fmt(total)), 1, 32)
+      local indraw = (rank <= c.dsize) and '1' or '0'
+      redis.call('HSET', b, user, 'a' .. joined .. ':' .. nonce .. ':' .. fmt(till) .. ':' .. indraw)
+      live[#live + 1] = fmt(till)
+      live[#live + 1] = user
+    end
+  end
+  if got == 0 then return {0, 0, lapsed, needs_draw} end
+  for i = 1, #live, 1000 do redis.call('ZADD', KEYS[5], unpack(live, i, math.min(i + 999, #live))) end
+  redis.call('HSET', KEYS[1], 'head', head, 'waiting', c.waiting - got, 'admitted', total,
+    'tat', fmt(math.floor(tat + got * T + 0.5)))
+  local sec = math.floor(now_ms / 1000)
+  redis.call('HINCRBY', KEYS[6], fmt(sec), got)
+  for _, f in ipairs(redis.call('HKEYS', KEYS[6])) do
+    if tonumber(f) < sec - 10 then redis.call('HDEL', KEYS[6], f) end
+  end
+  return {0, got, lapsed, needs_draw}
+end
+
+if op == 'entrants' then
+  return {0, (c.sealed == 1 and c.drawn == 0) and 1 or 0, c.dsize}
+end
+
+if op == 'drawpart' then
+  if c.drawn == 1 then return {0} end
+  if c.sealed == 0 then return {7, 'the draw is not sealed'} end
+  local offset = tonumber(ARGV[3])
+  if offset + #ARGV - 3 > c.dsize then return {7, 'more users than entrants'} end
+  if offset > c.dlen then return {7, 'a part is missing before rank ' .. fmt(offset + 1)} end
+  -- Checks first: a rank written already holds its user; a new one is an
+  -- entrant not drawn yet (and not twice in this part).
+  local writes, seen, push = {}, {}, {}
+  for i = 4, #ARGV do
+    local user, rank = ARGV[i], offset + i - 3
+    local b = bucket(user)
+    local st = redis.call('HGET', b, user) or ''
+    if rank <= c.dlen then
+      if not string.match(st, '^w' .. fmt(rank) .. ':') then
+        return {7, 'rank ' .. fmt(rank) .. ' is not ' .. user .. "'s"}
+      end
+    else
+      local joined = string.match(st, '^d(%d+)$')
+      if not joined or seen[user] then return {7, user .. ' is not an entrant left to draw'} end
+      seen[user] = true
+      writes[#writes + 1] = {b, user, 'w' .. fmt(rank) .. ':' .. joined}
+      push[#push + 1] = user
+    end
+  end
+  for _, w in ipairs(writes) do redis.call('HSET', w[1], w[2], w[3]) end
+  for i = 1, #push, 1000 do redis.call('RPUSH', KEYS[3], unpack(push, i, math.min(i + 999, #push))) end
+  if #push > 0 then redis.call('HSET', KEYS[1], 'dlen', c.dlen + #push) end
+  return {0}
+end
+
+if op == 'drawdone' then
+  if c.drawn == 1 then return {0} end
+  if c.sealed == 0 then return {7, 'the draw is not sealed'} end
+  if c.dlen ~= c.dsize then
+    return {7, fmt(c.dlen) .. ' of the ' .. fmt(c.dsize) .. ' entrants are drawn'}
+  end
+  redis.call('UNLINK', KEYS[2])
+  redis.call('HSET', KEYS[1], 'drawn', 1, 'waiting', c.waiting + c.dsize, 'drawing', 0)
+  return {0}
+end
+
+if op == 'check' then
+  local st = redis.call('HGET', bucket(ARGV[3]), ARGV[3]) or ''
+  local kind, nonce = string.sub(st, 1, 1), ARGV[4]
+  if kind == 'a' then
+    local n, till = string.match(st, '^a%d+:(%x+):(%d+):')
+    if n ~= nonce then return {0, 0} end
+    if now_ms < tonumber(till) then return {0, 1} end
+    return {0, 3}
+  elseif kind == 'u' and string.match(st, '^u%d+:(%x*):') == nonce then
+    return {0, 2}
+  elseif kind == 'l' and string.match(st, '^l%d+:(%x*):') == nonce then
+    return {0, 3}
+  end
+  return {0, 0}
+end
+
+if op == 'used' then
+  local user, nonce, order = ARGV[3], ARGV[4], ARGV[5]
+  local b = bucket(user)
+  local st = redis.call('HGET', b, user) or ''
+  local kind = string.sub(st, 1, 1)
+  if kind == 'a' then
+    local joined, n, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
+    if n ~= nonce then return {0} end
+    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
+    redis.call('ZREM', KEYS[5], user)
+    redis.call('HSET', KEYS[1], 'used', c.used + 1)
+  elseif kind == 'l' then
+    local joined, n, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
+    if n ~= nonce then return {0} end
+    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
+    redis.call('HSET', KEYS[1], 'used', c.used + 1, 'lapsed', c.lapsed - 1)
+  elseif kind == 'u' then
+    -- A lapse found the nonce spent before the order was told: name it.
+    local joined, n, indraw, had = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
+    if n == nonce and had == '' and order ~= '' then
+      redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
+    end
+  end
+  return {0}
+end
+
+if op == 'stats' then
+  return {0, c.waiting, c.drawing, c.admitted, c.used, c.lapsed, redis.call('ZCARD', KEYS[5]),
+    c.rate, c.dsize, c.drawn}
+end
+
+if op == 'rate' then
+  redis.call('HSET', KEYS[1], 'rate', ARGV[3])
+  return {0}
+end

@@ -229,9 +229,7 @@ func (r *round) snapshot(ctx context.Context, first bool) (snapshot, error) {
 func (r *round) buyURL() string { return r.base + "/v1/sales/" + saleID + "/orders" }
 
 func (r *round) closed(ctx context.Context, tokens []string) loadgen.ClosedReport {
-	return loadgen.Closed{Method: http.MethodPost, URL: r.buyURL(), Body: []byte(buyBody),
-		Header: http.Header{"Content-Type": {"application/json"}}, Tokens: tokens,
-		Conns: r.cfg.Conns, Duration: r.cfg.Duration, Timeout: 30 * time.Second}.Run(ctx)
+	return r.load(ctx, http.MethodPost, r.buyURL(), buyBody, tokens, nil)
 }
 
 // start creates the round's database, starts `serve` on it and creates the

@@ -342,6 +342,9 @@ func (s *Service) createSale(w http.ResponseWriter, r *http.Request) error {
 	if sale.k > 1 {
 		detail["segments"] = sale.k
 	}
+	if sale.Admission != nil {
+		detail["admission"] = true
+	}
 	s.audit(r, "sale created", sale.ID, "", detail)
 	return s.writeSale(w, r, http.StatusCreated, sale.ID, false)
 }

@@ -53,7 +53,7 @@ func newMetrics(s *Service) *metrics {
 			Name: "seckill_script_errors_total", Help: "Buy scripts that failed: Redis unreachable, a corrupt key, an unexpected reply.",
 		}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seckill_rate_limited_total", Help: "Requests refused by a rate limit, by the limit's scope (user, ip, sale, token).",
+			Name: "seckill_rate_limited_total", Help: "Requests refused by a rate limit, by the limit's scope (user, ip, sale, token, queue).",
 		}, []string{"scope"}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "seckill_order_batch_duration_seconds", Help: "Time to store one batch of the order stream.",

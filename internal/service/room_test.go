@@ -148,6 +148,28 @@ func TestRoomCreate(t *testing.T) {
 		t.Errorf("draw_until of a sale without starts_at = %v, want opens_at", d["draw_until"])
 	}
 	mustCode(t, a.roomSale("r", 10, map[string]any{}, nil), http.StatusConflict, "already_exists")
+
+	// All or nothing: a room Redis holds already of other settings (left by
+	// an earlier database) refuses the create, which leaves no sale, in
+	// the database or in Redis, and no room row.
+	leftover := a.svc.Engine().Key("x", "room:cfg")
+	if err := a.svc.Redis().HSet(a.ctx, leftover, "fp", "other settings").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustCode(t, a.roomSale("x", 10, map[string]any{}, nil), http.StatusConflict, "already_exists")
+	if g := a.call("GET", "/v1/sales/x", "", nil); g.status != http.StatusNotFound {
+		t.Errorf("a create the room refused left the sale: %d %s", g.status, g.body)
+	}
+	if keys := a.saleKeys("x"); !slices.Equal(keys, []string{leftover}) {
+		t.Errorf("keys of x after the refused create: %v", keys)
+	}
+	if _, err := a.svc.Store().Room(a.ctx, "x"); err == nil {
+		t.Error("the refused create left its room row")
+	}
+	if err := a.svc.Redis().Del(a.ctx, leftover).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, a.roomSale("x", 10, map[string]any{}, nil), http.StatusCreated)
 }
 
 // TestRoomRules: the queue's answers, each in the contract's terms.

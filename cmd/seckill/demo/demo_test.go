@@ -102,3 +102,61 @@ func TestDemoPaymentRound(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoRoomRound: with an admission lifetime the demo runs its room
+// round: admissions in the published order, a lapse and a cancel whose
+// units go to the next in line, every unit sold; the table says so.
+func TestDemoRoomRound(t *testing.T) {
+	for name, cfg := range map[string]func(t *testing.T) service.Config{
+		"redis+postgres": func(t *testing.T) service.Config {
+			rdb := redistest.Standalone(t)
+			return service.Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb),
+				DatabaseURL: dbtest.PostgresURL(t)}
+		},
+		"embedded": func(t *testing.T) service.Config { return service.Config{DatabaseURL: dbtest.SQLiteURL(t)} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			res, err := Run(context.Background(), cfg(t), Config{Buyers: 20, Concurrency: 4, HotStock: 5, RoomAdmitTTL: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res.Room
+			if r == nil || !r.OK() || !res.OK() || len(r.Admitted) != 6 || r.Sold != 4 {
+				t.Fatalf("room round: %+v", r)
+			}
+			if b := r.Buyers[0]; b.Outcome == "" || b.AdmittedAt != 1 || !b.InDraw {
+				t.Errorf("the first in the draw's order: %+v", b)
+			}
+			var out bytes.Buffer
+			Print(&out, res)
+			if !regexp.MustCompile(`(?m)^admitted in\s+the published order`).Match(out.Bytes()) {
+				t.Errorf("table lacks the room round:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestRoomResultCatchesBrokenRules: the room round's checks fail when
+// the room admitted out of order, over the stock, or the draw did not check.
+func TestRoomResultCatchesBrokenRules(t *testing.T) {
+	good := RoomResult{Stock: 1, Sold: 1, Admitted: []string{"a"},
+		Buyers: []RoomBuyer{{Name: "a", Outcome: "bought"}, {Name: "b", Outcome: "sold out"}}}
+	if !good.OK() {
+		t.Fatal("a good round is reported broken")
+	}
+	for name, broken := range map[string]func(r *RoomResult){
+		"out of order": func(r *RoomResult) { r.Admitted = []string{"b"} },
+		"over stock":   func(r *RoomResult) { r.MostLive = 2 },
+		"draw":         func(r *RoomResult) { r.DrawChecked = "order" },
+		"unsold":       func(r *RoomResult) { r.Sold = 0 },
+		"no outcome":   func(r *RoomResult) { r.Buyers[1].Outcome = "" },
+	} {
+		r := good
+		r.Buyers = append([]RoomBuyer(nil), good.Buyers...)
+		broken(&r)
+		if r.OK() {
+			t.Errorf("%s: reported OK", name)
+		}
+	}
+}

@@ -39,7 +39,7 @@ type RoomResult struct {
 type RoomBuyer struct {
 	Name         string
 	InDraw       bool
-	FirstSeen    string // status and position at the first read after joining
+	FirstSeen    string // what the join answered: status, and position if waiting
 	Outcome      string // bought, lapsed, bought then cancelled, sold_out
 	AdmittedAt   int    // 1-based rank among the admitted; 0: never admitted
 	WaitedFor    time.Duration
@@ -91,6 +91,7 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 	}
 	queue := "/v1/sales/" + res.Sale + "/queue"
 	tokens := map[string]string{}
+	joined := map[string]string{} // what each buyer's join answered
 	join := func(name string) error {
 		token, err := service.SignUser(c.secret, name, nil)
 		if err != nil {
@@ -100,6 +101,14 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 		status, body, err := c.do(ctx, "POST", queue, token, nil, nil)
 		if err == nil && status != http.StatusOK {
 			err = fmt.Errorf("join %s: %d %s", name, status, body)
+		}
+		var p roomPlace
+		if err == nil {
+			err = json.Unmarshal(body, &p)
+		}
+		joined[name] = p.Status
+		if p.Status == "waiting" {
+			joined[name] += " #" + strconv.FormatInt(p.Position, 10)
 		}
 		return err
 	}
@@ -149,7 +158,6 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 	for _, n := range names {
 		byEntry[admission.Entry(res.Sale, n)] = n
 	}
-	buyers := map[string]*RoomBuyer{}
 	for _, e := range draw.Order {
 		res.Buyers = append(res.Buyers, RoomBuyer{Name: byEntry[e], InDraw: true})
 	}
@@ -157,7 +165,7 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 		res.Buyers = append(res.Buyers, RoomBuyer{Name: n})
 	}
 	for i := range res.Buyers {
-		buyers[res.Buyers[i].Name] = &res.Buyers[i]
+		res.Buyers[i].FirstSeen = joined[res.Buyers[i].Name]
 	}
 
 	// Every buyer polls their place. The first admitted buyer of the draw
@@ -191,12 +199,6 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 			var p roomPlace
 			if err := json.Unmarshal(body, &p); err != nil {
 				return res, err
-			}
-			if b.FirstSeen == "" {
-				b.FirstSeen = p.Status
-				if p.Status == "waiting" {
-					b.FirstSeen += " #" + strconv.FormatInt(p.Position, 10)
-				}
 			}
 			b.lastStatus = p.Status
 			switch p.Status {
@@ -264,7 +266,7 @@ func printRoom(w io.Writer, r RoomResult) {
 	fmt.Fprintf(w, "\nroom round: %d units, 8 buyers join before the draw and 4 after it; admissions last %v\n",
 		r.Stock, r.AdmitTTL)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "buyer\tin the draw\tfirst read\tadmitted\twhat happened\n")
+	fmt.Fprintf(tw, "buyer\tin the draw\tjoined as\tadmitted\twhat happened\n")
 	for _, b := range r.Buyers {
 		at := "-"
 		if b.AdmittedAt > 0 {

@@ -25,7 +25,7 @@ func TestSubcommandFlags(t *testing.T) {
 		{[]string{"serve"}, concat(stores, logs, []string{"db-schema", "addr", "admin-token", "jwt-secret", "key-prefix",
 			"rate-limit-user", "rate-limit-ip", "rate-limit-sale", "trusted-proxies", "instances",
 			"live-streams-per-client", "live-streams", "reconcile-every", "degraded-grace", "archive-every", "http-server"})},
-		{[]string{"demo"}, concat(stores, logs, []string{"buyers", "concurrency", "stock", "limit", "pay-timeout", "v"})},
+		{[]string{"demo"}, concat(stores, logs, []string{"buyers", "concurrency", "stock", "limit", "pay-timeout", "room-ttl", "v"})},
 		{[]string{"reconcile"}, concat(stores, []string{"db-schema", "key-prefix", "sale", "repair"})},
 		{[]string{"token"}, []string{"jwt-secret", "user", "ttl", "count"}},
 		{[]string{"draw"}, nil},
@@ -33,7 +33,7 @@ func TestSubcommandFlags(t *testing.T) {
 		{[]string{"bench"}, []string{"cost", "quick", "json", "redis", "db", "concurrency", "stock", "duration", "only",
 			"chart", "segments", "batch", "rounds"}},
 		{[]string{"bench", "--cost"}, []string{"cost", "serve-bin", "against", "rounds", "conns", "duration", "open-rate",
-			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json"}},
+			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json", "room", "room-waiting", "room-admitted", "room-read-rate"}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer

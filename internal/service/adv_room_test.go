@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -611,4 +612,79 @@ func TestAdvRoomRedisLoss(t *testing.T) {
 	mustCode(t, a.buyWith("r", "u1", adm1, ""), http.StatusForbidden, "permission_denied")
 	mustStatus(t, a.buyWith("r", "u1", n1, ""), http.StatusCreated)
 	mustCode(t, a.buyWith("r", "u1", n1, ""), http.StatusForbidden, "permission_denied")
+}
+
+// TestAdvRoomLostAfterItsDraw: Redis loses the room after its draw was
+// run and saved (a flush of the room's keys). The room made again has no
+// entrants (the places were lost), so the saved draw can never be written
+// to it: the room must still end up drawn, once, and not fail its draw
+// every second for the rest of the sale (an error logged each time, and a
+// database read). The published draw is the one saved.
+func TestAdvRoomLostAfterItsDraw(t *testing.T) {
+	logs := &syncBuffer{}
+	cfg := stacks[0].start(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a := startApp(t, cfg)
+	drawUntil := time.Now().Add(time.Second)
+	mustStatus(t, a.roomSale("r", 10, map[string]any{"draw_until": rfc(drawUntil)}, map[string]any{"starts_at": rfc(drawUntil)}), http.StatusCreated)
+	a.join("r", "u1")
+	a.join("r", "u2")
+	a.waitAdmitted("r", "u1")
+	before := a.call("GET", "/v1/sales/r/queue/draw", "", nil).body
+	a.dropRoomKeys("r")
+	waitfor.Until(t, waitfor.Patience, "the room made again and drawn", func() error {
+		st, err := a.svc.QueueStats(a.ctx, "r")
+		if err != nil || !st.Drawn {
+			return fmt.Errorf("%+v %v", st, err)
+		}
+		return nil
+	})
+	mark := len(logs.String())
+	time.Sleep(2500 * time.Millisecond) // the loop's retries of a draw are a second apart
+	if l := logs.String()[mark:]; strings.Contains(l, "draw a waiting room") {
+		t.Errorf("the draw still fails: %s", l)
+	}
+	a.join("r", "u3")
+	a.waitAdmitted("r", "u3")
+	if after := a.call("GET", "/v1/sales/r/queue/draw", "", nil).body; string(after) != string(before) {
+		t.Errorf("the published draw changed: %s -> %s", before, after)
+	}
+}
+
+// TestAdvRoomRateSurvivesALoss: a rate set during the sale is the one a
+// room Redis lost is made again with.
+func TestAdvRoomRateSurvivesALoss(t *testing.T) {
+	a := startApp(t, stacks[0].start(t))
+	mustStatus(t, a.roomSale("r", 10, map[string]any{"rate_per_s": 50}, nil), http.StatusCreated)
+	a.join("r", "u1")
+	mustStatus(t, a.admin("POST", "/v1/admin/sales/r/queue/rate", map[string]any{"rate_per_s": 7}), http.StatusOK)
+	a.dropRoomKeys("r")
+	waitfor.Until(t, waitfor.Patience, "the room made again", func() error {
+		if st := a.roomStats("r"); st["rate_per_s"] != 7.0 {
+			return fmt.Errorf("%v", st)
+		}
+		return nil
+	})
+	mustStatus(t, a.admin("POST", "/v1/admin/sales/r/queue/rate", map[string]any{"rate_per_s": 0}), http.StatusOK)
+	if st := a.roomStats("r"); st["rate_per_s"] != 0.0 {
+		t.Errorf("back to automatic: %v", st)
+	}
+}
+
+// dropRoomKeys deletes every key of the sale's room, as a Redis that lost
+// them (the sale's own keys stay).
+func (a *app) dropRoomKeys(sale string) {
+	a.t.Helper()
+	var keys []string
+	for _, k := range a.saleKeys(sale) {
+		if strings.Contains(k, "room:") {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		a.t.Fatalf("no room keys of %s", sale)
+	}
+	if err := a.svc.Redis().Del(a.ctx, keys...).Err(); err != nil {
+		a.t.Fatal(err)
+	}
 }

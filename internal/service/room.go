@@ -86,6 +86,9 @@ type Place struct {
 // ErrAdmissionNotEnabled, admission.ErrRoomFull, inventory.ErrSaleNotActive
 // (before opens_at, or the sale has ended), ErrThrottled.
 func (s *Service) JoinQueue(ctx context.Context, saleID, userID string) (Place, error) {
+	if err := checkQueueUser(userID); err != nil {
+		return Place{}, verbError(err)
+	}
 	p, err := s.queuePlace(ctx, saleID, userID, true)
 	return p, verbError(err)
 }
@@ -93,8 +96,20 @@ func (s *Service) JoinQueue(ctx context.Context, saleID, userID string) (Place, 
 // QueuePlace reads a buyer's place in the sale's waiting room;
 // admission.ErrNotJoined if the buyer never joined.
 func (s *Service) QueuePlace(ctx context.Context, saleID, userID string) (Place, error) {
+	if err := checkQueueUser(userID); err != nil {
+		return Place{}, verbError(err)
+	}
 	p, err := s.queuePlace(ctx, saleID, userID, false)
 	return p, verbError(err)
+}
+
+// checkQueueUser refuses a user id a caller in Go gives that no buyer's JWT
+// could carry (the HTTP routes' come checked): its place could never buy.
+func checkQueueUser(userID string) error {
+	if !inventory.ValidID(userID) {
+		return &inventory.InvalidError{Field: "user id", Reason: "must match ^[A-Za-z0-9_.:-]{1,64}$"}
+	}
+	return nil
 }
 
 // queuePlace joins (join) or reads a buyer's place.

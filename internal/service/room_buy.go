@@ -34,10 +34,15 @@ func (s *Service) buyAdmitted(ctx context.Context, buy inventory.CheckedBuy, set
 		if err != nil && !errors.Is(err, admission.ErrNoRoom) { // no room: no admission
 			return inventory.Receipt{}, err
 		}
-		if chk == admission.CheckAdmitted || chk == admission.CheckUsed {
-			// Kept spent while the admission can be presented, and a
-			// minute of clock skew.
-			spent := purchaseToken{nonce: adm.nonce, ttl: max(time.Until(adm.until), 0) + time.Minute}
+		// Only a live admission goes to the buy: a used one is spent for
+		// good, whether or not its mark in Redis (spent, below) is still
+		// there; a repeat of its buy is answered by its key (replayByKey).
+		if chk == admission.CheckAdmitted {
+			// Kept spent while the admission can be presented (by Redis's
+			// clock: at most its admit_ttl, whatever this instance's clock
+			// says), and a minute of clock skew.
+			live := max(time.Until(adm.until), time.Duration(settings.Admission.AdmitTTLS)*time.Second)
+			spent := purchaseToken{nonce: adm.nonce, ttl: live + time.Minute}
 			rc, err := s.sell(ctx, buy, settings, req, spent)
 			if errors.Is(err, inventory.ErrTokenSpent) {
 				return inventory.Receipt{}, s.refuseAdmission(ctx, settings.ID, buy.Lines())

@@ -157,6 +157,12 @@ func (s *Service) drawRoom(ctx context.Context, saleID string) error {
 	if err := json.Unmarshal(record, &d); err != nil {
 		return fmt.Errorf("the saved draw of sale %s: %w", saleID, err)
 	}
+	if len(users) == 0 && len(d.Order) > 0 {
+		// A room Redis lost after its draw was saved, made again: its
+		// places were lost, it has no entrant to put in the saved order
+		// (which stays the published one); its draw is done, empty.
+		d.Order = nil
+	}
 	byEntry := make(map[string]string, len(users))
 	for _, u := range users {
 		byEntry[admission.Entry(saleID, u)] = u

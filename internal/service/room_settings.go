@@ -93,6 +93,8 @@ func checkAdmission(sale inventory.Sale, a AdmissionSettings) error {
 		return bad("draw_until", "must not be before opens_at")
 	case !sale.StartsAt.IsZero() && a.DrawUntil.After(sale.StartsAt):
 		return bad("draw_until", "must not be after starts_at")
+	case !sale.EndsAt.IsZero() && a.DrawUntil.After(sale.EndsAt):
+		return bad("draw_until", "must not be after ends_at (nor opens_at, which it defaults to)")
 	case a.RatePerS < 0 || a.RatePerS > maxRatePerS:
 		return bad("rate_per_s", reasonRate)
 	case a.CapacityPerS < 1 || a.CapacityPerS > maxRatePerS:

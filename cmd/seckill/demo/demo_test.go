@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,5 +159,21 @@ func TestRoomResultCatchesBrokenRules(t *testing.T) {
 		if r.OK() {
 			t.Errorf("%s: reported OK", name)
 		}
+	}
+}
+
+// TestAdmittedOrder: the admitted are ordered by their grants, so a room
+// that granted a later buyer first shows out of the published order.
+func TestAdmittedOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	bs := []RoomBuyer{{Name: "a", Until: t0}, {Name: "b", Until: t0}, {Name: "c", Until: t0.Add(time.Second)}, {Name: "d"}}
+	if got := admittedOrder(bs); !slices.Equal(got, []string{"a", "b", "c"}) || bs[2].AdmittedAt != 3 || bs[3].AdmittedAt != 0 {
+		t.Errorf("in order: %v %+v", got, bs)
+	}
+	bs = []RoomBuyer{{Name: "a", Until: t0.Add(time.Second)}, {Name: "b", Until: t0}}
+	r := RoomResult{Stock: 2, Sold: 2, Buyers: bs, Admitted: admittedOrder(bs)}
+	r.Buyers[0].Outcome, r.Buyers[1].Outcome = "bought", "bought"
+	if r.OK() {
+		t.Errorf("b granted before a reads as the published order: %v", r.Admitted)
 	}
 }

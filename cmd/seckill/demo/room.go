@@ -27,7 +27,9 @@ type RoomResult struct {
 	AdmitTTL    time.Duration
 	Buyers      []RoomBuyer // in the published order: the draw's, then arrival
 	DrawChecked string      // "" if admission.Verify accepted the published draw, else why not
-	// Admitted are the buyers in the order the room admitted them.
+	// Admitted are the buyers the room admitted, in the order of their
+	// grants (their admitted_until; the published order within one grant
+	// time, as one step of the room admits).
 	Admitted []string
 	// MostLive is the most admissions out at once that were not used.
 	MostLive int
@@ -41,10 +43,9 @@ type RoomBuyer struct {
 	InDraw       bool
 	FirstSeen    string // what the join answered: status, and position if waiting
 	Outcome      string // bought, lapsed, bought then cancelled, sold_out
-	AdmittedAt   int    // 1-based rank among the admitted; 0: never admitted
+	AdmittedAt   int       // 1-based rank among the admitted; 0: never admitted
+	Until        time.Time // the admission's admitted_until, zero if never admitted
 	WaitedFor    time.Duration
-	lastStatus   string
-	admittedSeen bool
 }
 
 // OK: the room admitted buyers in the published order exactly (the draw's,
@@ -73,8 +74,9 @@ type roomPlace struct {
 	Status    string `json:"status"`
 	Position  int64  `json:"position"`
 	InDraw    bool   `json:"in_draw"`
-	Admission string `json:"admission"`
-	OrderID   string `json:"order_id"`
+	Admission string    `json:"admission"`
+	Until     time.Time `json:"admitted_until"`
+	OrderID   string    `json:"order_id"`
 }
 
 // roomRound runs the room round on the running service.
@@ -200,13 +202,10 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 			if err := json.Unmarshal(body, &p); err != nil {
 				return res, err
 			}
-			b.lastStatus = p.Status
 			switch p.Status {
 			case "admitted":
-				if !b.admittedSeen {
-					b.admittedSeen = true
-					res.Admitted = append(res.Admitted, b.Name)
-					b.AdmittedAt, b.WaitedFor = len(res.Admitted), time.Since(start)
+				if b.Until.IsZero() {
+					b.Until, b.WaitedFor = p.Until, time.Since(start)
 				}
 				live[b.Name] = true
 				if b.Name == sleeper {
@@ -245,6 +244,7 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	res.Admitted = admittedOrder(res.Buyers)
 	status, body, err := c.do(ctx, "GET", "/v1/sales/"+res.Sale, "", nil, nil)
 	if err != nil || status != http.StatusOK {
 		return res, fmt.Errorf("read the room's sale: %d %s %v", status, body, err)
@@ -259,6 +259,23 @@ func roomRound(ctx context.Context, c *client, cfg Config) (RoomResult, error) {
 	}
 	res.Sold, res.Took = st.Items[0].Sold, time.Since(start)
 	return res, nil
+}
+
+// admittedOrder names the admitted buyers in the order of their grants,
+// bs's order among those granted at once, and numbers them (AdmittedAt).
+func admittedOrder(bs []RoomBuyer) []string {
+	var got []*RoomBuyer
+	for i := range bs {
+		if !bs[i].Until.IsZero() {
+			got = append(got, &bs[i])
+		}
+	}
+	slices.SortStableFunc(got, func(a, b *RoomBuyer) int { return a.Until.Compare(b.Until) })
+	names := make([]string, len(got))
+	for i, b := range got {
+		b.AdmittedAt, names[i] = i+1, b.Name
+	}
+	return names
 }
 
 // printRoom writes the room round's table.

@@ -153,7 +153,8 @@ type Service struct {
 	auth         *auth
 	limits       limits
 	limiter      *ratelimit.Limiter
-	local        *ratelimit.Local // the limiter's in-process fallback
+	local        *ratelimit.Local  // the limiter's in-process fallback
+	queueLimits  *ratelimit.Shards // the rooms' joins and place reads per buyer (room.go)
 	metrics      *metrics
 	live         *live
 	streams      *streamSlots
@@ -270,6 +271,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}
 	s.local = ratelimit.NewLocal(ratelimit.LocalOptions{Instances: s.cfg.Instances})
+	s.queueLimits = ratelimit.NewShards(queueLimitShards, ratelimit.LocalOptions{MaxKeys: queueLimitKeys})
 	s.limiter = ratelimit.New(s.rdb, ratelimit.Options{
 		Prefix:     s.cfg.KeyPrefix,
 		Fallback:   s.local,

@@ -99,26 +99,35 @@ func placeJSONOf(p Place) placeJSON {
 	return out
 }
 
-// joinQueue is POST /v1/sales/{sale}/queue.
+// joinQueue is POST /v1/sales/{sale}/queue over net/http's mux.
 func (s *Service) joinQueue(w http.ResponseWriter, r *http.Request) error {
-	return s.writePlace(w, r, true)
+	return s.queueIn(exchangeOf(w, r), r.PathValue("sale"), true)
 }
 
-// getPlace is GET /v1/sales/{sale}/queue.
+// getPlace is GET /v1/sales/{sale}/queue over net/http's mux.
 func (s *Service) getPlace(w http.ResponseWriter, r *http.Request) error {
-	return s.writePlace(w, r, false)
+	return s.queueIn(exchangeOf(w, r), r.PathValue("sale"), false)
 }
 
-func (s *Service) writePlace(w http.ResponseWriter, r *http.Request, join bool) error {
-	user, err := s.auth.buyer(r)
+// queueIn is POST (join) or GET /v1/sales/{sale}/queue of the sale saleID
+// (the path's, found by the mux or by fasthttp's route in fast.go): the
+// one place route of every server, as buyIn is the buy's. It writes the
+// place as writeJSON would, newline included.
+func (s *Service) queueIn(x exchange, saleID string, join bool) error {
+	authorization, _ := x.header("Authorization")
+	user, err := s.auth.buyerOf(authorization)
 	if err != nil {
 		return err
 	}
-	p, err := s.queuePlace(r.Context(), r.PathValue("sale"), user, join)
+	p, err := s.queuePlace(x.ctx(), saleID, user, join)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, placeJSONOf(p))
+	b, err := json.Marshal(placeJSONOf(p))
+	if err != nil {
+		return err
+	}
+	x.replyJSON(http.StatusOK, append(b, '\n'))
 	return nil
 }
 

@@ -60,6 +60,12 @@ var (
 // roomFullRetry is the Retry-After of room_full, in seconds.
 const roomFullRetry = 10
 
+// roomFactsMaxAge is how old the room-wide part of a place read (sold out
+// or not, the admissions of the last 10 s) may be: the rooms' loop reads
+// it every 200 ms with its steps, so a crowd's reads cost Redis plain
+// reads only; the contract allows a place 1 s old.
+const roomFactsMaxAge = 500 * time.Millisecond
+
 // queueReads limits a buyer's reads and joins of rooms: the contract's
 // "more than 10 times a second may get 429". It is checked in process
 // (Service.queueLimits), each instance on its own: a crowd polling its

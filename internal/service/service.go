@@ -263,6 +263,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale), Moves: s.seller})
 	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.directory}), s.db.SaleKind)
 	s.rooms = admission.NewRooms(s.rdb, s.eng.Key)
+	s.rooms.SetFactsMaxAge(roomFactsMaxAge)
 	// Loading the scripts sells nothing, and the recovery of a Redis held
 	// back after a restart or a promotion needs them: allowed before the
 	// first tick repairs it (or the load is refused whenever the node

@@ -122,21 +122,48 @@ func (r *Rooms) bucketKey(saleID, user string, nb int64) string {
 	return r.key(saleID, "room:b:") + strconv.FormatInt(n, 10)
 }
 
-// Place reads user's place (ErrNotJoined if the user never joined): one
-// round trip of plain reads, and the room's facts as SetFactsMaxAge
-// allows.
+// Place reads user's place (ErrNotJoined if the user never joined): plain
+// reads, and the room's facts as SetFactsMaxAge allows. Concurrent reads
+// of a room (and Checks) go to Redis together, as one pipeline (batcher).
 func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
+	s, err := r.reads.do(ctx, saleID, user)
+	if err != nil {
+		return Place{}, err
+	}
+	if s.st == "" {
+		return Place{}, ErrNotJoined
+	}
+	return placeOfState(s.st, s.notice, s.head, s.dsize, r.nowMs(s.facts), s.facts)
+}
+
+// stateRead is what one user's place is made of: its state ("" never
+// joined) and used notice ("" none), the room's head and draw size, and
+// the room's facts.
+type stateRead struct {
+	st, notice  string
+	head, dsize int64
+	facts       *roomFacts
+}
+
+// readStates reads the states of users in the sale's room: one round trip
+// of plain reads (and the room's facts if those kept are older than
+// factsMaxAge). ErrNoRoom without a room.
+func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) ([]stateRead, error) {
 	for attempt := 0; ; attempt++ {
 		nb, err := r.bucketCount(ctx, saleID)
 		if err != nil {
-			return Place{}, err
+			return nil, err
 		}
 		f := r.cachedFacts(saleID)
 		stale := f == nil || r.factsMaxAge <= 0 || time.Since(f.readAt) >= r.factsMaxAge
 		pipe := r.rdb.Pipeline()
-		stCmd := pipe.HGet(ctx, r.bucketKey(saleID, user, nb), user)
 		cfgCmd := pipe.HMGet(ctx, r.key(saleID, "room:cfg"), "nb", "head", "dsize")
-		noticeCmd := pipe.HGet(ctx, r.key(saleID, "room:used"), user)
+		usedKey := r.key(saleID, "room:used")
+		stCmds, noticeCmds := make([]*redis.StringCmd, len(users)), make([]*redis.StringCmd, len(users))
+		for i, u := range users {
+			stCmds[i] = pipe.HGet(ctx, r.bucketKey(saleID, u, nb), u)
+			noticeCmds[i] = pipe.HGet(ctx, usedKey, u)
+		}
 		var factsCmd *redis.Cmd
 		if stale {
 			factsCmd = pipe.EvalSha(ctx, roomScript.SHA, r.keys(saleID), "facts", r.scriptNow())
@@ -144,17 +171,17 @@ func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
 		_, _ = pipe.Exec(ctx) // each command's error is its own
 		cfg, err := cfgCmd.Result()
 		if err != nil {
-			return Place{}, fmt.Errorf("admission: place of sale %s: %w", saleID, err)
+			return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
 		}
 		if cfg[0] == nil {
 			r.buckets.Delete(saleID)
-			return Place{}, ErrNoRoom
+			return nil, ErrNoRoom
 		}
 		var counts [3]int64
 		for i := range counts {
 			s, _ := cfg[i].(string)
 			if counts[i], err = strconv.ParseInt(s, 10, 64); err != nil {
-				return Place{}, fmt.Errorf("admission: place of sale %s: unexpected settings %v", saleID, cfg)
+				return nil, fmt.Errorf("admission: places of sale %s: unexpected settings %v", saleID, cfg)
 			}
 		}
 		if counts[0] != nb {
@@ -164,25 +191,26 @@ func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
 			if attempt == 0 {
 				continue
 			}
-			return Place{}, fmt.Errorf("admission: place of sale %s: its bucket count changes", saleID)
-		}
-		st, err := optional(stCmd)
-		if err != nil {
-			return Place{}, fmt.Errorf("admission: place of sale %s: %w", saleID, err)
-		}
-		notice, err := optional(noticeCmd)
-		if err != nil {
-			return Place{}, fmt.Errorf("admission: place of sale %s: %w", saleID, err)
+			return nil, fmt.Errorf("admission: places of sale %s: its bucket count changes", saleID)
 		}
 		if stale {
 			if f, err = r.readFacts(ctx, saleID, factsCmd); err != nil {
-				return Place{}, err
+				return nil, err
 			}
 		}
-		if st == "" {
-			return Place{}, ErrNotJoined
+		out := make([]stateRead, len(users))
+		for i := range users {
+			st, err := optional(stCmds[i])
+			if err != nil {
+				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
+			}
+			notice, err := optional(noticeCmds[i])
+			if err != nil {
+				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
+			}
+			out[i] = stateRead{st: st, notice: notice, head: counts[1], dsize: counts[2], facts: f}
 		}
-		return placeOfState(st, notice, counts[1], counts[2], r.nowMs(f), f)
+		return out, nil
 	}
 }
 
@@ -294,37 +322,26 @@ func placeOfState(st, notice string, head, dsize, nowMs int64, f *roomFacts) (Pl
 	return p, nil
 }
 
-// Check says whether nonce is user's live admission: one round trip of
-// plain reads.
+// Check says whether nonce is user's live admission: plain reads, read
+// together with the room's other reads (Place).
 func (r *Rooms) Check(ctx context.Context, saleID, user, nonce string) (AdmissionCheck, error) {
-	nb, err := r.bucketCount(ctx, saleID)
+	s, err := r.reads.do(ctx, saleID, user)
 	if err != nil {
 		return CheckNone, err
 	}
-	pipe := r.rdb.Pipeline()
-	stCmd := pipe.HGet(ctx, r.bucketKey(saleID, user, nb), user)
-	noticeCmd := pipe.HGet(ctx, r.key(saleID, "room:used"), user)
-	_, _ = pipe.Exec(ctx)
-	st, err := optional(stCmd)
-	if err != nil {
-		return CheckNone, fmt.Errorf("admission: check of sale %s: %w", saleID, err)
-	}
-	notice, err := optional(noticeCmd)
-	if err != nil {
-		return CheckNone, fmt.Errorf("admission: check of sale %s: %w", saleID, err)
-	}
+	st := s.st
 	// a<joined>:<nonce>:<until>:<in draw>, u<joined>:<nonce>:..., l<joined>:<nonce>:...
 	parts := strings.SplitN(st, ":", 4)
 	if len(parts) < 3 || (st[0] != 'a' && st[0] != 'u' && st[0] != 'l') || parts[1] != nonce {
 		return CheckNone, nil
 	}
-	if n, _, ok := strings.Cut(notice, ":"); ok && n == nonce {
+	if n, _, ok := strings.Cut(s.notice, ":"); ok && n == nonce {
 		return CheckUsed, nil
 	}
 	switch st[0] {
 	case 'a':
 		till, _ := strconv.ParseInt(parts[2], 10, 64)
-		if r.nowMs(r.cachedFacts(saleID)) < till {
+		if r.nowMs(s.facts) < till {
 			return CheckAdmitted, nil
 		}
 		return CheckLapsed, nil

@@ -16,14 +16,29 @@ import (
 )
 
 // agree requires Place (plain reads in Go) to answer as the script's
-// place does, for each of users.
+// place does, for each of users, read one by one and all in one pipeline
+// (as concurrent reads go).
 func (r *rig) agree(sale string, users ...string) {
 	r.t.Helper()
-	for _, u := range users {
+	batch, err := r.rooms.readStates(r.ctx, sale, users)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for i, u := range users {
 		want, werr := r.rooms.placeByScript(r.ctx, sale, u)
 		got, gerr := r.rooms.Place(r.ctx, sale, u)
 		if got != want || !errors.Is(gerr, werr) && (werr != nil || gerr != nil) {
 			r.t.Fatalf("%s at %v: Place %+v (%v), the script's place %+v (%v)", u, r.clock.Now(), got, gerr, want, werr)
+		}
+		s := batch[i]
+		if s.st == "" {
+			if !errors.Is(werr, ErrNotJoined) {
+				r.t.Fatalf("%s: not joined in a pipeline of many, the script's place %+v (%v)", u, want, werr)
+			}
+			continue
+		}
+		if inBatch, err := placeOfState(s.st, s.notice, s.head, s.dsize, r.rooms.nowMs(s.facts), s.facts); inBatch != want || err != nil {
+			r.t.Fatalf("%s at %v: read among many %+v (%v), the script's place %+v", u, r.clock.Now(), inBatch, err, want)
 		}
 	}
 }
@@ -38,7 +53,7 @@ func TestPlaceAgreesWithScript(t *testing.T) {
 		r := newRig(t, b, true)
 		r.sale("s", time.Minute, "A", 3)
 		r.create("s", config())
-		us := []string{"d1", "d2", "d3", "d4", "a1", "a2", "nobody"}
+		us := []string{"d1", "d2", "d3", "d4", "a1", "a2", "nobody", "d2"}
 		r.clock.Set(t0.Add(-10 * time.Second))
 		for _, u := range us[:4] {
 			r.join("s", u)

@@ -113,6 +113,7 @@ type Rooms struct {
 	// with every place); SetFactsMaxAge.
 	factsMaxAge time.Duration
 	joins       *batcher[string, joined]
+	reads       *batcher[string, stateRead]
 	notices     *batcher[usedNotice, struct{}]
 }
 
@@ -122,6 +123,7 @@ type Rooms struct {
 func NewRooms(rdb redis.UniversalClient, key func(saleID, name string) string) *Rooms {
 	r := &Rooms{rdb: rdb, key: key}
 	r.joins = newBatcher(maxJoinBatch, r.joinMany)
+	r.reads = newBatcher(maxReadBatch, r.readStates)
 	r.notices = newBatcher(maxNoticeBatch, r.tellUsed)
 	return r
 }
@@ -137,10 +139,12 @@ func (r *Rooms) SetFactsMaxAge(d time.Duration) { r.factsMaxAge = d }
 // factsEvery is how often Step reads a room's facts with its step.
 const factsEvery = 200 * time.Millisecond
 
-// The most users one join call takes (the rest wait for the next), and the
-// most used notices one call tells.
+// The most users one join call takes (the rest wait for the next), the
+// most places one pipeline reads, and the most used notices one call
+// tells.
 const (
 	maxJoinBatch   = 128
+	maxReadBatch   = 256
 	maxNoticeBatch = 512
 )
 

@@ -71,6 +71,11 @@ func (r *Rooms) keepFacts(saleID string, v any) error {
 	}
 }
 
+// Stale tells the rooms that the sale's room's facts may have changed
+// (a buy took the last units of an item): the next place read of the room
+// reads them afresh, so that the buyers in line read sold_out at once.
+func (r *Rooms) Stale(saleID string) { r.facts.Delete(saleID) }
+
 // cachedFacts are the sale's room's facts as last read; nil if none.
 func (r *Rooms) cachedFacts(saleID string) *roomFacts {
 	if f, ok := r.facts.Load(saleID); ok {

@@ -434,3 +434,37 @@ func TestCheckReadsNotices(t *testing.T) {
 		}
 	})
 }
+
+// TestStaleFacts: with facts kept for long, a buy of the last unit told
+// with MarkUsed and Stale shows every buyer in line sold_out at their next
+// read, before any step (the facts read applies the used notices first).
+func TestStaleFacts(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		r := newRig(t, b, true)
+		r.sale("s", 0, "A", 1)
+		r.create("s", config())
+		r.clock.Set(t0)
+		r.join("s", "u1")
+		r.join("s", "u2")
+		r.rooms.SetFactsMaxAge(time.Hour)
+		r.step("s")
+		p := r.place("s", "u1")
+		if q := r.place("s", "u2"); p.Status != Admitted || q.Status != Waiting {
+			t.Fatalf("u1 %+v, u2 %+v", p, q)
+		}
+		o := r.buy("s", "u1", "A", p.Nonce)
+		if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if q := r.place("s", "u2"); q.Status != Waiting {
+			t.Fatalf("u2 with the facts kept: %+v", q)
+		}
+		r.rooms.Stale("s")
+		if q := r.place("s", "u2"); q.Status != SoldOut {
+			t.Fatalf("u2 once stale: %+v", q)
+		}
+		if st := r.stats("s"); st.Used != 1 || st.Live != 0 {
+			t.Fatalf("stats: %+v", st)
+		}
+	})
+}

@@ -63,7 +63,7 @@
 --                   fifth when facts is 1; base: random hex the
 --                   admissions' nonces are made from. It first applies
 --                   the used notices (KEYS[11])
---   facts           {0, <facts>}
+--   facts           {0, <facts>}, once the used notices are applied
 --       <facts> = {sold out now (0/1), admissions over the last 10 s,
 --       the sale's end ms (0 none, -1 no sale hash), the room's end ms,
 --       now ms}: what a place of the room shares with every other
@@ -119,7 +119,7 @@ local reads = {
   join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'used', 'lapsed'},
   place = {'ends', 'head'},
   step = {'rate', 'cap', 'tat', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
-  facts = {'ends'},
+  facts = {'ends', 'used', 'lapsed'},
   entrants = {'drawn'},
   drawpart = {'drawn', 'dlen'},
   drawdone = {'drawn', 'dlen', 'waiting'},
@@ -353,9 +353,6 @@ if op == 'place' then
   return place(st, ARGV[3])
 end
 
-if op == 'facts' then
-  return {0, facts()}
-end
 
 -- use(user, nonce, order): a used notice: user's admission nonce bought
 -- order. Nothing if the user holds no such admission; it counts in c.
@@ -537,6 +534,16 @@ if op == 'drawdone' then
   redis.call('UNLINK', KEYS[2])
   redis.call('HSET', KEYS[1], 'drawn', 1, 'waiting', c.waiting + c.dsize, 'drawing', 0)
   return {0}
+end
+
+if op == 'facts' then
+  -- The used notices applied first: an admission that bought is not live.
+  local used0, lapsed0 = c.used, c.lapsed
+  apply_notices()
+  if c.used ~= used0 or c.lapsed ~= lapsed0 then
+    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
+  end
+  return {0, facts()}
 end
 
 if op == 'stats' then

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,14 +104,49 @@ type Rooms struct {
 	// clock, for tests only, stands in for Redis's clock in the script;
 	// nil: Redis's TIME, the one clock every instance shares.
 	clock func() time.Time
+
+	// buckets: sale id -> its room's bucket count (nb), fixed at create.
+	buckets sync.Map
+	// facts: sale id -> *roomFacts, the room's facts as last read.
+	facts sync.Map
+	// factsMaxAge: how old the facts a place read uses may be (0: read
+	// with every place); SetFactsMaxAge.
+	factsMaxAge time.Duration
+	joins       *batcher[string, joined]
+	reads       *batcher[string, stateRead]
+	notices     *batcher[usedNotice, struct{}]
 }
 
 // NewRooms returns the rooms on rdb; key names a key under the sale's
 // hash tag (inventory.Engine.Key): "sale", "deadlines" and "ptoken:<nonce>"
 // are the engine's own, the room's keys are "room:*".
 func NewRooms(rdb redis.UniversalClient, key func(saleID, name string) string) *Rooms {
-	return &Rooms{rdb: rdb, key: key}
+	r := &Rooms{rdb: rdb, key: key}
+	r.joins = newBatcher(maxJoinBatch, r.joinMany)
+	r.reads = newBatcher(maxReadBatch, r.readStates)
+	r.notices = newBatcher(maxNoticeBatch, r.tellUsed)
+	return r
 }
+
+// SetFactsMaxAge lets a place read (Place) use a room's facts — whether
+// nothing can be sold any more, the admissions of the last 10 s — up to
+// d old, as Step, Join and other reads left them, instead of reading them
+// with the place (a script call): a crowd's polls then cost Redis plain
+// reads only. The contract allows a place 1 s old; Step refreshes the
+// facts every factsEvery. Call it before the rooms are used.
+func (r *Rooms) SetFactsMaxAge(d time.Duration) { r.factsMaxAge = d }
+
+// factsEvery is how often Step reads a room's facts with its step.
+const factsEvery = 200 * time.Millisecond
+
+// The most users one join call takes (the rest wait for the next), the
+// most places one pipeline reads, and the most used notices one call
+// tells.
+const (
+	maxJoinBatch   = 128
+	maxReadBatch   = 256
+	maxNoticeBatch = 512
+)
 
 //go:embed room.lua
 var roomSrc string
@@ -140,18 +176,28 @@ func (r *Rooms) keys(saleID string) []string {
 		r.key(saleID, "room:cfg"), r.key(saleID, "room:dj"), r.key(saleID, "room:dq"),
 		r.key(saleID, "room:aq"), r.key(saleID, "room:live"), r.key(saleID, "room:rate"),
 		r.key(saleID, "room:b:"), r.key(saleID, "sale"), r.key(saleID, "deadlines"),
-		r.key(saleID, "ptoken:"),
+		r.key(saleID, "ptoken:"), r.key(saleID, "room:used"),
 	}
 }
 
 // run calls operation op of room.lua and returns its reply, whose first
 // element is its code; ErrNoRoom for a room that is not there.
 func (r *Rooms) run(ctx context.Context, saleID, op string, args ...any) ([]any, error) {
-	now := ""
-	if r.clock != nil {
-		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
+	res, _, err := luascript.Run(ctx, r.rdb, roomScript, r.keys(saleID), append([]any{op, r.scriptNow()}, args...)...)
+	return r.reply(saleID, op, res, err)
+}
+
+// scriptNow is the script's ARGV[2]: "" for Redis's TIME, the test's clock
+// else.
+func (r *Rooms) scriptNow() string {
+	if r.clock == nil {
+		return ""
 	}
-	res, _, err := luascript.Run(ctx, r.rdb, roomScript, r.keys(saleID), append([]any{op, now}, args...)...)
+	return strconv.FormatInt(r.clock().UnixMicro(), 10)
+}
+
+// reply decodes the reply res (or err) of operation op.
+func (r *Rooms) reply(saleID, op string, res any, err error) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %s of sale %s: %w", op, saleID, err)
 	}
@@ -225,17 +271,56 @@ func unixMs(t time.Time) int64 {
 }
 
 // Join places user in the room (one place per user; again: the same
-// place, but after a lapse a new one at the back).
+// place, but after a lapse a new one at the back). Concurrent joins of a
+// room go to Redis together, as one call (batcher).
 func (r *Rooms) Join(ctx context.Context, saleID, user string) (Place, error) {
-	reply, err := r.run(ctx, saleID, "join", user)
+	j, err := r.joins.do(ctx, saleID, user)
 	if err != nil {
 		return Place{}, err
 	}
-	return placeOf(reply)
+	return j.place, j.err
 }
 
-// Place reads user's place (ErrNotJoined if the user never joined).
-func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
+// joined is one user's outcome of a join call.
+type joined struct {
+	place Place
+	err   error // ErrRoomFull
+}
+
+// joinMany joins users (in order; the same user twice is one place) in
+// one call of the join operation.
+func (r *Rooms) joinMany(ctx context.Context, saleID string, users []string) ([]joined, error) {
+	args := make([]any, len(users))
+	for i, u := range users {
+		args[i] = u
+	}
+	reply, err := r.run(ctx, saleID, "join", args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(reply) != 2+len(users) {
+		return nil, fmt.Errorf("admission: join of sale %s: %d replies for %d users", saleID, len(reply)-2, len(users))
+	}
+	if err := r.keepFacts(saleID, reply[1]); err != nil {
+		return nil, err
+	}
+	out := make([]joined, len(users))
+	for i := range users {
+		p, _ := reply[2+i].([]any)
+		if len(p) == 1 && num(p[0]) == codeFull {
+			out[i].err = ErrRoomFull
+			continue
+		}
+		if out[i].place, err = placeOf(p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// placeByScript reads user's place with the script's place operation:
+// what Place must answer (the tests hold them together).
+func (r *Rooms) placeByScript(ctx context.Context, saleID, user string) (Place, error) {
 	reply, err := r.run(ctx, saleID, "place", user)
 	if err != nil {
 		return Place{}, err
@@ -290,23 +375,33 @@ func num(v any) int64 {
 	return n
 }
 
-// Step lapses admissions past their time and admits the next buyers as
-// far as the rate and the stock allow; any instance may call it at any
-// time (every 20 ms for each live room). It reports how many it admitted
-// and lapsed, and whether the room's draw is yet to be written
-// (NeedsDraw): until it is, nobody is admitted, but in a draw nobody
-// joined, whose (empty) draw is still to be written and recorded.
+// Step applies the used notices (MarkUsed), lapses admissions past their
+// time and admits the next buyers as far as the rate and the stock allow;
+// any instance may call it at any time (every 20 ms for each live room).
+// It reports how many it admitted and lapsed, and whether the room's draw
+// is yet to be written (NeedsDraw): until it is, nobody is admitted, but
+// in a draw nobody joined, whose (empty) draw is still to be written and
+// recorded. Every factsEvery it also reads the room's facts, for Place.
 func (r *Rooms) Step(ctx context.Context, saleID string) (StepResult, error) {
 	var base [16]byte
 	if _, err := rand.Read(base[:]); err != nil {
 		return StepResult{}, fmt.Errorf("admission: a nonce base: %w", err)
 	}
-	reply, err := r.run(ctx, saleID, "step", hex.EncodeToString(base[:]))
+	wantFacts := 0
+	if f := r.cachedFacts(saleID); f == nil || time.Since(f.readAt) >= factsEvery {
+		wantFacts = 1
+	}
+	reply, err := r.run(ctx, saleID, "step", hex.EncodeToString(base[:]), wantFacts)
 	if err != nil {
 		return StepResult{}, err
 	}
-	if len(reply) != 4 {
+	if len(reply) != 4+wantFacts {
 		return StepResult{}, fmt.Errorf("admission: unexpected step reply %v", reply)
+	}
+	if wantFacts == 1 {
+		if err := r.keepFacts(saleID, reply[4]); err != nil {
+			return StepResult{}, err
+		}
 	}
 	return StepResult{Admitted: int(num(reply[1])), Lapsed: int(num(reply[2])), NeedsDraw: num(reply[3]) == 1}, nil
 }
@@ -382,23 +477,49 @@ func (r *Rooms) WriteDraw(ctx context.Context, saleID string, order []string) er
 	return err
 }
 
-// Check says whether nonce is user's live admission.
-func (r *Rooms) Check(ctx context.Context, saleID, user, nonce string) (AdmissionCheck, error) {
-	reply, err := r.run(ctx, saleID, "check", user, nonce)
-	if err != nil {
-		return CheckNone, err
+// MarkUsed records that user's admission nonce bought orderID: a notice
+// (one plain write; concurrent ones of a room go together) that Place,
+// Join and Check read at once and the room's next Step or Stats applies
+// (the admission leaves the live ones, the used count grows). It does
+// nothing if the room holds no such admission of the user. A notice lost
+// on the way only delays the room: a step finds the admission used anyway
+// from its spent nonce once it is due, without the order id.
+//
+// The notices' hash expires noticeTTL after its last write, so that a
+// notice written while the room was being removed (by an instance that
+// had not seen it go) is not kept for good.
+func (r *Rooms) MarkUsed(ctx context.Context, saleID, user, nonce, orderID string) error {
+	if _, err := r.bucketCount(ctx, saleID); err != nil { // ErrNoRoom
+		return err
 	}
-	if len(reply) != 2 {
-		return CheckNone, fmt.Errorf("admission: unexpected check reply %v", reply)
-	}
-	return AdmissionCheck(num(reply[1])), nil
+	_, err := r.notices.do(ctx, saleID, usedNotice{user: user, nonce: nonce, order: orderID})
+	return err
 }
 
-// MarkUsed records that user's admission nonce bought orderID; it does
-// nothing if the room holds no such admission of the user.
-func (r *Rooms) MarkUsed(ctx context.Context, saleID, user, nonce, orderID string) error {
-	_, err := r.run(ctx, saleID, "used", user, nonce, orderID)
-	return err
+// noticeTTL is how long the used notices of a room are kept after the
+// last is written: a step applies them within one roomTick.
+const noticeTTL = 10 * time.Minute
+
+// usedNotice is one MarkUsed.
+type usedNotice struct{ user, nonce, order string }
+
+// tellUsed writes the used notices ns of a room, one HSET (and its
+// expiry).
+func (r *Rooms) tellUsed(ctx context.Context, saleID string, ns []usedNotice) ([]struct{}, error) {
+	args := make([]any, 0, 2*len(ns))
+	for _, n := range ns {
+		args = append(args, n.user, n.nonce+":"+n.order)
+	}
+	key := r.key(saleID, "room:used")
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, args...)
+		p.PExpire(ctx, key, noticeTTL)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admission: used notices of sale %s: %w", saleID, err)
+	}
+	return make([]struct{}, len(ns)), nil
 }
 
 // Stats reads the room's counts.
@@ -430,5 +551,7 @@ func (r *Rooms) SetRate(ctx context.Context, saleID string, ratePerS int64) erro
 // that is not there is no error.
 func (r *Rooms) Remove(ctx context.Context, saleID string) error {
 	_, err := r.run(ctx, saleID, "remove")
+	r.buckets.Delete(saleID)
+	r.facts.Delete(saleID)
 	return err
 }

@@ -30,6 +30,10 @@
 -- KEYS[9] the sale's deadlines zset: the reservations awaiting payment
 -- KEYS[10] the start of the spent purchase tokens' keys: KEYS[10] .. nonce
 --         exists once an accepted buy spent the admission nonce
+-- KEYS[11] room:used hash: user -> "<nonce>:<order id>", an admission an
+--         accepted buy spent and the order it made, told by the buy's
+--         instance (a plain HSET) and applied by the next step; place
+--         reads it at once
 -- ARGV[1] the operation    ARGV[2] now, unix µs, or "" for Redis's TIME
 --         (script_now, clock.lua, prepended)    ARGV[3]... the operation's
 --
@@ -48,28 +52,36 @@
 --   create opens_ms draw_ms ends_ms rate cap ttl_ms max
 --        {0} made, or there with these settings; {5} there with others;
 --        {6} the sale hash is missing
---   join user       {0, <place>}; {2} not open; {3} full
---   place user      {0, <place>}; {4} never joined
+--   join user...    {0, <facts>, <joined>...}, a <joined> a user, in
+--                   order: {0, <place>...} or {3} full (the same user
+--                   twice: the second finds the first's place); {2} not
+--                   open
+--   place user      {0, <place>...}; {4} never joined
 --       <place> = status, joined ms, in draw (0/1), position, nonce,
 --       admitted until ms, order id, admissions over the last 10 s
---   step base       {0, admitted, lapsed, needs draw (0/1)}; base: random
---                   hex the admissions' nonces are made from
+--   step base facts {0, admitted, lapsed, needs draw (0/1)}, and <facts>
+--                   fifth when facts is 1; base: random hex the
+--                   admissions' nonces are made from. It first applies
+--                   the used notices (KEYS[11])
+--   facts           {0, <facts>}, once the used notices are applied
+--       <facts> = {sold out now (0/1), admissions over the last 10 s,
+--       the sale's end ms (0 none, -1 no sale hash), the room's end ms,
+--       now ms}: what a place of the room shares with every other
 --   entrants        {0, the draw is to be written (0/1), dsize}
 --   drawpart offset user...
 --                   the draw's users of ranks offset+1...: {0}; {7, why}
 --                   when they are not the entrants in one order
 --   drawdone        {0} the draw is in place (or was); {7, why} not all
 --                   of it is written
---   check user nonce  {0, 0 none / 1 admitted / 2 used / 3 lapsed}
---   used user nonce order  {0}: the admission bought order (nothing if
---                   the user holds no such admission)
 --   stats           {0, waiting, drawing, admitted, used, lapsed, live,
---                   rate, dsize, drawn}
+--                   rate, dsize, drawn}, once the used notices are applied
 --   rate r          {0}
 --   remove          {0}: every key of the room unlinked (or none was)
 --
 -- Writes come after the checks, but seal's: sealing is right whenever the
--- time has come, whatever the operation then does.
+-- time has come, whatever the operation then does. (A place is also read
+-- without this script, in Go: Rooms.Place, which must answer as place
+-- does.)
 
 local KEYS, ARGV, redis, string, math = KEYS, ARGV, redis, string, math
 local op = ARGV[1]
@@ -107,11 +119,10 @@ local reads = {
   join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'used', 'lapsed'},
   place = {'ends', 'head'},
   step = {'rate', 'cap', 'tat', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
+  facts = {'ends', 'used', 'lapsed'},
   entrants = {'drawn'},
   drawpart = {'drawn', 'dlen'},
   drawdone = {'drawn', 'dlen', 'waiting'},
-  check = {},
-  used = {'used', 'lapsed'},
   stats = {'waiting', 'drawing', 'admitted', 'used', 'lapsed', 'rate', 'drawn'},
   rate = {},
   remove = {},
@@ -137,7 +148,7 @@ if op == 'remove' then
     end
   end
   if #batch > 0 then redis.call('UNLINK', unpack(batch)) end
-  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[11])
   return {0}
 end
 
@@ -186,28 +197,56 @@ end
 -- room) ended, or its limited items have no unit left, none is held by a
 -- live admission nor by a reservation awaiting payment. A sale of
 -- unlimited items only never sells out.
+-- (Read once a call: the same for every user of a join.)
+local the_sold_out
 local function sold_out()
-  local e = sale_end()
-  if not e then return false end
-  if (e > 0 and now_ms >= e) or (c.ends > 0 and now_ms >= c.ends) then return true end
-  -- The cheapest check first: while admissions are out, it is not.
-  if redis.call('ZCARD', KEYS[5]) > 0 then return false end
-  local sum, limited = stock()
-  if not limited or sum > 0 then return false end
-  return redis.call('ZCARD', KEYS[9]) == 0
+  if the_sold_out ~= nil then return the_sold_out end
+  local function get()
+    local e = sale_end()
+    if not e then return false end
+    if (e > 0 and now_ms >= e) or (c.ends > 0 and now_ms >= c.ends) then return true end
+    -- The cheapest check first: while admissions are out, it is not.
+    if redis.call('ZCARD', KEYS[5]) > 0 then return false end
+    local sum, limited = stock()
+    if not limited or sum > 0 then return false end
+    return redis.call('ZCARD', KEYS[9]) == 0
+  end
+  the_sold_out = get()
+  return the_sold_out
 end
 
--- recent(): admissions over the 10 whole seconds before this one.
+-- recent(): admissions over the 10 whole seconds before this one (read
+-- once a call).
+local the_recent
 local function recent()
+  if the_recent then return the_recent end
   local s, f = math.floor(now_ms / 1000), {}
   for i = 1, 10 do f[i] = fmt(s - i) end
   local n = 0
   for _, v in ipairs(redis.call('HMGET', KEYS[6], unpack(f))) do n = n + (tonumber(v) or 0) end
+  the_recent = n
   return n
 end
 
--- place(st): the reply of a user in state st.
-local function place(st)
+-- facts(): <facts> (see the top).
+local function facts()
+  local e = sale_end()
+  return {sold_out() and 1 or 0, recent(), e or -1, c.ends, now_ms}
+end
+
+-- notice(user, nonce): the order of the used notice of user's admission
+-- nonce, false if there is none.
+local function notice(user, nonce)
+  local n = redis.call('HGET', KEYS[11], user)
+  if not n then return false end
+  local nn, order = string.match(n, '^(%x+):(.*)$')
+  if nn ~= nonce then return false end
+  return order
+end
+
+-- place(st, user): the reply of user in state st: a used notice of its
+-- admission shows at once.
+local function place(st, user)
   local kind = string.sub(st, 1, 1)
   if kind == 'd' then
     if sold_out() then return {0, 'sold_out', string.sub(st, 2), 1, 0, '', 0, '', 0} end
@@ -220,13 +259,18 @@ local function place(st)
     return {0, 'waiting', joined, indraw, rank - c.head, '', 0, '', recent()}
   elseif kind == 'a' then
     local joined, nonce, till, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
+    local order = notice(user, nonce)
+    if order then return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0} end
     if now_ms >= tonumber(till) then return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0} end
     return {0, 'admitted', joined, tonumber(indraw), 0, nonce, till, '', 0}
   elseif kind == 'u' then
-    local joined, _, indraw, order = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
+    local joined, nonce, indraw, order = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
+    if order == '' then order = notice(user, nonce) or '' end
     return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0}
   end
-  local joined, _, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
+  local joined, nonce, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
+  local order = notice(user, nonce)
+  if order then return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0} end
   return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0}
 end
 
@@ -246,76 +290,152 @@ local function lapse(b, user, st)
 end
 
 if op == 'join' then
-  local user = ARGV[3]
   local e = sale_end()
   if now_ms < c.opens or not e or (e > 0 and now_ms >= e) or (c.ends > 0 and now_ms >= c.ends) then
     return {2}
   end
-  local b = bucket(user)
-  local st = redis.call('HGET', b, user)
-  -- An admission past its grace that no Step has ended yet ends now, so
-  -- that a lapsed user's join is the new place it should be. (Right
-  -- whatever the join does next, like seal.)
-  if st and string.sub(st, 1, 1) == 'a'
-    and now_ms >= tonumber(string.match(st, '^a%d+:%x+:(%d+):')) + grace_ms then
-    local kind = lapse(b, user, st)
-    redis.call('ZREM', KEYS[5], user)
-    if kind == 'u' then
-      redis.call('HSET', KEYS[1], 'used', c.used + 1)
-    else
-      c.lapsed = c.lapsed + 1
-      redis.call('HSET', KEYS[1], 'lapsed', c.lapsed)
+  -- Each user in turn, as if alone: a user's state is written before the
+  -- next user is read (the same user twice finds its place); the lists
+  -- and the counts are written once, after the last.
+  local out, pushed = {0, false}, {}
+  local counts = false
+  for i = 3, #ARGV do
+    local user = ARGV[i]
+    local b = bucket(user)
+    local st = redis.call('HGET', b, user)
+    -- An admission past its grace that no Step has ended yet ends now, so
+    -- that a lapsed user's join is the new place it should be. (Right
+    -- whatever the join does next, like seal.)
+    if st and string.sub(st, 1, 1) == 'a'
+      and now_ms >= tonumber(string.match(st, '^a%d+:%x+:(%d+):')) + grace_ms then
+      local kind = lapse(b, user, st)
+      redis.call('ZREM', KEYS[5], user)
+      if kind == 'u' then c.used = c.used + 1 else c.lapsed = c.lapsed + 1 end
+      counts = true
+      st = redis.call('HGET', b, user)
     end
-    st = redis.call('HGET', b, user)
+    -- A lapsed user joins again at the back, unless a buy spent the
+    -- admission after all (a used notice not applied yet).
+    if st and (string.sub(st, 1, 1) ~= 'l' or notice(user, string.match(st, '^l%d+:(%x*):'))) then
+      out[#out + 1] = place(st, user)
+    elseif c.waiting + c.drawing >= c.max then
+      out[#out + 1] = {3}
+    else
+      if c.sealed == 1 then
+        -- An arrival, or a lapsed user again: the next rank, at the back.
+        c.seq, c.waiting = c.seq + 1, c.waiting + 1
+        st = 'w' .. fmt(c.dsize + c.seq) .. ':' .. fmt(now_ms)
+      else
+        c.drawing = c.drawing + 1
+        st = 'd' .. fmt(now_ms)
+      end
+      pushed[#pushed + 1] = user
+      counts = true
+      redis.call('HSET', b, user, st)
+      out[#out + 1] = place(st, user)
+    end
   end
-  if st and string.sub(st, 1, 1) ~= 'l' then return place(st) end
-  if c.waiting + c.drawing >= c.max then return {3} end
-  if c.sealed == 1 then
-    -- An arrival, or a lapsed user again: the next rank, at the back.
-    local rank = c.dsize + c.seq + 1
-    st = 'w' .. fmt(rank) .. ':' .. fmt(now_ms)
-    redis.call('RPUSH', KEYS[4], user)
-    redis.call('HSET', KEYS[1], 'seq', c.seq + 1, 'waiting', c.waiting + 1)
-  else
-    st = 'd' .. fmt(now_ms)
-    redis.call('RPUSH', KEYS[2], user)
-    redis.call('HSET', KEYS[1], 'drawing', c.drawing + 1)
+  if #pushed > 0 then
+    local list = (c.sealed == 1) and KEYS[4] or KEYS[2]
+    redis.call('RPUSH', list, unpack(pushed))
   end
-  redis.call('HSET', b, user, st)
-  return place(st)
+  if counts then
+    redis.call('HSET', KEYS[1], 'seq', c.seq, 'waiting', c.waiting, 'drawing', c.drawing,
+      'used', c.used, 'lapsed', c.lapsed)
+  end
+  out[2] = facts()
+  return out
 end
 
 if op == 'place' then
   local st = redis.call('HGET', bucket(ARGV[3]), ARGV[3])
   if not st then return {4} end
-  return place(st)
+  return place(st, ARGV[3])
+end
+
+
+-- use(user, nonce, order): a used notice: user's admission nonce bought
+-- order. Nothing if the user holds no such admission; it counts in c.
+local function use(user, nonce, order)
+  local b = bucket(user)
+  local st = redis.call('HGET', b, user) or ''
+  local kind = string.sub(st, 1, 1)
+  if kind == 'a' then
+    local joined, n, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
+    if n ~= nonce then return end
+    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
+    redis.call('ZREM', KEYS[5], user)
+    c.used = c.used + 1
+  elseif kind == 'l' then
+    local joined, n, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
+    if n ~= nonce then return end
+    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
+    c.used, c.lapsed = c.used + 1, c.lapsed - 1
+  elseif kind == 'u' then
+    -- A lapse found the nonce spent before the order was told: name it.
+    local joined, n, indraw, had = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
+    if n == nonce and had == '' and order ~= '' then
+      redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
+    end
+  end
+end
+
+-- apply_notices(): the used notices (KEYS[11]) applied, at most 1000 (the
+-- rest the next call), counted in c (not written).
+local function apply_notices()
+  local told
+  if redis.call('HLEN', KEYS[11]) <= 1000 then
+    told = redis.call('HGETALL', KEYS[11])
+  else
+    told = redis.call('HSCAN', KEYS[11], 0, 'COUNT', 1000)[2]
+  end
+  if #told == 0 then return end
+  local fields = {}
+  for i = 1, #told, 2 do
+    local nonce, order = string.match(told[i + 1], '^(%x+):(.*)$')
+    if nonce then use(told[i], nonce, order) end
+    fields[#fields + 1] = told[i]
+  end
+  redis.call('HDEL', KEYS[11], unpack(fields))
 end
 
 if op == 'step' then
+  local want_facts = ARGV[4] == '1'
+  local used0, lapsed0 = c.used, c.lapsed
+  -- The used notices first.
+  apply_notices()
   -- Lapses: admissions past their until and grace; one whose nonce a buy
   -- spent was used.
-  local lapsed, used = 0, 0
+  local lapsed = 0
   local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms - grace_ms, 'LIMIT', 0, 1000)
   for _, user in ipairs(due) do
     local b = bucket(user)
     local st = lapse(b, user, redis.call('HGET', b, user) or '')
-    if st == 'u' then used = used + 1 elseif st == 'l' then lapsed = lapsed + 1 end
+    if st == 'u' then c.used = c.used + 1 elseif st == 'l' then lapsed = lapsed + 1 end
   end
+  c.lapsed = c.lapsed + lapsed
   if #due > 0 then
     for i = 1, #due, 1000 do redis.call('ZREM', KEYS[5], unpack(due, i, math.min(i + 999, #due))) end
-    redis.call('HSET', KEYS[1], 'used', c.used + used, 'lapsed', c.lapsed + lapsed)
+  end
+  if c.used ~= used0 or c.lapsed ~= lapsed0 then
+    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
   end
 
   local needs_draw = (c.sealed == 1 and c.drawn == 0) and 1 or 0
+  -- done(got): the reply, once got were admitted (the facts after them).
+  local function done(got)
+    if want_facts then return {0, got, lapsed, needs_draw, facts()} end
+    return {0, got, lapsed, needs_draw}
+  end
   -- The draw's order comes first: nobody is admitted before it is written.
-  if c.waiting == 0 or (needs_draw == 1 and c.dsize > 0) then return {0, 0, lapsed, needs_draw} end
+  if c.waiting == 0 or (needs_draw == 1 and c.dsize > 0) then return done(0) end
 
   -- Only a selling sale admits (and never past the room's end).
   local s = redis.call('HMGET', KEYS[8], 'start', 'end', 'paused', 'fenced')
   local starts, ends = tonumber(s[1]), tonumber(s[2])
   if not (starts and ends) or s[3] == '1' or s[4] or (starts > 0 and now_ms < starts)
     or (ends > 0 and now_ms >= ends) or (c.ends > 0 and now_ms >= c.ends) then
-    return {0, 0, lapsed, needs_draw}
+    return done(0)
   end
 
   -- The admission clock (GCRA): admission k is due at tat + k*T; the
@@ -330,7 +450,7 @@ if op == 'step' then
   -- The stock: never more live admissions than units left to buy.
   local sum, limited = stock()
   if limited then n = math.min(n, sum - redis.call('ZCARD', KEYS[5])) end
-  if n <= 0 then return {0, 0, lapsed, needs_draw} end
+  if n <= 0 then return done(0) end
 
   local till = now_ms + c.ttl
   if c.ends > 0 then till = math.min(till, c.ends) end
@@ -354,16 +474,20 @@ if op == 'step' then
       live[#live + 1] = user
     end
   end
-  if got == 0 then return {0, 0, lapsed, needs_draw} end
+  if got == 0 then return done(0) end
   for i = 1, #live, 1000 do redis.call('ZADD', KEYS[5], unpack(live, i, math.min(i + 999, #live))) end
   redis.call('HSET', KEYS[1], 'head', head, 'waiting', c.waiting - got, 'admitted', total,
     'tat', fmt(math.floor(tat + got * T + 0.5)))
   local sec = math.floor(now_ms / 1000)
   redis.call('HINCRBY', KEYS[6], fmt(sec), got)
-  for _, f in ipairs(redis.call('HKEYS', KEYS[6])) do
-    if tonumber(f) < sec - 10 then redis.call('HDEL', KEYS[6], f) end
+  -- A field a second that admitted: more than 11 only once a second has
+  -- passed since the last clean.
+  if redis.call('HLEN', KEYS[6]) > 11 then
+    for _, f in ipairs(redis.call('HKEYS', KEYS[6])) do
+      if tonumber(f) < sec - 10 then redis.call('HDEL', KEYS[6], f) end
+    end
   end
-  return {0, got, lapsed, needs_draw}
+  return done(got)
 end
 
 if op == 'entrants' then
@@ -412,49 +536,23 @@ if op == 'drawdone' then
   return {0}
 end
 
-if op == 'check' then
-  local st = redis.call('HGET', bucket(ARGV[3]), ARGV[3]) or ''
-  local kind, nonce = string.sub(st, 1, 1), ARGV[4]
-  if kind == 'a' then
-    local n, till = string.match(st, '^a%d+:(%x+):(%d+):')
-    if n ~= nonce then return {0, 0} end
-    if now_ms < tonumber(till) then return {0, 1} end
-    return {0, 3}
-  elseif kind == 'u' and string.match(st, '^u%d+:(%x*):') == nonce then
-    return {0, 2}
-  elseif kind == 'l' and string.match(st, '^l%d+:(%x*):') == nonce then
-    return {0, 3}
+if op == 'facts' then
+  -- The used notices applied first: an admission that bought is not live.
+  local used0, lapsed0 = c.used, c.lapsed
+  apply_notices()
+  if c.used ~= used0 or c.lapsed ~= lapsed0 then
+    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
   end
-  return {0, 0}
-end
-
-if op == 'used' then
-  local user, nonce, order = ARGV[3], ARGV[4], ARGV[5]
-  local b = bucket(user)
-  local st = redis.call('HGET', b, user) or ''
-  local kind = string.sub(st, 1, 1)
-  if kind == 'a' then
-    local joined, n, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
-    if n ~= nonce then return {0} end
-    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
-    redis.call('ZREM', KEYS[5], user)
-    redis.call('HSET', KEYS[1], 'used', c.used + 1)
-  elseif kind == 'l' then
-    local joined, n, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
-    if n ~= nonce then return {0} end
-    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
-    redis.call('HSET', KEYS[1], 'used', c.used + 1, 'lapsed', c.lapsed - 1)
-  elseif kind == 'u' then
-    -- A lapse found the nonce spent before the order was told: name it.
-    local joined, n, indraw, had = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
-    if n == nonce and had == '' and order ~= '' then
-      redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
-    end
-  end
-  return {0}
+  return {0, facts()}
 end
 
 if op == 'stats' then
+  -- The used notices are counted as used (and the live as not).
+  local used0, lapsed0 = c.used, c.lapsed
+  apply_notices()
+  if c.used ~= used0 or c.lapsed ~= lapsed0 then
+    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
+  end
   return {0, c.waiting, c.drawing, c.admitted, c.used, c.lapsed, redis.call('ZCARD', KEYS[5]),
     c.rate, c.dsize, c.drawn}
 end

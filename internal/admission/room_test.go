@@ -853,6 +853,10 @@ func TestCheckAndMarkUsed(t *testing.T) {
 		if err := r.rooms.MarkUsed(r.ctx, "s", "v", v.Nonce, "late-order"); err != nil {
 			t.Fatal(err)
 		}
+		if q := r.place("s", "v"); q.Status != Used || q.OrderID != "late-order" {
+			t.Fatalf("v told used: %+v", q)
+		}
+		r.step("s") // applies the notice
 		if st := r.stats("s"); st.Used != 2 || st.Lapsed != 0 || st.Live != 0 {
 			t.Fatalf("stats: %+v", st)
 		}
@@ -880,6 +884,7 @@ func TestSoldOut(t *testing.T) {
 		if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, o.ID); err != nil {
 			t.Fatal(err)
 		}
+		r.step("s") // applies the notice: no admission is live
 		if q := r.place("s", "u2"); q.Status != Waiting {
 			t.Fatalf("with a reservation awaiting payment: %+v", q)
 		}

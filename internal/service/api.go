@@ -110,12 +110,38 @@ func buyPath(r *http.Request) (string, bool) {
 
 // buyPathOf is buyPath of a method and a path with nothing escaped.
 func buyPathOf(method, p string) (string, bool) {
-	if method != http.MethodPost ||
-		len(p) <= len(buyPathPrefix)+len(buyPathSuffix) ||
-		p[:len(buyPathPrefix)] != buyPathPrefix || p[len(p)-len(buyPathSuffix):] != buyPathSuffix {
+	if method != http.MethodPost {
 		return "", false
 	}
-	sale := p[len(buyPathPrefix) : len(p)-len(buyPathSuffix)]
+	return salePathOf(p, buyPathSuffix)
+}
+
+// queuePathSuffix ends a buyer's place's path, "/v1/sales/{sale}/queue".
+const queuePathSuffix = "/queue"
+
+// queuePathOf is, for a method and a path with nothing escaped, what
+// buyPathOf is for the buy: whether the mux would hand the request, as it
+// is, to a buyer's place ("/v1/sales/{sale}/queue", POST a join, GET a
+// read), and its sale.
+func queuePathOf(method, p string) (sale string, join, ok bool) {
+	if method != http.MethodPost && method != http.MethodGet {
+		return "", false, false
+	}
+	if sale, ok = salePathOf(p, queuePathSuffix); !ok {
+		return "", false, false
+	}
+	return sale, method == http.MethodPost, true
+}
+
+// salePathOf is the sale of a path "/v1/sales/{sale}" + suffix that the mux
+// routes as it is: already clean (no "//", ".", ".."), one non-empty
+// segment between the prefix and the suffix.
+func salePathOf(p, suffix string) (string, bool) {
+	if len(p) <= len(buyPathPrefix)+len(suffix) ||
+		p[:len(buyPathPrefix)] != buyPathPrefix || p[len(p)-len(suffix):] != suffix {
+		return "", false
+	}
+	sale := p[len(buyPathPrefix) : len(p)-len(suffix)]
 	if sale == "." || sale == ".." || strings.IndexByte(sale, '/') >= 0 {
 		return "", false
 	}

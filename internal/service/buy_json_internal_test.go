@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -213,5 +214,36 @@ func checkWriteOrder(t *testing.T, o inventory.Order, remaining []int64) {
 	writeOrder(got, http.StatusCreated, o, remaining)
 	if got.Code != want.Code || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) || !reflect.DeepEqual(got.Header(), want.Header()) {
 		t.Fatalf("writeOrder: %d %v %q\nwriteJSON: %d %v %q", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+	}
+}
+
+// appendPlace writes a place byte for byte as encoding/json does, in
+// every status's shape, or says it cannot.
+func TestAppendPlaceMatchesEncodingJSON(t *testing.T) {
+	pos, ahead := int64(1234), int64(1233)
+	until := time.Date(2026, 12, 1, 10, 2, 0, 500_000_000, time.UTC)
+	joined := time.Date(2026, 12, 1, 9, 59, 59, 123_456_789, time.UTC)
+	for _, p := range []placeJSON{
+		{SaleID: "s1", Status: "drawing", PollAfterMs: 1500, JoinedAt: joined, InDraw: true},
+		{SaleID: "s1", Status: "waiting", Position: &pos, Ahead: &ahead, EtaS: json.RawMessage("null"), PollAfterMs: 5000, JoinedAt: joined},
+		{SaleID: "s1", Status: "waiting", Position: &pos, Ahead: &ahead, EtaS: json.RawMessage("37"), PollAfterMs: 18000, JoinedAt: joined},
+		{SaleID: "a.b:c-d_e", Status: "admitted", PollAfterMs: 60000, JoinedAt: joined, InDraw: true,
+			Admission: "eyJhIjoxfQ.c2lnbmF0dXJl", AdmittedUntil: &until},
+		{SaleID: "s1", Status: "used", PollAfterMs: 10000, JoinedAt: joined, OrderID: "0123456789abcdef01234567"},
+		{SaleID: "s1", Status: "lapsed", PollAfterMs: 10000, JoinedAt: time.Unix(0, 0).UTC()},
+		{SaleID: "s1", Status: "sold_out", PollAfterMs: 10000, JoinedAt: joined},
+		{SaleID: "s<1>", Status: "used", JoinedAt: joined, OrderID: "a&b"},
+	} {
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, '\n')
+		if got := placeBody(p); !bytes.Equal(got, want) {
+			t.Errorf("placeBody:\n got %s\nwant %s", got, want)
+		}
+		if got, ok := appendPlace(nil, p); ok && !bytes.Equal(got, want) {
+			t.Errorf("appendPlace says ok:\n got %s\nwant %s", got, want)
+		}
 	}
 }

@@ -20,8 +20,10 @@ import (
 // The service over fasthttp (Config.HTTPServer "fasthttp"; `seckill serve`'s
 // default). The buy, most of the traffic, is served on fasthttp itself,
 // through the same buyIn as over net/http (a fastExchange instead of an
-// httpExchange); every other request goes through fasthttpadaptor to the
-// service's http.Handler (routes), unchanged. Why: net/http costs ~10 µs
+// httpExchange), and so are a waiting room's joins and place reads
+// (queueIn), the traffic of a crowd in line; every other request goes
+// through fasthttpadaptor to the service's http.Handler (routes),
+// unchanged. Why: net/http costs ~10 µs
 // more CPU per request than fasthttp at a buy's rate on this kind of
 // machine (docs/performance.md, "seckill bench --cost").
 
@@ -65,12 +67,13 @@ func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 	}
 }
 
-// fastHandler serves a buy natively (fastBuyPath) and hands anything
-// else to adapted, the service's handler through fasthttpadaptor.
+// fastHandler serves a buy and a buyer's place natively (fastRoute) and
+// hands anything else to adapted, the service's handler through
+// fasthttpadaptor.
 func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestHandler {
 	debugLog := s.log.Enabled(context.Background(), slog.LevelDebug)
 	return func(c *fasthttp.RequestCtx) {
-		sale, ok := fastBuyPath(c)
+		sale, queue, join, ok := fastRoute(c)
 		// A chunked body (ContentLength -1) whose length has another
 		// reading (framing.go): 400, and the connection closed.
 		ambiguous := c.Request.Header.ContentLength() == -1 && ambiguousHeaders(c.Request.Header.RawHeaders())
@@ -101,7 +104,13 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 			writeErrorTo(x, s.logWithID(id), errAmbiguousFraming)
 			return
 		}
-		if err := s.buyIn(x, sale); err != nil {
+		var err error
+		if queue {
+			err = s.queueIn(x, sale, join)
+		} else {
+			err = s.buyIn(x, sale)
+		}
+		if err != nil {
 			writeErrorTo(x, s.logWithID(id), err)
 		}
 	}
@@ -180,23 +189,37 @@ func streamedBody(r *http.Request) (io.Reader, *fasthttp.RequestCtx) {
 	return body, c
 }
 
-// fastBuyPath is buyPath of a fasthttp request: a POST whose
-// request-target is a path (not a URL), nothing in it escaped, no '#' in
-// it (fasthttp's path ends there; net/http's path keeps it, so the mux
-// answers 404, or redirects a "#/../" elsewhere: the adaptor's way).
-func fastBuyPath(c *fasthttp.RequestCtx) (string, bool) {
-	if !c.IsPost() {
-		return "", false
+// fastRoute is the route of a fasthttp request served natively: a buy
+// (buyPath), or a buyer's place (queue: POST a join, GET a read;
+// queuePathOf), of a request whose request-target is a path (not a URL),
+// nothing in it escaped, no '#' in it (fasthttp's path ends there;
+// net/http's path keeps it, so the mux answers 404, or redirects a
+// "#/../" elsewhere: the adaptor's way). ok is false for anything else.
+func fastRoute(c *fasthttp.RequestCtx) (sale string, queue, join, ok bool) {
+	post := c.IsPost()
+	if !post && !c.IsGet() {
+		return "", false, false, false
 	}
 	uri := c.Request.Header.RequestURI()
 	if len(uri) == 0 || uri[0] != '/' || bytes.IndexByte(uri, '#') >= 0 {
-		return "", false
+		return "", false, false, false
 	}
 	p := c.Request.URI().PathOriginal()
 	if bytes.IndexByte(p, '%') >= 0 {
-		return "", false // net/http decodes it: the mux's, through the adaptor
+		return "", false, false, false // net/http decodes it: the mux's, through the adaptor
 	}
-	return buyPathOf(http.MethodPost, string(p))
+	path := string(p)
+	if post {
+		if sale, ok := buyPathOf(http.MethodPost, path); ok {
+			return sale, false, false, true
+		}
+	}
+	method := http.MethodGet
+	if post {
+		method = http.MethodPost
+	}
+	sale, join, ok = queuePathOf(method, path)
+	return sale, ok, join, ok
 }
 
 // fastError answers a request fasthttp could not read: fasthttp's own

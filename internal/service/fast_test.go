@@ -136,7 +136,8 @@ func TestFastHTTPBuyMatchesNetHTTP(t *testing.T) {
 }
 
 var (
-	volatileJSON  = regexp.MustCompile(`"(order_id|created_at|pay_by)":"[^"]*"`)
+	volatileJSON  = regexp.MustCompile(`"(order_id|created_at|pay_by|joined_at)":"[^"]*"`)
+	pollAfter     = regexp.MustCompile(`"poll_after_ms":[0-9]+`)
 	settledStatus = regexp.MustCompile(`"status":"(pending|confirmed)"`)
 	generatedID   = regexp.MustCompile(`^[0-9a-f]{24}$`)
 )
@@ -177,6 +178,7 @@ func compareServers(t *testing.T, servers []struct{ tag, url string }, secret st
 
 func normalize(body []byte, tag string) []byte {
 	b := volatileJSON.ReplaceAll(body, []byte(`"$1":"-"`))
+	b = pollAfter.ReplaceAll(b, []byte(`"poll_after_ms":0`)) // spread at random
 	// A replay is answered from the database once the consumer has stored
 	// the order (confirmed), from Redis before (pending): either, as the
 	// consumer's timing falls, on either server.
@@ -218,6 +220,56 @@ func sendTagged(t *testing.T, base, tag, secret string, r eqRequest) reply {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return reply{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// TestFastHTTPQueueMatchesNetHTTP: a waiting room's joins and place
+// reads, served natively on fasthttp (queueIn), answer as over net/http:
+// the same status, named headers and body, byte for byte, but for times
+// and the tag.
+func TestFastHTTPQueueMatchesNetHTTP(t *testing.T) {
+	a, netURL := startFastApp(t, realStack(t))
+	servers := []struct{ tag, url string }{{"n", netURL}, {"f", a.svc.URL()}}
+	drawUntil := time.Now().Add(time.Second)
+	later := time.Now().Add(time.Hour)
+	for _, s := range servers {
+		mustStatus(t, a.roomSale("eq-"+s.tag+"-draw", 10, map[string]any{}, map[string]any{"starts_at": rfc(later)}), http.StatusCreated)
+		mustStatus(t, a.roomSale("eq-"+s.tag+"-line", 10, map[string]any{"draw_until": rfc(drawUntil)},
+			map[string]any{"starts_at": rfc(later)}), http.StatusCreated)
+		mustStatus(t, a.roomSale("eq-"+s.tag+"-full", 10, map[string]any{"max_waiting": 1}, map[string]any{"starts_at": rfc(later)}), http.StatusCreated)
+		mustStatus(t, a.roomSale("eq-"+s.tag+"-later", 10, map[string]any{"opens_at": rfc(later)}, nil), http.StatusCreated)
+		a.createSale("eq-"+s.tag+"-plain", 1, "A", 10)
+	}
+	time.Sleep(time.Until(drawUntil) + 50*time.Millisecond) // the line's draw is sealed: joins are arrivals
+	cases := []struct {
+		name string
+		reqs []eqRequest
+	}{
+		{"join before the draw, again, read", []eqRequest{
+			{"POST", "/v1/sales/eq-{T}-draw/queue", "u-{T}-d1", nil, ""},
+			{"POST", "/v1/sales/eq-{T}-draw/queue", "u-{T}-d1", []string{"X-Request-Id", "req-q1"}, ""},
+			{"GET", "/v1/sales/eq-{T}-draw/queue", "u-{T}-d1", nil, ""}}},
+		{"arrivals in line", []eqRequest{
+			{"POST", "/v1/sales/eq-{T}-line/queue", "u-{T}-l1", nil, ""},
+			{"POST", "/v1/sales/eq-{T}-line/queue?x=1", "u-{T}-l2", nil, ""},
+			{"GET", "/v1/sales/eq-{T}-line/queue", "u-{T}-l2", nil, ""},
+			{"GET", "/v1/sales/eq-{T}-line/queue", "u-{T}-l1", nil, "ignored"}}},
+		{"never joined", []eqRequest{{"GET", "/v1/sales/eq-{T}-line/queue", "u-{T}-none", nil, ""}}},
+		{"no token", []eqRequest{{"POST", "/v1/sales/eq-{T}-line/queue", "", nil, ""}}},
+		{"not bearer", []eqRequest{{"GET", "/v1/sales/eq-{T}-line/queue", "raw:Basic dTpw", nil, ""}}},
+		{"full", []eqRequest{
+			{"POST", "/v1/sales/eq-{T}-full/queue", "u-{T}-f1", nil, ""},
+			{"POST", "/v1/sales/eq-{T}-full/queue", "u-{T}-f2", nil, ""}}},
+		{"not open", []eqRequest{{"POST", "/v1/sales/eq-{T}-later/queue", "u-{T}-o1", nil, ""}}},
+		{"no room", []eqRequest{
+			{"POST", "/v1/sales/eq-{T}-plain/queue", "u-{T}-p1", nil, ""},
+			{"GET", "/v1/sales/eq-{T}-plain/queue", "u-{T}-p1", nil, ""}}},
+		{"unknown sale", []eqRequest{{"GET", "/v1/sales/eq-{T}-nosuch/queue", "u-{T}-n1", nil, ""}}},
+		{"bad sale id", []eqRequest{{"POST", "/v1/sales/eq-{T}-a!b/queue", "u-{T}-n1", nil, ""}}},
+		{"escaped path", []eqRequest{{"POST", "/v1/sales/eq-{T}-l%69ne/queue", "u-{T}-esc", nil, ""}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { compareServers(t, servers, a.svc.JWTSecret(), c.reqs) })
+	}
 }
 
 // TestFastHTTPLiveStreamSendsBeforeItEnds: the dashboard's event stream,

@@ -60,9 +60,38 @@ var (
 // roomFullRetry is the Retry-After of room_full, in seconds.
 const roomFullRetry = 10
 
+// roomFactsMaxAge is how old the room-wide part of a place read (sold out
+// or not, the admissions of the last 10 s) may be: the rooms' loop reads
+// it every 200 ms with its steps, so a crowd's reads cost Redis plain
+// reads only; the contract allows a place 1 s old.
+const roomFactsMaxAge = 500 * time.Millisecond
+
 // queueReads limits a buyer's reads and joins of rooms: the contract's
-// "more than 10 times a second may get 429".
+// "more than 10 times a second may get 429". It is checked in process
+// (Service.queueLimits), each instance on its own: a crowd polling its
+// places costs Redis nothing for it.
 var queueReads = ratelimit.PerSecond(10, 10)
+
+// The in-process limiter of queueReads: its shards, and how many buyers
+// it remembers in all (the least recently seen forgotten first: a buyer
+// forgotten starts afresh, which the contract's "may" allows).
+const (
+	queueLimitShards = 64
+	queueLimitKeys   = 1 << 17 // a key matters for a second: 131,072 readers a second
+)
+
+// allowQueue counts one join or read of user against queueReads, or
+// answers 429.
+func (s *Service) allowQueue(ctx context.Context, user string) error {
+	res, err := s.queueLimits.Allow(ctx, "q:"+user, queueReads)
+	if err != nil {
+		return err
+	}
+	if !res.Allowed {
+		return s.limited("queue", &queueReads, res.RetryAfter)
+	}
+	return nil
+}
 
 // Place is a buyer's place in a sale's waiting room, as the service shows
 // it.
@@ -118,7 +147,7 @@ func (s *Service) queuePlace(ctx context.Context, saleID, user string, join bool
 	if err != nil {
 		return Place{}, err
 	}
-	if err := s.allow(ctx, "queue", "q:"+user, &queueReads); err != nil {
+	if err := s.allowQueue(ctx, user); err != nil {
 		return Place{}, err
 	}
 	op := s.rooms.Place

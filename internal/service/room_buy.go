@@ -53,6 +53,11 @@ func (s *Service) buyAdmitted(ctx context.Context, buy inventory.CheckedBuy, set
 				if err := s.rooms.MarkUsed(ctx, settings.ID, req.UserID, adm.nonce, rc.Order.ID); err != nil {
 					s.log.Warn("mark an admission used", "sale", settings.ID, "order", rc.Order.ID, "err", err)
 				}
+				// The last unit of an item: the room may be sold out, which
+				// its buyers in line read from the room's facts.
+				if slices.Contains(rc.Remaining, 0) {
+					s.rooms.Stale(settings.ID)
+				}
 			}
 			return rc, err
 		}

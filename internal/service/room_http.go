@@ -3,6 +3,7 @@ package service
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/seckill/seckill/internal/admission"
@@ -99,27 +100,95 @@ func placeJSONOf(p Place) placeJSON {
 	return out
 }
 
-// joinQueue is POST /v1/sales/{sale}/queue.
+// joinQueue is POST /v1/sales/{sale}/queue over net/http's mux.
 func (s *Service) joinQueue(w http.ResponseWriter, r *http.Request) error {
-	return s.writePlace(w, r, true)
+	return s.queueIn(exchangeOf(w, r), r.PathValue("sale"), true)
 }
 
-// getPlace is GET /v1/sales/{sale}/queue.
+// getPlace is GET /v1/sales/{sale}/queue over net/http's mux.
 func (s *Service) getPlace(w http.ResponseWriter, r *http.Request) error {
-	return s.writePlace(w, r, false)
+	return s.queueIn(exchangeOf(w, r), r.PathValue("sale"), false)
 }
 
-func (s *Service) writePlace(w http.ResponseWriter, r *http.Request, join bool) error {
-	user, err := s.auth.buyer(r)
+// queueIn is POST (join) or GET /v1/sales/{sale}/queue of the sale saleID
+// (the path's, found by the mux or by fasthttp's route in fast.go): the
+// one place route of every server, as buyIn is the buy's. It writes the
+// place as writeJSON would, newline included.
+func (s *Service) queueIn(x exchange, saleID string, join bool) error {
+	authorization, _ := x.header("Authorization")
+	user, err := s.auth.buyerOf(authorization)
 	if err != nil {
 		return err
 	}
-	p, err := s.queuePlace(r.Context(), r.PathValue("sale"), user, join)
+	p, err := s.queuePlace(x.ctx(), saleID, user, join)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, placeJSONOf(p))
+	x.replyJSON(http.StatusOK, placeBody(placeJSONOf(p)))
 	return nil
+}
+
+// placeBody is p as json.Encoder writes it, newline included: appendPlace's
+// bytes, or encoding/json's where a string or a time needs what only it
+// does.
+func placeBody(p placeJSON) []byte {
+	if b, ok := appendPlace(make([]byte, 0, 256), p); ok {
+		return b
+	}
+	b, _ := json.Marshal(p) // strings, numbers and times: cannot fail
+	return append(b, '\n')
+}
+
+// appendPlace appends p as json.Encoder writes it, newline included; ok
+// is false if a string or a time needs what only encoding/json does
+// (escapes, a year beyond 9999).
+func appendPlace(b []byte, p placeJSON) ([]byte, bool) {
+	ok := true
+	str := func(key, v string) {
+		if !plainJSON(v) {
+			ok = false
+		}
+		b = append(b, key...)
+		b = append(b, '"')
+		b = append(b, v...)
+		b = append(b, '"')
+	}
+	tm := func(key string, t time.Time) {
+		if y := t.Year(); y < 0 || y > 9999 {
+			ok = false
+		}
+		if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+			ok = false
+		}
+		b = append(b, key...)
+		b = append(b, '"')
+		b = t.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	str(`{"sale_id":`, p.SaleID)
+	str(`,"status":`, p.Status)
+	if p.Position != nil {
+		b = strconv.AppendInt(append(b, `,"position":`...), *p.Position, 10)
+	}
+	if p.Ahead != nil {
+		b = strconv.AppendInt(append(b, `,"ahead":`...), *p.Ahead, 10)
+	}
+	if len(p.EtaS) > 0 {
+		b = append(append(b, `,"eta_s":`...), p.EtaS...)
+	}
+	b = strconv.AppendInt(append(b, `,"poll_after_ms":`...), p.PollAfterMs, 10)
+	tm(`,"joined_at":`, p.JoinedAt)
+	b = strconv.AppendBool(append(b, `,"in_draw":`...), p.InDraw)
+	if p.Admission != "" {
+		str(`,"admission":`, p.Admission)
+	}
+	if p.AdmittedUntil != nil {
+		tm(`,"admitted_until":`, *p.AdmittedUntil)
+	}
+	if p.OrderID != "" {
+		str(`,"order_id":`, p.OrderID)
+	}
+	return append(b, "}\n"...), ok
 }
 
 // getDraw is GET /v1/sales/{sale}/queue/draw: the draw's record as the

@@ -153,7 +153,8 @@ type Service struct {
 	auth         *auth
 	limits       limits
 	limiter      *ratelimit.Limiter
-	local        *ratelimit.Local // the limiter's in-process fallback
+	local        *ratelimit.Local  // the limiter's in-process fallback
+	queueLimits  *ratelimit.Shards // the rooms' joins and place reads per buyer (room.go)
 	metrics      *metrics
 	live         *live
 	streams      *streamSlots
@@ -262,6 +263,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale), Moves: s.seller})
 	s.router = segment.NewRouter(s.eng, segment.New(s.eng, s.rdb, segment.Options{Directory: s.directory}), s.db.SaleKind)
 	s.rooms = admission.NewRooms(s.rdb, s.eng.Key)
+	s.rooms.SetFactsMaxAge(roomFactsMaxAge)
 	// Loading the scripts sells nothing, and the recovery of a Redis held
 	// back after a restart or a promotion needs them: allowed before the
 	// first tick repairs it (or the load is refused whenever the node
@@ -270,6 +272,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("load scripts into redis: %w", err)
 	}
 	s.local = ratelimit.NewLocal(ratelimit.LocalOptions{Instances: s.cfg.Instances})
+	s.queueLimits = ratelimit.NewShards(queueLimitShards, ratelimit.LocalOptions{MaxKeys: queueLimitKeys})
 	s.limiter = ratelimit.New(s.rdb, ratelimit.Options{
 		Prefix:     s.cfg.KeyPrefix,
 		Fallback:   s.local,

@@ -1,0 +1,357 @@
+package admission
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/luascript"
+)
+
+// A place is read without the room's script: the user's state (its
+// bucket's field, the bucket found as room.lua finds it), the room's head
+// and draw size, and the user's used notice, in one pipeline of plain
+// reads; the facts every place of the room shares (sold out, the
+// admissions of the last 10 s) from what the room's last calls read
+// (roomFacts), or with the place when those are older than factsMaxAge.
+// Place answers as room.lua's place operation does (placeByScript).
+
+// roomFacts are what every place of a room shares, as one call of the
+// script read them (its <facts>).
+type roomFacts struct {
+	soldOut bool  // sold out when read (the end, or no unit left nor held)
+	recent  int64 // admissions over the 10 whole seconds before nowMs
+	saleEnd int64 // the sale's end, unix ms; 0 none; -1: no sale hash
+	roomEnd int64 // the room's end, unix ms; 0 none
+	nowMs   int64 // the script's clock when read
+	readAt  time.Time
+}
+
+// soldOutAt is sold_out of room.lua at nowMs: the end is now's, the stock
+// and the admissions out the facts'.
+func (f *roomFacts) soldOutAt(nowMs int64) bool {
+	if f.saleEnd < 0 {
+		return false
+	}
+	return f.soldOut || (f.saleEnd > 0 && nowMs >= f.saleEnd) || (f.roomEnd > 0 && nowMs >= f.roomEnd)
+}
+
+// factsOf decodes <facts>.
+func factsOf(v any) (*roomFacts, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 5 {
+		return nil, fmt.Errorf("admission: unexpected facts %v", v)
+	}
+	return &roomFacts{soldOut: num(a[0]) == 1, recent: num(a[1]), saleEnd: num(a[2]), roomEnd: num(a[3]),
+		nowMs: num(a[4]), readAt: time.Now()}, nil
+}
+
+// keepFacts keeps the facts v of a call of the sale's room, unless newer
+// ones are kept.
+func (r *Rooms) keepFacts(saleID string, v any) error {
+	f, err := factsOf(v)
+	if err != nil {
+		return err
+	}
+	for {
+		old, loaded := r.facts.LoadOrStore(saleID, f)
+		if !loaded {
+			return nil
+		}
+		if o := old.(*roomFacts); o.nowMs > f.nowMs || r.facts.CompareAndSwap(saleID, o, f) {
+			return nil
+		}
+	}
+}
+
+// Stale tells the rooms that the sale's room's facts may have changed
+// (a buy took the last units of an item): the next place read of the room
+// reads them afresh, so that the buyers in line read sold_out at once.
+func (r *Rooms) Stale(saleID string) { r.facts.Delete(saleID) }
+
+// cachedFacts are the sale's room's facts as last read; nil if none.
+func (r *Rooms) cachedFacts(saleID string) *roomFacts {
+	if f, ok := r.facts.Load(saleID); ok {
+		return f.(*roomFacts)
+	}
+	return nil
+}
+
+// nowMs is the script's clock now, in unix ms: the test's clock, or
+// Redis's as f read it moved on by this process's clock since (a
+// millisecond or so off, a round trip's half), or this process's without
+// facts.
+func (r *Rooms) nowMs(f *roomFacts) int64 {
+	switch {
+	case r.clock != nil:
+		return r.clock().UnixMilli()
+	case f != nil:
+		return f.nowMs + time.Since(f.readAt).Milliseconds()
+	}
+	return time.Now().UnixMilli()
+}
+
+// bucketCount is the sale's room's bucket count (nb): kept once read.
+// ErrNoRoom without a room.
+func (r *Rooms) bucketCount(ctx context.Context, saleID string) (int64, error) {
+	if nb, ok := r.buckets.Load(saleID); ok {
+		return nb.(int64), nil
+	}
+	v, err := r.rdb.HGet(ctx, r.key(saleID, "room:cfg"), "nb").Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, ErrNoRoom
+	}
+	if err != nil {
+		return 0, fmt.Errorf("admission: the buckets of sale %s: %w", saleID, err)
+	}
+	nb, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || nb < 1 {
+		return 0, fmt.Errorf("admission: the buckets of sale %s: %q", saleID, v)
+	}
+	r.buckets.Store(saleID, nb)
+	return nb, nil
+}
+
+// bucketKey is the key of user's bucket among nb, as room.lua's bucket:
+// the first 8 hex digits of SHA1(user), mod nb.
+func (r *Rooms) bucketKey(saleID, user string, nb int64) string {
+	sum := sha1.Sum([]byte(user))
+	n := int64(binary.BigEndian.Uint32(sum[:4])) % nb
+	return r.key(saleID, "room:b:") + strconv.FormatInt(n, 10)
+}
+
+// Place reads user's place (ErrNotJoined if the user never joined): plain
+// reads, and the room's facts as SetFactsMaxAge allows. Concurrent reads
+// of a room (and Checks) go to Redis together, as one pipeline (batcher).
+func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
+	s, err := r.reads.do(ctx, saleID, user)
+	if err != nil {
+		return Place{}, err
+	}
+	if s.st == "" {
+		return Place{}, ErrNotJoined
+	}
+	return placeOfState(s.st, s.notice, s.head, s.dsize, r.nowMs(s.facts), s.facts)
+}
+
+// stateRead is what one user's place is made of: its state ("" never
+// joined) and used notice ("" none), the room's head and draw size, and
+// the room's facts.
+type stateRead struct {
+	st, notice  string
+	head, dsize int64
+	facts       *roomFacts
+}
+
+// readStates reads the states of users in the sale's room: one round trip
+// of plain reads (and the room's facts if those kept are older than
+// factsMaxAge). ErrNoRoom without a room.
+func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) ([]stateRead, error) {
+	for attempt := 0; ; attempt++ {
+		nb, err := r.bucketCount(ctx, saleID)
+		if err != nil {
+			return nil, err
+		}
+		f := r.cachedFacts(saleID)
+		stale := f == nil || r.factsMaxAge <= 0 || time.Since(f.readAt) >= r.factsMaxAge
+		pipe := r.rdb.Pipeline()
+		cfgCmd := pipe.HMGet(ctx, r.key(saleID, "room:cfg"), "nb", "head", "dsize")
+		usedKey := r.key(saleID, "room:used")
+		stCmds, noticeCmds := make([]*redis.StringCmd, len(users)), make([]*redis.StringCmd, len(users))
+		for i, u := range users {
+			stCmds[i] = pipe.HGet(ctx, r.bucketKey(saleID, u, nb), u)
+			noticeCmds[i] = pipe.HGet(ctx, usedKey, u)
+		}
+		var factsCmd *redis.Cmd
+		if stale {
+			factsCmd = pipe.EvalSha(ctx, roomScript.SHA, r.keys(saleID), "facts", r.scriptNow())
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is its own
+		cfg, err := cfgCmd.Result()
+		if err != nil {
+			return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
+		}
+		if cfg[0] == nil {
+			r.buckets.Delete(saleID)
+			return nil, ErrNoRoom
+		}
+		var counts [3]int64
+		for i := range counts {
+			s, _ := cfg[i].(string)
+			if counts[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+				return nil, fmt.Errorf("admission: places of sale %s: unexpected settings %v", saleID, cfg)
+			}
+		}
+		if counts[0] != nb {
+			// Not the room the bucket count was kept of (made again
+			// otherwise): read again with its own.
+			r.buckets.Store(saleID, counts[0])
+			if attempt == 0 {
+				continue
+			}
+			return nil, fmt.Errorf("admission: places of sale %s: its bucket count changes", saleID)
+		}
+		if stale {
+			if f, err = r.readFacts(ctx, saleID, factsCmd); err != nil {
+				return nil, err
+			}
+		}
+		out := make([]stateRead, len(users))
+		for i := range users {
+			st, err := optional(stCmds[i])
+			if err != nil {
+				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
+			}
+			notice, err := optional(noticeCmds[i])
+			if err != nil {
+				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
+			}
+			out[i] = stateRead{st: st, notice: notice, head: counts[1], dsize: counts[2], facts: f}
+		}
+		return out, nil
+	}
+}
+
+// optional is a read's string, "" when there is none.
+func optional(c *redis.StringCmd) (string, error) {
+	v, err := c.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
+}
+
+// readFacts is the facts of the sale's room that c, a facts call sent in a
+// pipeline, read (sent again alone if the node did not have the script),
+// kept for the next reads.
+func (r *Rooms) readFacts(ctx context.Context, saleID string, c *redis.Cmd) (*roomFacts, error) {
+	var reply []any
+	var err error
+	if luascript.IsNoScript(c.Err()) {
+		reply, err = r.run(ctx, saleID, "facts")
+	} else {
+		reply, err = r.reply(saleID, "facts", c.Val(), c.Err())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(reply) != 2 {
+		return nil, fmt.Errorf("admission: unexpected facts reply %v", reply)
+	}
+	if err := r.keepFacts(saleID, reply[1]); err != nil {
+		return nil, err
+	}
+	return factsOf(reply[1])
+}
+
+// placeOfState is room.lua's place of a user in state st (see its top),
+// with the user's used notice ("<nonce>:<order id>", "" none), the room's
+// head and draw size, at nowMs, with the room's facts f.
+func placeOfState(st, notice string, head, dsize, nowMs int64, f *roomFacts) (Place, error) {
+	bad := func() (Place, error) { return Place{}, fmt.Errorf("admission: unexpected state %q", st) }
+	if st == "" {
+		return bad()
+	}
+	fields := strings.Split(st[1:], ":")
+	ints := make([]int64, len(fields))
+	for i, s := range fields {
+		ints[i], _ = strconv.ParseInt(s, 10, 64)
+	}
+	// told: the order of the notice of nonce, if any.
+	told := func(nonce string) (string, bool) {
+		n, order, ok := strings.Cut(notice, ":")
+		return order, ok && n == nonce
+	}
+	var p Place
+	switch st[0] {
+	case 'd':
+		if len(fields) != 1 {
+			return bad()
+		}
+		p = Place{Status: Drawing, JoinedAt: time.UnixMilli(ints[0]), InDraw: true}
+		if f.soldOutAt(nowMs) {
+			p.Status = SoldOut
+		}
+	case 'w':
+		if len(fields) != 2 {
+			return bad()
+		}
+		rank := ints[0]
+		p = Place{Status: Waiting, JoinedAt: time.UnixMilli(ints[1]), InDraw: rank <= dsize}
+		if f.soldOutAt(nowMs) {
+			p.Status = SoldOut
+			break
+		}
+		p.Position = rank - head
+		p.Ahead = p.Position - 1
+		p.RecentRate = float64(f.recent) / 10
+	case 'a': // a<joined>:<nonce>:<until>:<in draw>
+		if len(fields) != 4 {
+			return bad()
+		}
+		p = Place{Status: Admitted, JoinedAt: time.UnixMilli(ints[0]), InDraw: ints[3] == 1}
+		if order, ok := told(fields[1]); ok {
+			p.Status, p.OrderID = Used, order
+		} else if nowMs >= ints[2] {
+			p.Status = Lapsed
+		} else {
+			p.Nonce, p.AdmittedUntil = fields[1], time.UnixMilli(ints[2])
+		}
+	case 'u': // u<joined>:<nonce>:<in draw>:<order id> (an order id may hold ':')
+		parts := strings.SplitN(st[1:], ":", 4)
+		if len(parts) != 4 {
+			return bad()
+		}
+		p = Place{Status: Used, JoinedAt: time.UnixMilli(ints[0]), InDraw: parts[2] == "1", OrderID: parts[3]}
+		if order, ok := told(parts[1]); ok && p.OrderID == "" {
+			p.OrderID = order
+		}
+	case 'l': // l<joined>:<nonce>:<in draw>
+		if len(fields) != 3 {
+			return bad()
+		}
+		p = Place{Status: Lapsed, JoinedAt: time.UnixMilli(ints[0]), InDraw: ints[2] == 1}
+		if order, ok := told(fields[1]); ok {
+			p.Status, p.OrderID = Used, order
+		}
+	default:
+		return bad()
+	}
+	return p, nil
+}
+
+// Check says whether nonce is user's live admission: plain reads, read
+// together with the room's other reads (Place).
+func (r *Rooms) Check(ctx context.Context, saleID, user, nonce string) (AdmissionCheck, error) {
+	s, err := r.reads.do(ctx, saleID, user)
+	if err != nil {
+		return CheckNone, err
+	}
+	st := s.st
+	// a<joined>:<nonce>:<until>:<in draw>, u<joined>:<nonce>:..., l<joined>:<nonce>:...
+	parts := strings.SplitN(st, ":", 4)
+	if len(parts) < 3 || (st[0] != 'a' && st[0] != 'u' && st[0] != 'l') || parts[1] != nonce {
+		return CheckNone, nil
+	}
+	if n, _, ok := strings.Cut(s.notice, ":"); ok && n == nonce {
+		return CheckUsed, nil
+	}
+	switch st[0] {
+	case 'a':
+		till, _ := strconv.ParseInt(parts[2], 10, 64)
+		if r.nowMs(s.facts) < till {
+			return CheckAdmitted, nil
+		}
+		return CheckLapsed, nil
+	case 'u':
+		return CheckUsed, nil
+	}
+	return CheckLapsed, nil
+}

@@ -93,6 +93,10 @@ local now_ms = math.floor(now_us / 1000)
 -- admission clock carries over (one Step period), so a burst after idling
 -- is one call's worth. max_step: admissions one call makes at most.
 local grace_ms, credit_us, max_step = 500, 20000, 500
+-- lapse_mark_ms: how long a lapse's spent mark lives: past the longest
+-- admission (600 s) and a minute of clock skew between the instances
+-- that check a token's until and Redis.
+local lapse_mark_ms = 720000
 
 local function fmt(n) return string.format('%d', n) end
 
@@ -281,7 +285,11 @@ end
 local function lapse(b, user, st)
   local joined, nonce, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
   if not joined then return false end
-  if redis.call('EXISTS', KEYS[10] .. nonce) == 1 then
+  -- The lapse spends the nonce itself (the key a buy spends it by, kept
+  -- longer than any buy could still present it): a buy that checked the
+  -- admission in time but runs only now is refused as spent, so its unit
+  -- stays for the next buyer. A key already there: a buy spent it.
+  if not redis.call('SET', KEYS[10] .. nonce, 'lapsed', 'NX', 'PX', lapse_mark_ms) then
     redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':')
     return 'u'
   end

@@ -39,13 +39,13 @@ type RoomResult struct {
 
 // RoomBuyer is what one buyer of the room round saw.
 type RoomBuyer struct {
-	Name         string
-	InDraw       bool
-	FirstSeen    string // what the join answered: status, and position if waiting
-	Outcome      string // bought, lapsed, bought then cancelled, sold_out
-	AdmittedAt   int       // 1-based rank among the admitted; 0: never admitted
-	Until        time.Time // the admission's admitted_until, zero if never admitted
-	WaitedFor    time.Duration
+	Name       string
+	InDraw     bool
+	FirstSeen  string    // what the join answered: status, and position if waiting
+	Outcome    string    // bought, lapsed, bought then cancelled, sold_out
+	AdmittedAt int       // 1-based rank among the admitted; 0: never admitted
+	Until      time.Time // the admission's admitted_until, zero if never admitted
+	WaitedFor  time.Duration
 }
 
 // OK: the room admitted buyers in the published order exactly (the draw's,
@@ -71,9 +71,9 @@ func (r RoomResult) OK() bool {
 
 // roomPlace is the part of a place the demo reads.
 type roomPlace struct {
-	Status    string `json:"status"`
-	Position  int64  `json:"position"`
-	InDraw    bool   `json:"in_draw"`
+	Status    string    `json:"status"`
+	Position  int64     `json:"position"`
+	InDraw    bool      `json:"in_draw"`
 	Admission string    `json:"admission"`
 	Until     time.Time `json:"admitted_until"`
 	OrderID   string    `json:"order_id"`

@@ -31,6 +31,7 @@ type roomFacts struct {
 	saleEnd int64 // the sale's end, unix ms; 0 none; -1: no sale hash
 	roomEnd int64 // the room's end, unix ms; 0 none
 	nowMs   int64 // the script's clock when read
+	ver     int64 // the room's count of facts reads when read: the higher, the newer
 	readAt  time.Time
 }
 
@@ -46,11 +47,11 @@ func (f *roomFacts) soldOutAt(nowMs int64) bool {
 // factsOf decodes <facts>.
 func factsOf(v any) (*roomFacts, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 5 {
+	if !ok || len(a) != 6 {
 		return nil, fmt.Errorf("admission: unexpected facts %v", v)
 	}
 	return &roomFacts{soldOut: num(a[0]) == 1, recent: num(a[1]), saleEnd: num(a[2]), roomEnd: num(a[3]),
-		nowMs: num(a[4]), readAt: time.Now()}, nil
+		nowMs: num(a[4]), ver: num(a[5]), readAt: time.Now()}, nil
 }
 
 // keepFacts keeps the facts v of a call of the sale's room, unless newer
@@ -60,13 +61,19 @@ func (r *Rooms) keepFacts(saleID string, v any) error {
 	if err != nil {
 		return err
 	}
+	r.keep(saleID, f)
+	return nil
+}
+
+// keep keeps the facts f of the sale's room, unless newer ones are kept.
+func (r *Rooms) keep(saleID string, f *roomFacts) {
 	for {
 		old, loaded := r.facts.LoadOrStore(saleID, f)
 		if !loaded {
-			return nil
+			return
 		}
-		if o := old.(*roomFacts); o.nowMs > f.nowMs || r.facts.CompareAndSwap(saleID, o, f) {
-			return nil
+		if o := old.(*roomFacts); o.ver > f.ver || r.facts.CompareAndSwap(saleID, o, f) {
+			return
 		}
 	}
 }
@@ -162,7 +169,7 @@ func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) (
 		f := r.cachedFacts(saleID)
 		stale := f == nil || r.factsMaxAge <= 0 || time.Since(f.readAt) >= r.factsMaxAge
 		pipe := r.rdb.Pipeline()
-		cfgCmd := pipe.HMGet(ctx, r.key(saleID, "room:cfg"), "nb", "head", "dsize")
+		cfgCmd := pipe.HMGet(ctx, r.key(saleID, "room:cfg"), "nb", "head", "dsize", "fso", "frec", "fnow", "fver")
 		usedKey := r.key(saleID, "room:used")
 		stCmds, noticeCmds := make([]*redis.StringCmd, len(users)), make([]*redis.StringCmd, len(users))
 		for i, u := range users {
@@ -202,6 +209,11 @@ func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) (
 			if f, err = r.readFacts(ctx, saleID, factsCmd); err != nil {
 				return nil, err
 			}
+		} else if nf := newerFacts(f, cfg[3:]); nf != nil {
+			// The room's last call read newer facts (another instance's
+			// join, say): a read is never older than it.
+			r.keep(saleID, nf)
+			f = nf
 		}
 		out := make([]stateRead, len(users))
 		for i := range users {
@@ -217,6 +229,31 @@ func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) (
 		}
 		return out, nil
 	}
+}
+
+// newerFacts are f with the facts the room's settings hold (v: "fso",
+// "frec", "fnow", "fver", as the room's last call that read them wrote
+// them) when those are newer; nil when they are not (or none are written).
+func newerFacts(f *roomFacts, v []any) *roomFacts {
+	var n [4]int64
+	for i := range n {
+		s, ok := v[i].(string)
+		if !ok {
+			return nil
+		}
+		var err error
+		if n[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil
+		}
+	}
+	if n[3] <= f.ver {
+		return nil
+	}
+	nf := *f
+	nf.soldOut, nf.recent, nf.nowMs, nf.ver = n[0] == 1, n[1], n[2], n[3]
+	// Read when the clock f keeps said fnow: the same clock on.
+	nf.readAt = f.readAt.Add(time.Duration(n[2]-f.nowMs) * time.Millisecond)
+	return &nf
 }
 
 // optional is a read's string, "" when there is none.

@@ -66,7 +66,7 @@
 --   facts           {0, <facts>}, once the used notices are applied
 --       <facts> = {sold out now (0/1), admissions over the last 10 s,
 --       the sale's end ms (0 none, -1 no sale hash), the room's end ms,
---       now ms}: what a place of the room shares with every other
+--       now ms, version (counts the facts' reads, see facts())}: what a place of the room shares with every other
 --   entrants        {0, the draw is to be written (0/1), dsize}
 --   drawpart offset user...
 --                   the draw's users of ranks offset+1...: {0}; {7, why}
@@ -233,9 +233,17 @@ local function recent()
 end
 
 -- facts(): <facts> (see the top).
+-- They are also written to the settings ("fso", "frec", "fnow", and
+-- "fver", counting the writes: the facts' sixth), which a place read in
+-- Go reads with the user's state: a read is then never older than the
+-- last call that read them (a join's above all, on whatever instance),
+-- whatever facts its own instance kept.
 local function facts()
   local e = sale_end()
-  return {sold_out() and 1 or 0, recent(), e or -1, c.ends, now_ms}
+  local so = sold_out() and 1 or 0
+  local ver = redis.call('HINCRBY', KEYS[1], 'fver', 1)
+  redis.call('HSET', KEYS[1], 'fso', so, 'frec', recent(), 'fnow', now_ms)
+  return {so, recent(), e or -1, c.ends, now_ms, ver}
 end
 
 -- notice(user, nonce): the order of the used notice of user's admission

@@ -142,7 +142,7 @@ func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
 	if err != nil {
 		return Place{}, err
 	}
-	if s.st == "" {
+	if !s.joined {
 		return Place{}, ErrNotJoined
 	}
 	return placeOfState(s.st, s.notice, s.head, s.dsize, r.nowMs(s.facts), s.facts)
@@ -152,6 +152,7 @@ func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
 // joined) and used notice ("" none), the room's head and draw size, and
 // the room's facts.
 type stateRead struct {
+	joined      bool // the user has a state (st, which may be corrupt)
 	st, notice  string
 	head, dsize int64
 	facts       *roomFacts
@@ -217,15 +218,16 @@ func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) (
 		}
 		out := make([]stateRead, len(users))
 		for i := range users {
-			st, err := optional(stCmds[i])
-			if err != nil {
+			st, err := stCmds[i].Result()
+			joined := err == nil
+			if err != nil && !errors.Is(err, redis.Nil) {
 				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
 			}
 			notice, err := optional(noticeCmds[i])
 			if err != nil {
 				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
 			}
-			out[i] = stateRead{st: st, notice: notice, head: counts[1], dsize: counts[2], facts: f}
+			out[i] = stateRead{joined: joined, st: st, notice: notice, head: counts[1], dsize: counts[2], facts: f}
 		}
 		return out, nil
 	}
@@ -292,76 +294,118 @@ func (r *Rooms) readFacts(ctx context.Context, saleID string, c *redis.Cmd) (*ro
 // with the user's used notice ("<nonce>:<order id>", "" none), the room's
 // head and draw size, at nowMs, with the room's facts f.
 func placeOfState(st, notice string, head, dsize, nowMs int64, f *roomFacts) (Place, error) {
-	bad := func() (Place, error) { return Place{}, fmt.Errorf("admission: unexpected state %q", st) }
-	if st == "" {
-		return bad()
-	}
-	fields := strings.Split(st[1:], ":")
-	ints := make([]int64, len(fields))
-	for i, s := range fields {
-		ints[i], _ = strconv.ParseInt(s, 10, 64)
+	ps, err := parseState(st)
+	if err != nil {
+		return Place{}, err
 	}
 	// told: the order of the notice of nonce, if any.
 	told := func(nonce string) (string, bool) {
 		n, order, ok := strings.Cut(notice, ":")
 		return order, ok && n == nonce
 	}
-	var p Place
-	switch st[0] {
+	p := Place{JoinedAt: time.UnixMilli(ps.joined), InDraw: ps.inDraw}
+	switch ps.kind {
 	case 'd':
-		if len(fields) != 1 {
-			return bad()
-		}
-		p = Place{Status: Drawing, JoinedAt: time.UnixMilli(ints[0]), InDraw: true}
+		p.Status, p.InDraw = Drawing, true
 		if f.soldOutAt(nowMs) {
 			p.Status = SoldOut
 		}
 	case 'w':
-		if len(fields) != 2 {
-			return bad()
-		}
-		rank := ints[0]
-		p = Place{Status: Waiting, JoinedAt: time.UnixMilli(ints[1]), InDraw: rank <= dsize}
+		p.Status, p.InDraw = Waiting, ps.rank <= dsize
 		if f.soldOutAt(nowMs) {
 			p.Status = SoldOut
 			break
 		}
-		p.Position = rank - head
+		p.Position = ps.rank - head
 		p.Ahead = p.Position - 1
 		p.RecentRate = float64(f.recent) / 10
-	case 'a': // a<joined>:<nonce>:<until>:<in draw>
-		if len(fields) != 4 {
-			return bad()
-		}
-		p = Place{Status: Admitted, JoinedAt: time.UnixMilli(ints[0]), InDraw: ints[3] == 1}
-		if order, ok := told(fields[1]); ok {
+	case 'a':
+		p.Status = Admitted
+		if order, ok := told(ps.nonce); ok {
 			p.Status, p.OrderID = Used, order
-		} else if nowMs >= ints[2] {
+		} else if nowMs >= ps.until {
 			p.Status = Lapsed
 		} else {
-			p.Nonce, p.AdmittedUntil = fields[1], time.UnixMilli(ints[2])
+			p.Nonce, p.AdmittedUntil = ps.nonce, time.UnixMilli(ps.until)
 		}
-	case 'u': // u<joined>:<nonce>:<in draw>:<order id> (an order id may hold ':')
-		parts := strings.SplitN(st[1:], ":", 4)
-		if len(parts) != 4 {
-			return bad()
-		}
-		p = Place{Status: Used, JoinedAt: time.UnixMilli(ints[0]), InDraw: parts[2] == "1", OrderID: parts[3]}
-		if order, ok := told(parts[1]); ok && p.OrderID == "" {
+	case 'u':
+		p.Status, p.OrderID = Used, ps.order
+		if order, ok := told(ps.nonce); ok && p.OrderID == "" {
 			p.OrderID = order
 		}
-	case 'l': // l<joined>:<nonce>:<in draw>
-		if len(fields) != 3 {
-			return bad()
-		}
-		p = Place{Status: Lapsed, JoinedAt: time.UnixMilli(ints[0]), InDraw: ints[2] == 1}
-		if order, ok := told(fields[1]); ok {
+	case 'l':
+		p.Status = Lapsed
+		if order, ok := told(ps.nonce); ok {
 			p.Status, p.OrderID = Used, order
 		}
-	default:
-		return bad()
 	}
 	return p, nil
+}
+
+// state is a user's state string parsed (room.lua's top has the forms):
+// kind 'd', 'w', 'a', 'u' or 'l', and the fields its kind has.
+type state struct {
+	kind                byte
+	joined, rank, until int64
+	nonce, order        string
+	inDraw              bool
+}
+
+// parseState parses st exactly as room.lua writes it; anything else is
+// an error (a corrupt value is never read as some place).
+func parseState(st string) (state, error) {
+	bad := func() (state, error) { return state{}, fmt.Errorf("admission: unexpected state %q", st) }
+	if st == "" {
+		return bad()
+	}
+	n := map[byte]int{'d': 1, 'w': 2, 'a': 4, 'u': 4, 'l': 3}[st[0]]
+	if n == 0 {
+		return bad()
+	}
+	fields := strings.SplitN(st[1:], ":", n) // a used state's order id may hold ':'
+	if len(fields) != n {
+		return bad()
+	}
+	ps := state{kind: st[0]}
+	num := func(s string, out *int64) bool {
+		v, err := strconv.ParseUint(s, 10, 63)
+		*out = int64(v)
+		return err == nil
+	}
+	hexOK := func(s string, empty bool) bool {
+		if s == "" {
+			return empty
+		}
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	flag := func(s string) bool { ps.inDraw = s == "1"; return s == "0" || s == "1" }
+	if !num(fields[0], &ps.joined) {
+		return bad()
+	}
+	ok := true
+	switch ps.kind {
+	case 'w': // w<rank>:<joined>
+		ps.joined = 0
+		ok = num(fields[0], &ps.rank) && num(fields[1], &ps.joined)
+	case 'a': // a<joined>:<nonce>:<until>:<in draw>
+		ps.nonce = fields[1]
+		ok = hexOK(fields[1], false) && num(fields[2], &ps.until) && flag(fields[3])
+	case 'u': // u<joined>:<nonce>:<in draw>:<order id>
+		ps.nonce, ps.order = fields[1], fields[3]
+		ok = hexOK(fields[1], true) && flag(fields[2])
+	case 'l': // l<joined>:<nonce>:<in draw>
+		ps.nonce = fields[1]
+		ok = hexOK(fields[1], true) && flag(fields[2])
+	}
+	if !ok {
+		return bad()
+	}
+	return ps, nil
 }
 
 // Check says whether nonce is user's live admission: plain reads, read
@@ -371,19 +415,22 @@ func (r *Rooms) Check(ctx context.Context, saleID, user, nonce string) (Admissio
 	if err != nil {
 		return CheckNone, err
 	}
-	st := s.st
-	// a<joined>:<nonce>:<until>:<in draw>, u<joined>:<nonce>:..., l<joined>:<nonce>:...
-	parts := strings.SplitN(st, ":", 4)
-	if len(parts) < 3 || (st[0] != 'a' && st[0] != 'u' && st[0] != 'l') || parts[1] != nonce {
+	if !s.joined {
+		return CheckNone, nil
+	}
+	ps, err := parseState(s.st)
+	if err != nil {
+		return CheckNone, err
+	}
+	if (ps.kind != 'a' && ps.kind != 'u' && ps.kind != 'l') || ps.nonce != nonce {
 		return CheckNone, nil
 	}
 	if n, _, ok := strings.Cut(s.notice, ":"); ok && n == nonce {
 		return CheckUsed, nil
 	}
-	switch st[0] {
+	switch ps.kind {
 	case 'a':
-		till, _ := strconv.ParseInt(parts[2], 10, 64)
-		if r.nowMs(s.facts) < till {
+		if r.nowMs(s.facts) < ps.until {
 			return CheckAdmitted, nil
 		}
 		return CheckLapsed, nil

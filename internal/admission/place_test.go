@@ -31,7 +31,7 @@ func (r *rig) agree(sale string, users ...string) {
 			r.t.Fatalf("%s at %v: Place %+v (%v), the script's place %+v (%v)", u, r.clock.Now(), got, gerr, want, werr)
 		}
 		s := batch[i]
-		if s.st == "" {
+		if !s.joined {
 			if !errors.Is(werr, ErrNotJoined) {
 				r.t.Fatalf("%s: not joined in a pipeline of many, the script's place %+v (%v)", u, want, werr)
 			}
@@ -467,4 +467,28 @@ func TestStaleFacts(t *testing.T) {
 			t.Fatalf("stats: %+v", st)
 		}
 	})
+}
+
+// TestParseStateStrict: every state room.lua writes parses, and nothing
+// else does: a corrupt value is an error, never some place.
+func TestParseStateStrict(t *testing.T) {
+	good := map[string]state{
+		"d17":               {kind: 'd', joined: 17},
+		"w3:17":             {kind: 'w', rank: 3, joined: 17},
+		"a17:0af:99:1":      {kind: 'a', joined: 17, nonce: "0af", until: 99, inDraw: true},
+		"u17:0af:0:s.01J:x": {kind: 'u', joined: 17, nonce: "0af", order: "s.01J:x"},
+		"u17::1:":           {kind: 'u', joined: 17, inDraw: true},
+		"l17:0af:0":         {kind: 'l', joined: 17, nonce: "0af"},
+	}
+	for st, want := range good {
+		if got, err := parseState(st); err != nil || got != want {
+			t.Errorf("%q: %+v %v, want %+v", st, got, err, want)
+		}
+	}
+	for _, st := range []string{"", "q", "d", "dx", "d1:2", "w1", "wx:1", "w1:2:3", "w-1:2", "a1:zz:2:1", "a1::2:1",
+		"a1:0a:2:2", "a1:0a:x:1", "a1:0a:2", "u1:0a:2:o", "u1:0A:1:o", "l1:0a", "l1:0a:3", "lx:0a:1"} {
+		if got, err := parseState(st); err == nil {
+			t.Errorf("%q parsed as %+v", st, got)
+		}
+	}
 }

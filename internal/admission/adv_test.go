@@ -85,7 +85,7 @@ func TestAdvJoinAtDrawUntilEdges(t *testing.T) {
 	if err := r.rooms.WriteDraw(r.ctx, "s", []string{"last", "first"}); err != nil {
 		t.Fatal(err)
 	}
-	r.clock.Add(time.Millisecond)
+	r.clock.Add(20 * time.Millisecond) // the next step, a step period on
 	r.step("s")
 	for _, u := range []string{"last", "first", "arrival"} {
 		if p := r.place("s", u); p.Status != Admitted {

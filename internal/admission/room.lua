@@ -89,10 +89,15 @@ local now_us = script_now(ARGV[2])
 local now_ms = math.floor(now_us / 1000)
 
 -- grace_ms: how long past its until an admission is kept live, for a buy
--- that checked it in time to spend it. credit_us: the most idle time the
--- admission clock carries over (one Step period), so a burst after idling
--- is one call's worth. max_step: admissions one call makes at most.
-local grace_ms, credit_us, max_step = 500, 20000, 500
+-- that checked it in time to spend it. credit_us: how far the admission
+-- clock catches up on steps that came late (a loaded instance, steps of
+-- several instances in phase), so the rate holds over every second. A
+-- step that finds fewer buyers or units than the clock allows starts the
+-- clock again from now and marks it idle ("tidle"): after an idle step it
+-- catches up idle_credit_us at most (one step period), so a crowd
+-- arriving after a lull is admitted at the rate, not in a burst.
+-- max_step: admissions one call makes at most.
+local grace_ms, credit_us, idle_credit_us, max_step = 500, 250000, 20000, 500
 -- lapse_mark_ms: how long a lapse's spent mark lives: past the longest
 -- admission (600 s) and a minute of clock skew between the instances
 -- that check a token's until and Redis.
@@ -122,7 +127,7 @@ end
 local reads = {
   join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'used', 'lapsed'},
   place = {'ends', 'head'},
-  step = {'rate', 'cap', 'tat', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
+  step = {'rate', 'cap', 'tat', 'tidle', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
   facts = {'ends', 'used', 'lapsed'},
   entrants = {'drawn'},
   drawpart = {'drawn', 'dlen'},
@@ -443,15 +448,21 @@ if op == 'step' then
     if want_facts then return {0, got, lapsed, needs_draw, facts()} end
     return {0, got, lapsed, needs_draw}
   end
+  -- idle(): nobody could be admitted though the clock allowed it; the
+  -- clock starts again from now (see credit_us).
+  local function idle()
+    if c.tat < now_us then redis.call('HSET', KEYS[1], 'tat', fmt(now_us), 'tidle', 1) end
+    return done(0)
+  end
   -- The draw's order comes first: nobody is admitted before it is written.
-  if c.waiting == 0 or (needs_draw == 1 and c.dsize > 0) then return done(0) end
+  if c.waiting == 0 or (needs_draw == 1 and c.dsize > 0) then return idle() end
 
   -- Only a selling sale admits (and never past the room's end).
   local s = redis.call('HMGET', KEYS[8], 'start', 'end', 'paused', 'fenced')
   local starts, ends = tonumber(s[1]), tonumber(s[2])
   if not (starts and ends) or s[3] == '1' or s[4] or (starts > 0 and now_ms < starts)
     or (ends > 0 and now_ms >= ends) or (c.ends > 0 and now_ms >= c.ends) then
-    return done(0)
+    return idle()
   end
 
   -- The admission clock (GCRA): admission k is due at tat + k*T; the
@@ -459,14 +470,20 @@ if op == 'step' then
   local rate = c.rate
   if rate <= 0 then rate = c.cap end
   local T = 1000000 / rate
-  local tat = math.max(c.tat, now_us - credit_us)
-  local n = 0
-  if now_us >= tat then n = math.floor((now_us - tat) / T) + 1 end
-  n = math.min(n, c.waiting, max_step)
+  -- A clock never started (0) starts as after an idle step: nothing is
+  -- owed from before its first step.
+  local tat = c.tat
+  local credit = credit_us
+  if tat == 0 or c.tidle == 1 then credit = idle_credit_us end
+  tat = math.max(tat, now_us - credit)
+  local due = 0
+  if now_us >= tat then due = math.floor((now_us - tat) / T) + 1 end
+  if due == 0 then return done(0) end
+  local n = math.min(due, c.waiting, max_step)
   -- The stock: never more live admissions than units left to buy.
   local sum, limited = stock()
   if limited then n = math.min(n, sum - redis.call('ZCARD', KEYS[5])) end
-  if n <= 0 then return done(0) end
+  if n <= 0 then return idle() end
 
   local till = now_ms + c.ttl
   if c.ends > 0 then till = math.min(till, c.ends) end
@@ -490,10 +507,11 @@ if op == 'step' then
       live[#live + 1] = user
     end
   end
-  if got == 0 then return done(0) end
+  if got == 0 then return idle() end
   for i = 1, #live, 1000 do redis.call('ZADD', KEYS[5], unpack(live, i, math.min(i + 999, #live))) end
   redis.call('HSET', KEYS[1], 'head', head, 'waiting', c.waiting - got, 'admitted', total,
-    'tat', fmt(math.floor(tat + got * T + 0.5)))
+    'tat', fmt((got < due and got < max_step) and now_us or math.floor(tat + got * T + 0.5)),
+    'tidle', (got < due and got < max_step) and 1 or 0)
   local sec = math.floor(now_ms / 1000)
   redis.call('HINCRBY', KEYS[6], fmt(sec), got)
   -- A field a second that admitted: more than 11 only once a second has

@@ -653,6 +653,7 @@ func TestStockRule(t *testing.T) {
 		if _, err := r.eng.Restock(r.ctx, "s", "B", 2); err != nil {
 			t.Fatal(err)
 		}
+		r.clock.Add(20 * time.Millisecond) // the next step, a step period on
 		if s := r.step("s"); s.Admitted != 2 {
 			t.Fatalf("after a restock: %+v", s)
 		}
@@ -710,6 +711,7 @@ func TestNotSelling(t *testing.T) {
 		if err := r.eng.Resume(r.ctx, "s"); err != nil {
 			t.Fatal(err)
 		}
+		r.clock.Add(20 * time.Millisecond) // the next step, a step period on
 		if s := r.step("s"); s.Admitted != 2 {
 			t.Fatalf("resumed: %+v", s)
 		}
@@ -920,10 +922,10 @@ func TestSoldOut(t *testing.T) {
 func TestRateExact(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		for _, c := range []struct {
-			rate   int64
-			jitter bool
-		}{{100, false}, {333, false}, {7, false}, {250, true}} {
-			t.Run(fmt.Sprintf("%d/s jitter %v", c.rate, c.jitter), func(t *testing.T) {
+			rate         int64
+			jitter, late bool
+		}{{100, false, false}, {333, false, false}, {7, false, false}, {250, true, false}, {1000, false, true}} {
+			t.Run(fmt.Sprintf("%d/s jitter %v late %v", c.rate, c.jitter, c.late), func(t *testing.T) {
 				r := newRig(t, b, true)
 				r.sale("s", 0, "X", -1)
 				cfg := config()
@@ -942,6 +944,9 @@ func TestRateExact(t *testing.T) {
 				r.clock.Set(t0)
 				perSecond := make([]int64, secs)
 				gaps := []time.Duration{20 * time.Millisecond}
+				if c.late { // steps of a loaded instance: up to 45 ms apart
+					gaps = []time.Duration{25 * time.Millisecond, 45 * time.Millisecond, 31 * time.Millisecond, 38 * time.Millisecond}
+				}
 				if c.jitter {
 					gaps = []time.Duration{3, 20, 11, 1, 17, 20, 7, 13}
 					for i := range gaps {
@@ -958,11 +963,23 @@ func TestRateExact(t *testing.T) {
 					if c.jitter { // a call up to 20 ms after the second's last admission
 						lo, hi = c.rate*98/100-1, c.rate*102/100+1
 					}
+					if c.late { // admissions are made at steps, up to 45 ms apart: none is lost
+						lo, hi = c.rate*95/100, c.rate*105/100
+					}
 					if i == 0 {
 						hi += c.rate/50 + 1 // the first call's credit
 					}
 					if got < lo || got > hi {
 						t.Errorf("second %d: %d admitted, rate %d", i, got, c.rate)
+					}
+				}
+				if c.late { // late steps catch up: the seconds add up to the rate
+					var all int64
+					for _, got := range perSecond {
+						all += got
+					}
+					if want := c.rate * secs; all < want-c.rate/20 || all > want+c.rate/50+1 {
+						t.Errorf("%d admitted in %d s at %d/s", all, secs, c.rate)
 					}
 				}
 			})

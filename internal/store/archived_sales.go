@@ -60,13 +60,7 @@ func (s *Store) ArchivedSales(ctx context.Context, after string, limit int) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("store: archived sales: %w", err)
 	}
-	var ids []string
-	err = scanEach(rows, func() error {
-		var id string
-		err := rows.Scan(&id)
-		ids = append(ids, id)
-		return err
-	})
+	ids, err := scanStrings(rows)
 	if err != nil {
 		return nil, fmt.Errorf("store: archived sales: %w", err)
 	}

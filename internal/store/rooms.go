@@ -102,13 +102,7 @@ func (s *Store) RoomSales(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list the sales with a room: %w", err)
 	}
-	var ids []string
-	err = scanEach(rows, func() error {
-		var id string
-		err := rows.Scan(&id)
-		ids = append(ids, id)
-		return err
-	})
+	ids, err := scanStrings(rows)
 	if err != nil {
 		return nil, fmt.Errorf("store: list the sales with a room: %w", err)
 	}

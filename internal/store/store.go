@@ -376,6 +376,18 @@ func columnArrays(ncols int, args []any) (cols []any, unnestArgs string, ok bool
 	return cols, b.String(), true
 }
 
+// scanStrings reads rows of one text column (ids, say), closing rows.
+func scanStrings(rows *sql.Rows) ([]string, error) {
+	var out []string
+	err := scanEach(rows, func() error {
+		var v string
+		err := rows.Scan(&v)
+		out = append(out, v)
+		return err
+	})
+	return out, err
+}
+
 // scanEach calls scan for every row of rows, then closes them.
 func scanEach(rows *sql.Rows, scan func() error) error {
 	defer rows.Close()

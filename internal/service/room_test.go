@@ -34,9 +34,15 @@ func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // join joins user to the sale's room and returns the place.
 func (a *app) join(sale, user string) map[string]any {
 	a.t.Helper()
-	r := a.call("POST", "/v1/sales/"+sale+"/queue", a.token(user), nil)
-	mustStatus(a.t, r, http.StatusOK)
-	return r.json(a.t)
+	for {
+		r := a.call("POST", "/v1/sales/"+sale+"/queue", a.token(user), nil)
+		if r.status == http.StatusTooManyRequests { // joins share the read limit
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		mustStatus(a.t, r, http.StatusOK)
+		return r.json(a.t)
+	}
 }
 
 // place reads user's place (waiting out the read limit's 429s).

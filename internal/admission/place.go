@@ -408,34 +408,3 @@ func parseState(st string) (state, error) {
 	return ps, nil
 }
 
-// Check says whether nonce is user's live admission: plain reads, read
-// together with the room's other reads (Place).
-func (r *Rooms) Check(ctx context.Context, saleID, user, nonce string) (AdmissionCheck, error) {
-	s, err := r.reads.do(ctx, saleID, user)
-	if err != nil {
-		return CheckNone, err
-	}
-	if !s.joined {
-		return CheckNone, nil
-	}
-	ps, err := parseState(s.st)
-	if err != nil {
-		return CheckNone, err
-	}
-	if (ps.kind != 'a' && ps.kind != 'u' && ps.kind != 'l') || ps.nonce != nonce {
-		return CheckNone, nil
-	}
-	if n, _, ok := strings.Cut(s.notice, ":"); ok && n == nonce {
-		return CheckUsed, nil
-	}
-	switch ps.kind {
-	case 'a':
-		if r.nowMs(s.facts) < ps.until {
-			return CheckAdmitted, nil
-		}
-		return CheckLapsed, nil
-	case 'u':
-		return CheckUsed, nil
-	}
-	return CheckLapsed, nil
-}

@@ -77,16 +77,6 @@ type Stats struct {
 	Drawn                                    bool  // the draw's order is in place
 }
 
-// AdmissionCheck is what the room says of an admission presented to a buy.
-type AdmissionCheck int
-
-const (
-	CheckNone     AdmissionCheck = iota // the room holds no such admission of the user
-	CheckAdmitted                       // live: the buy may spend it
-	CheckUsed                           // it bought an order already
-	CheckLapsed                         // it was not used in time
-)
-
 // Errors of the room's operations.
 var (
 	ErrNoRoom        = errors.New("admission: the sale has no room in Redis")
@@ -114,7 +104,6 @@ type Rooms struct {
 	factsMaxAge time.Duration
 	joins       *batcher[string, joined]
 	reads       *batcher[string, stateRead]
-	notices     *batcher[usedNotice, struct{}]
 }
 
 // NewRooms returns the rooms on rdb; key names a key under the sale's
@@ -124,7 +113,6 @@ func NewRooms(rdb redis.UniversalClient, key func(saleID, name string) string) *
 	r := &Rooms{rdb: rdb, key: key}
 	r.joins = newBatcher(maxJoinBatch, r.joinMany)
 	r.reads = newBatcher(maxReadBatch, r.readStates)
-	r.notices = newBatcher(maxNoticeBatch, r.tellUsed)
 	return r
 }
 
@@ -139,13 +127,11 @@ func (r *Rooms) SetFactsMaxAge(d time.Duration) { r.factsMaxAge = d }
 // factsEvery is how often Step reads a room's facts with its step.
 const factsEvery = 200 * time.Millisecond
 
-// The most users one join call takes (the rest wait for the next), the
-// most places one pipeline reads, and the most used notices one call
-// tells.
+// The most users one join call takes (the rest wait for the next) and the
+// most places one pipeline reads.
 const (
 	maxJoinBatch   = 128
 	maxReadBatch   = 256
-	maxNoticeBatch = 512
 )
 
 //go:embed room.lua
@@ -375,7 +361,8 @@ func num(v any) int64 {
 	return n
 }
 
-// Step applies the used notices (MarkUsed), lapses admissions past their
+// Step applies the used notices (the buys' that spent admissions:
+// inventory.CheckedBuy.WithGate), lapses admissions past their
 // time and admits the next buyers as far as the rate and the stock allow;
 // any instance may call it at any time (every 20 ms for each live room).
 // It reports how many it admitted and lapsed, and whether the room's draw
@@ -475,51 +462,6 @@ func (r *Rooms) WriteDraw(ctx context.Context, saleID string, order []string) er
 	}
 	_, err = r.run(ctx, saleID, "drawdone")
 	return err
-}
-
-// MarkUsed records that user's admission nonce bought orderID: a notice
-// (one plain write; concurrent ones of a room go together) that Place,
-// Join and Check read at once and the room's next Step or Stats applies
-// (the admission leaves the live ones, the used count grows). It does
-// nothing if the room holds no such admission of the user. A notice lost
-// on the way only delays the room: a step finds the admission used anyway
-// from its spent nonce once it is due, without the order id.
-//
-// The notices' hash expires noticeTTL after its last write, so that a
-// notice written while the room was being removed (by an instance that
-// had not seen it go) is not kept for good.
-func (r *Rooms) MarkUsed(ctx context.Context, saleID, user, nonce, orderID string) error {
-	if _, err := r.bucketCount(ctx, saleID); err != nil { // ErrNoRoom
-		return err
-	}
-	_, err := r.notices.do(ctx, saleID, usedNotice{user: user, nonce: nonce, order: orderID})
-	return err
-}
-
-// noticeTTL is how long the used notices of a room are kept after the
-// last is written: a step applies them within one roomTick.
-const noticeTTL = 10 * time.Minute
-
-// usedNotice is one MarkUsed.
-type usedNotice struct{ user, nonce, order string }
-
-// tellUsed writes the used notices ns of a room, one HSET (and its
-// expiry).
-func (r *Rooms) tellUsed(ctx context.Context, saleID string, ns []usedNotice) ([]struct{}, error) {
-	args := make([]any, 0, 2*len(ns))
-	for _, n := range ns {
-		args = append(args, n.user, n.nonce+":"+n.order)
-	}
-	key := r.key(saleID, "room:used")
-	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, args...)
-		p.PExpire(ctx, key, noticeTTL)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("admission: used notices of sale %s: %w", saleID, err)
-	}
-	return make([]struct{}, len(ns)), nil
 }
 
 // Stats reads the room's counts.

@@ -19,7 +19,9 @@
 -- KEYS[4] room:aq list: the users who joined after the draw (or again after
 --         a lapse), in arrival order, from the first not yet admitted
 -- KEYS[5] room:live zset: user -> admitted until (unix ms): the unused
---         admissions out
+--         admissions out. It is the engine's gate too: a buy spends an
+--         admission only while its user is here with its until, before
+--         until (inventory's buy.lua, KEYS[9])
 -- KEYS[6] room:rate hash: "<unix second>" -> admissions in that second,
 --         the last 11 seconds
 -- KEYS[7] the start of the buckets' keys: the user's state is field user
@@ -31,9 +33,9 @@
 -- KEYS[10] the start of the spent purchase tokens' keys: KEYS[10] .. nonce
 --         exists once an accepted buy spent the admission nonce
 -- KEYS[11] room:used hash: user -> "<nonce>:<order id>", an admission an
---         accepted buy spent and the order it made, told by the buy's
---         instance (a plain HSET) and applied by the next step; place
---         reads it at once
+--         accepted buy spent and the order it made, written by that buy in
+--         its own script (inventory's buy.lua, KEYS[10]) and applied by
+--         the next step; place reads it at once
 -- ARGV[1] the operation    ARGV[2] now, unix µs, or "" for Redis's TIME
 --         (script_now, clock.lua, prepended)    ARGV[3]... the operation's
 --
@@ -88,8 +90,9 @@ local op = ARGV[1]
 local now_us = script_now(ARGV[2])
 local now_ms = math.floor(now_us / 1000)
 
--- grace_ms: how long past its until an admission is kept live, for a buy
--- that checked it in time to spend it. credit_us: how far the admission
+-- grace_ms: how long past its until an admission is kept among the live
+-- ones before it lapses (no buy spends it past its until: the engine's
+-- gate checks the time by the same clock). credit_us: how far the admission
 -- clock catches up on steps that came late (a loaded instance, steps of
 -- several instances in phase), so the rate holds over every second. A
 -- step that finds fewer buyers or units than the clock allows starts the

@@ -164,6 +164,25 @@ func (r *rig) buy(sale, user, sku, nonce string) inventory.Order {
 	return rc.Order
 }
 
+// buyGated buys one unit of sku for user with admission p, as the service
+// does: gated by the room (inventory.CheckedBuy.WithGate), so the buy
+// notes the admission used itself.
+func (r *rig) buyGated(sale, user, sku string, p Place) (inventory.Order, error) {
+	r.t.Helper()
+	c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: sale, UserID: user, Lines: []inventory.Line{{SKU: sku, Qty: 1}}})
+	if err == nil {
+		c, err = c.WithToken(p.Nonce, time.Hour)
+	}
+	if err == nil {
+		c, err = c.WithGate(p.AdmittedUntil)
+	}
+	if err != nil {
+		return inventory.Order{}, err
+	}
+	rc, err := r.eng.BuyChecked(r.ctx, c)
+	return rc.Order, err
+}
+
 // roomKeys returns the sale's room keys in Redis, on every master.
 func (r *rig) roomKeys(sale string) []string {
 	r.t.Helper()

@@ -204,6 +204,7 @@ type buyCall struct {
 	lines    string      // placed.Items as buy.lua takes them ("A=1,B=2")
 	token    string      // "" for none
 	tokenTTL int64       // ms
+	gate     string      // "" for none, else unix ms (CheckedBuy.WithGate)
 	epoch    uint64      // the sold-out flags' epoch before it was sent
 	throttle gcra.Bucket // zero for none
 	// ownID: the order id is the engine's and was never sent, so the call
@@ -228,6 +229,7 @@ func (e *Engine) newBuyCall(c CheckedBuy) (buyCall, error) {
 		lines:    formatLines(c.lines),
 		token:    c.token,
 		tokenTTL: c.tokenTTL,
+		gate:     gateArg(c.gate),
 		placed: Order{ID: orderID, SaleID: c.saleID, UserID: c.userID, Status: OrderPending,
 			Items: c.lines, IdempotencyKey: c.key},
 		epoch:    e.soldOut.epoch.Load(),
@@ -267,7 +269,7 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 			}
 		}
 		bc := &bcs[i]
-		size := 6 + 2*len(bc.placed.Items) // the buy's shape's arguments
+		size := 7 + 2*len(bc.placed.Items) // the buy's shape's arguments
 		if bc.placed.IdempotencyKey == "" && bc.token == "" {
 			for k, f := range shared {
 				if which[f] == which[i] && bcs[f].lines == bc.lines {
@@ -297,6 +299,7 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 		for _, l := range bc.placed.Items {
 			args = append(args, l.SKU, l.Qty)
 		}
+		args = append(args, bc.gate)
 	}
 	args = append(args, len(shared))
 	for _, i := range shared {

@@ -39,6 +39,14 @@
 --         with now + timeout (see pay.lua, expire.lua), and adds its units
 --         to the sale's "a:<sku>" (units held by awaiting orders); a sale
 --         without one touches neither
+-- KEYS[9] the sale's admission gate zset (a waiting room's "room:live",
+--         package admission): user -> until (unix ms) of the one live
+--         admission the user holds. A gated buy (below) is accepted only if
+--         its user's score there is its gate and now is before it
+-- KEYS[10] the sale's spend notes hash (the room's "room:used"): a gated
+--         buy the script accepts sets field <user> to "<token>:<order id>"
+--         there, and keeps the hash a further note_ttl_ms: the room reads
+--         and applies the notes (package admission)
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
@@ -49,11 +57,13 @@
 --   throttle (1..t, 0 for none), the purchase token to spend ("" for
 --   none) and the ms to keep it spent, the number of lines n, then n
 --   pairs: sku, qty (a positive integer in decimal, as int takes it: a
---   first holding is stored as this very argument)
+--   first holding is stored as this very argument), then the token's gate
+--   ("" for none: see KEYS[9]), the until in unix ms the user's live
+--   admission must have
 -- then, for each buy: user id, new order id, and its shape's number
 --   (1..s) or 0 with its shape right after it. The buys of a crowd are
 --   mostly one shape (one unit of the hot sku, no key, no token): sent
---   once per call, a buy is then three arguments, not ten
+--   once per call, a buy is then three arguments, not eleven
 -- then, after the buys, the number k of buys whose order id the caller
 --   chose, and their places (1..count): a resend of one finds its order
 --   in its group or, stored before order groups, in a field of the order
@@ -113,7 +123,8 @@
 --                             its units
 --   14, order_id              the idempotency key names an order of this user
 --                             with other lines; nothing changed
---   15                        the purchase token was spent by an earlier buy
+--   15                        the purchase token was spent by an earlier buy,
+--                             or its gate is not open (see KEYS[9])
 --
 -- A repeat (the same idempotency key, or the same order id resent after a
 -- lost reply) is answered first, before any refusal: the throttle, the token,
@@ -165,6 +176,9 @@ end
 -- read(cmd, key, list) is HMGET key list (MGET list with no key) and
 -- hset(key, list) HSET key list, in parts of at most chunk values.
 local chunk = 1000
+-- note_ttl_ms: how long the spend notes (KEYS[10]) are kept after the last
+-- is written: the room applies them within a step, 20 ms.
+local note_ttl_ms = '600000'
 local function read(cmd, key, list)
   local n = #list
   if n <= chunk then
@@ -226,13 +240,16 @@ local lines, qty, first = {}, {}, {}
 local rem, skus = {}, {}
 local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay', 'orders'}
 local ifields, tkeys, spent
+-- gated[user]: the score of a gated buy's user in the gate (KEYS[9]), a
+-- number, or false for none; gusers lists them once each
+local gated, gusers = nil, {}
 local a = 4 + 4 * nth
 local shapes = {}
 local ns = num(ARGV[a])
 a = a + 1
 for k = 1, ns do
   shapes[k] = a
-  a = a + 6 + 2 * num(ARGV[a + 5])
+  a = a + 7 + 2 * num(ARGV[a + 5])
 end
 for b = 1, count do
   local u, s = ARGV[a], ARGV[a + 2]
@@ -272,10 +289,15 @@ for b = 1, count do
       spent[tok] = false
       tkeys[#tkeys + 1] = KEYS[7] .. tok
     end
+    if ARGV[d + 6 + 2 * n] ~= '' and not (gated and gated[u]) then
+      gated = gated or {}
+      gated[u] = false
+      gusers[#gusers + 1] = u
+    end
   end
   local w = #bfields
   for i = 1, n do bfields[w + i] = u .. '|' .. ARGV[d + 4 + 2 * i] end
-  if s == '0' then a = d + 6 + 2 * n else a = a + 3 end
+  if s == '0' then a = d + 7 + 2 * n else a = a + 3 end
 end
 -- own_at: the buys whose order id the caller chose, from ARGV[a + 1] on
 -- (ARGV[a] of them): a resend of one may find its order stored before
@@ -403,6 +425,10 @@ end
 if tkeys then
   v = read('MGET', nil, tkeys)
   for i, k in ipairs(tkeys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
+end
+if gated then
+  v = read('ZMSCORE', KEYS[9], gusers)
+  for i, u in ipairs(gusers) do gated[u] = v[i] and tonumber(v[i]) or false end
 end
 
 local limit, starts, ends = int(meta[1]), int(meta[2]), int(meta[3])
@@ -566,7 +592,11 @@ local function buy_one(b)
     list[#list + 1] = state
   end
   local tok = ARGV[d + 3]
-  if tok ~= '' and spent[tok] then return put(15) end
+  if tok ~= '' then
+    if spent[tok] then return put(15) end
+    local gate = ARGV[d + 6 + 2 * lines[d]]
+    if gate ~= '' and (gated[u] ~= tonumber(gate) or now_ms >= gated[u]) then return put(15) end
+  end
   if not_selling then
     if not_selling == 'sale' then return put(8, 'sale') end
     return put(3, not_selling)
@@ -806,9 +836,18 @@ if tw then
   end
 end
 if new_spent then
+  local notes
   for _, b in ipairs(new_spent) do
     local d = sh[b]
     redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
+    if ARGV[d + 6 + 2 * lines[d]] ~= '' then
+      notes = notes or {}
+      notes[#notes + 1], notes[#notes + 2] = ARGV[at[b]], ARGV[d + 3] .. ':' .. ids[b]
+    end
+  end
+  if notes then
+    hset(KEYS[10], notes)
+    redis.call('PEXPIRE', KEYS[10], note_ttl_ms)
   end
 end
 return out

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ type CheckedBuy struct {
 	key            string
 	token          string
 	tokenTTL       int64 // ms, >= 1 with a token
+	gate           int64 // unix ms, 0 for none (WithGate)
 	orderID        string
 	newID          bool        // orderID is WithNewOrderID's: the engine may choose another
 	throttle       gcra.Bucket // zero for none
@@ -95,6 +97,24 @@ func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, erro
 		return CheckedBuy{}, invalid("token_ttl", "must be at least 1ms")
 	}
 	c.token = token
+	return c, nil
+}
+
+// WithGate returns the buy whose token (WithToken, first) must also pass
+// the sale's admission gate, as a waiting room's admission does (package
+// admission keeps the gate): the buy is accepted only if the buyer's live
+// admission in the gate ends at until and Redis's clock is before until;
+// else it is refused as ErrTokenSpent. A buy it accepts notes its token
+// and order for the room, in the same script. The gate's keys are the
+// sale's "room:live" (a sorted set, user -> until in unix ms) and
+// "room:used" (a hash, user -> "<token>:<order id>"), under its hash tag.
+func (c CheckedBuy) WithGate(until time.Time) (CheckedBuy, error) {
+	if c.token == "" {
+		return CheckedBuy{}, invalid("gate", "needs a token")
+	}
+	if c.gate = until.UnixMilli(); c.gate < 1 {
+		return CheckedBuy{}, invalid("gate", "must be after 1970")
+	}
 	return c, nil
 }
 
@@ -187,4 +207,12 @@ func noBuy() error { return invalid("sale", "no buy: a CheckedBuy comes from Che
 
 func orderOfOtherSale(saleID string) error {
 	return invalid("order_id", "must be an order id of sale %s", saleID)
+}
+
+// gateArg is buy.lua's gate argument of a buy with gate ms (0: none).
+func gateArg(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return strconv.FormatInt(ms, 10)
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -40,14 +41,14 @@ func BenchmarkBuyRedisCost(b *testing.B) {
 					stream = "order"
 				}
 				b.Run("throttle="+strconv.FormatBool(throttle)+"/batch="+strconv.Itoa(batch)+"/stream="+stream, func(b *testing.B) {
-					benchRedisCost(b, batch, throttle, perOrder)
+					benchRedisCost(b, batch, throttle, perOrder, false)
 				})
 			}
 		}
 	}
 }
 
-func benchRedisCost(b *testing.B, batch int, throttle, perOrder bool) {
+func benchRedisCost(b *testing.B, batch int, throttle, perOrder, token bool) {
 	ctx := context.Background()
 	rdb := redistest.StartServer(b).Client(b)
 	eng := inventory.New(rdb, inventory.Options{Prefix: "cost", EntryPerOrder: perOrder})
@@ -70,6 +71,9 @@ func benchRedisCost(b *testing.B, batch int, throttle, perOrder bool) {
 		for i := range reqs {
 			next++
 			reqs[i] = inventory.BuyRequest{SaleID: "bench", UserID: "u" + strconv.Itoa(next), Lines: line, Throttle: bucket}
+			if token {
+				reqs[i].Token, reqs[i].TokenTTL = "adm-"+strconv.Itoa(next)+"-Qx7fT2mLr9aWc4Kd", 2*time.Minute
+			}
 		}
 		for _, r := range eng.BuyMany(ctx, reqs) {
 			if r.Err != nil {
@@ -109,6 +113,22 @@ func benchRedisCost(b *testing.B, batch int, throttle, perOrder bool) {
 	}
 	b.ReportMetric(float64(size)/float64(b.N+batch), "stream-B/buy")
 	b.Logf("commands per buy: %s", strings.Join(inside, " "))
+}
+
+// BenchmarkBuyRedisCostToken is BenchmarkBuyRedisCost's default shape
+// (throttle, one stream entry per call) with and without a single-use
+// token per buy (an admission's or a purchase token's): what spending it
+// adds.
+//
+// Run: go test -run '^$' -bench BenchmarkBuyRedisCostToken -benchtime 30000x ./internal/inventory/
+func BenchmarkBuyRedisCostToken(b *testing.B) {
+	for _, token := range []bool{false, true} {
+		for _, batch := range benchBatches() {
+			b.Run("token="+strconv.FormatBool(token)+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+				benchRedisCost(b, batch, true, false, token)
+			})
+		}
+	}
 }
 
 // redisCounters are a server's CPU seconds, commandstats and memory.

@@ -30,9 +30,9 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 		}
 		bcs = append(bcs, bc)
 	}
-	// now, count, 1 throttle of 4, shape count, the shape of 8, the stream
+	// now, count, 1 throttle of 4, shape count, the shape of 9, the stream
 	// mode, the distinct flag, no buy of an id the caller chose
-	const fixed = 3 + 4 + 1 + 8 + 1 + 1 + 1
+	const fixed = 3 + 4 + 1 + 9 + 1 + 1 + 1
 	if n := len(e.batchCall(nil, bcs, "").args); n != fixed+3*100 {
 		t.Errorf("100 buys of one shape: %d arguments, want %d", n, fixed+3*100)
 	}
@@ -44,8 +44,8 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(e.batchCall(nil, append(bcs, bc), "").args); n != fixed+3*100+3+8 {
-		t.Errorf("and one with a key: %d arguments, want %d", n, fixed+3*100+3+8)
+	if n := len(e.batchCall(nil, append(bcs, bc), "").args); n != fixed+3*100+3+9 {
+		t.Errorf("and one with a key: %d arguments, want %d", n, fixed+3*100+3+9)
 	}
 }
 

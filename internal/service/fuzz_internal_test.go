@@ -303,7 +303,7 @@ func purchaseTokenService(t testing.TB) (*Service, *miniredis.Miniredis) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	return &Service{cfg: Config{JWTSecret: "jwt-secret-for-fuzzing"}, rdb: rdb, eng: inventory.New(rdb, inventory.Options{})}, m
+	return &Service{cfg: Config{JWTSecret: "jwt-secret-for-fuzzing"}, tokenKey: tokenKeyOf("jwt-secret-for-fuzzing"), rdb: rdb, eng: inventory.New(rdb, inventory.Options{})}, m
 }
 
 // FuzzPurchaseToken: a token the service signed for a sale and a user is

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/seckill/seckill/internal/admission"
 	"github.com/seckill/seckill/internal/inventory"
 )
 
@@ -17,47 +16,32 @@ import (
 // then a repeat of an accepted buy (200, even if its admission is spent),
 // then the admission (403), then the limit and the stock.
 //
-// A token whose signature, sale and user check and that the room holds as
-// admitted or used goes to the buy, which spends its nonce only if it
-// accepts the buy (buy.lua: a repeat first, then a spent admission, then
-// the sale's state, the limit, the stock). The spent nonce is kept with
-// the order in the database (spent tokens), so an admission buys once even
-// across a Redis loss. Any other buy is a repeat, found by its idempotency
-// key, or refused. While the database sells (degraded mode) the room
-// admits nobody and its sale sells nothing.
+// A token whose signature, sale and user check goes to the buy, gated by
+// the room (inventory.CheckedBuy.WithGate): buy.lua accepts it only if
+// the room holds the buyer's admission live with this until and Redis's
+// clock is before it, spends its nonce only if it accepts the buy (a
+// repeat first, then a spent or closed admission, then the sale's state,
+// the limit, the stock), and notes the admission used for the room in the
+// same script: one call, no read of the room before it and no notice
+// after. The spent nonce is kept with the order in the database (spent
+// tokens). Any other buy is a repeat, found by its idempotency key, or
+// refused. While the database sells (degraded mode) the room admits
+// nobody and its sale sells nothing.
 func (s *Service) buyAdmitted(ctx context.Context, buy inventory.CheckedBuy, settings saleSettings, req BuyRequest, token string) (inventory.Receipt, error) {
 	if !s.seller.RedisSells() {
 		return inventory.Receipt{}, errRoomNeedsRedis
 	}
 	if adm, ok := s.checkAdmissionToken(settings.ID, req.UserID, token); ok {
-		chk, err := s.rooms.Check(ctx, settings.ID, req.UserID, adm.nonce)
-		if err != nil && !errors.Is(err, admission.ErrNoRoom) { // no room: no admission
-			return inventory.Receipt{}, err
-		}
-		// Only a live admission goes to the buy: a used one is spent for
-		// good, whether or not its mark in Redis (spent, below) is still
-		// there; a repeat of its buy is answered by its key (replayByKey).
-		if chk == admission.CheckAdmitted {
-			// Kept spent while the admission can be presented (by Redis's
-			// clock: at most its admit_ttl, whatever this instance's clock
-			// says), and a minute of clock skew.
-			live := max(time.Until(adm.until), time.Duration(settings.Admission.AdmitTTLS)*time.Second)
-			spent := purchaseToken{nonce: adm.nonce, ttl: live + time.Minute}
-			rc, err := s.sell(ctx, buy, settings, req, spent)
-			if errors.Is(err, inventory.ErrTokenSpent) {
-				return inventory.Receipt{}, s.refuseAdmission(ctx, settings.ID, buy.Lines())
-			}
-			if err == nil && !rc.Replayed {
-				// Best effort: the room's step finds the admission used
-				// from its spent nonce anyway.
-				if err := s.rooms.MarkUsed(ctx, settings.ID, req.UserID, adm.nonce, rc.Order.ID); err != nil {
-					s.log.Warn("mark an admission used", "sale", settings.ID, "order", rc.Order.ID, "err", err)
-				}
-				// The last unit of an item: the room may be sold out, which
-				// its buyers in line read from the room's facts.
-				if slices.Contains(rc.Remaining, 0) {
-					s.rooms.Stale(settings.ID)
-				}
+		// Kept spent while the admission can be presented (by Redis's
+		// clock: at most its admit_ttl, whatever this instance's clock
+		// says), and a minute of clock skew.
+		live := max(time.Until(adm.until), time.Duration(settings.Admission.AdmitTTLS)*time.Second)
+		rc, err := s.sell(ctx, buy, settings, req, purchaseToken{nonce: adm.nonce, ttl: live + time.Minute, gate: adm.until})
+		if !errors.Is(err, inventory.ErrTokenSpent) {
+			// The last unit of an item: the room may be sold out, which
+			// its buyers in line read from the room's facts.
+			if err == nil && !rc.Replayed && slices.Contains(rc.Remaining, 0) {
+				s.rooms.Stale(settings.ID)
 			}
 			return rc, err
 		}

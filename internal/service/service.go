@@ -148,6 +148,7 @@ type Service struct {
 	eng          *inventory.Engine
 	router       *segment.Router         // the engine's sales by id, segmented ones through internal/segment/ (segments.go)
 	rooms        *admission.Rooms        // the waiting rooms of sales with one (room.go)
+	tokenKey     []byte                  // the key purchase and admission tokens are signed with (tokens.go)
 	roomStats    roomStats               // the rooms' counts, for the metrics (room_loop.go)
 	draws        *ttlcache.Cache[[]byte] // the rooms' draws as published (room.go)
 	auth         *auth
@@ -258,6 +259,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.secrets()
 	s.auth = newAuth(s.cfg.JWTSecret, s.cfg.AdminToken)
+	s.tokenKey = tokenKeyOf(s.cfg.JWTSecret)
 	// The seller watches the moves between segments: a hand-over carries
 	// them with the orders (failover.Seller.BeginMove).
 	s.eng = inventory.New(s.rdb, inventory.Options{Prefix: s.cfg.KeyPrefix, Loader: inventory.LoaderFunc(s.loadSale), Moves: s.seller})

@@ -25,14 +25,16 @@ import (
 // usable, and a repeat of an accepted buy returns its order.
 const purchaseTokenTTL = 5 * time.Minute
 
-func (s *Service) tokenKey() []byte {
-	m := hmac.New(sha256.New, []byte(s.cfg.JWTSecret))
+// tokenKeyOf is the key tokens are signed with, derived from the JWT
+// secret (Service.tokenKey: derived once, not per token).
+func tokenKeyOf(jwtSecret string) []byte {
+	m := hmac.New(sha256.New, []byte(jwtSecret))
 	m.Write([]byte("seckill purchase tokens"))
 	return m.Sum(nil)
 }
 
 func (s *Service) signToken(payload string) string {
-	m := hmac.New(sha256.New, s.tokenKey())
+	m := hmac.New(sha256.New, s.tokenKey)
 	m.Write([]byte(payload))
 	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
@@ -79,6 +81,7 @@ func (s *Service) makePurchaseToken(saleID, user string) (string, time.Time) {
 type purchaseToken struct {
 	nonce string
 	ttl   time.Duration // until it expires, plus a minute of clock skew
+	gate  time.Time     // an admission's until: the room's gate (zero: none)
 }
 
 // checkPurchaseToken checks a token's signature, user, sale and expiry; its
@@ -129,7 +132,8 @@ func (s *Service) makeAdmissionToken(saleID, user, nonce string, until time.Time
 }
 
 // admissionToken is a token's admission, its signature, sale and user
-// checked: the room says whether it is live (admission.Rooms.Check).
+// checked: whether it is live is the room's gate's to say, in the buy
+// (inventory.CheckedBuy.WithGate).
 type admissionToken struct {
 	nonce string
 	until time.Time

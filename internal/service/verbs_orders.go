@@ -77,6 +77,11 @@ func (s *Service) sell(ctx context.Context, buy inventory.CheckedBuy, settings s
 	if buy, err = buy.WithToken(token.nonce, token.ttl); err != nil {
 		return inventory.Receipt{}, err
 	}
+	if !token.gate.IsZero() {
+		if buy, err = buy.WithGate(token.gate); err != nil {
+			return inventory.Receipt{}, err
+		}
+	}
 	rc, err := s.seller.Buy(ctx, buy)
 	if err != nil {
 		rc, err = s.replayArchived(ctx, settings.ID, req.UserID, req.Lines, req.IdempotencyKey, err)

@@ -93,12 +93,37 @@ func BenchmarkDegradedBuy(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkApplyCost -benchtime 40000x -count 3 ./store/
 func BenchmarkApplyCost(b *testing.B) {
 	for _, size := range []int{64, 256, 400} {
-		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) { benchApplyCost(b, size, false) })
+	}
+}
+
+// BenchmarkApplyCostSpent is BenchmarkApplyCost with and without a spent
+// single-use token (an admission's or a purchase token's) on every order:
+// what keeping the token with its order costs.
+//
+//	go test -run '^$' -bench BenchmarkApplyCostSpent -benchtime 40000x -count 3 ./internal/store/
+func BenchmarkApplyCostSpent(b *testing.B) {
+	for _, spent := range []bool{false, true} {
+		for _, size := range []int{16, 64} {
+			b.Run("spent="+strconv.FormatBool(spent)+"/batch="+strconv.Itoa(size), func(b *testing.B) { benchApplyCost(b, size, spent) })
+		}
+	}
+}
+
+func benchApplyCost(b *testing.B, size int, spent bool) {
+	{
+		{
 			u, m := meteredURL(b, dbtest.PostgresURL(b))
 			s := openStore(b, u)
 			ctx := context.Background()
 			must(b, s.CreateSale(ctx, Sale{Sale: inventory.Sale{ID: "bench", Items: []inventory.Item{{SKU: "A", Stock: -1}}}}))
 			evs := boughtEvents("bench", b.N)
+			if spent {
+				for i := range evs {
+					evs[i].Spent = inventory.SpentToken{Token: "adm" + strconv.Itoa(i) + "x7fT2mLr9aWc4Kd0", UserID: evs[i].Order.UserID,
+						OrderID: evs[i].Order.ID, Until: time.Now().Add(time.Hour)}
+				}
+			}
 			b.ReportAllocs()
 			wal := func() (lsn int64) {
 				must(b, s.db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn() - '0/0'").Scan(&lsn))
@@ -116,7 +141,7 @@ func BenchmarkApplyCost(b *testing.B) {
 			m.stop(b, s)
 			m.report(b, float64(b.N), "order")
 			b.ReportMetric(float64(wal()-lsn)/float64(b.N), "wal-B/order")
-		})
+		}
 	}
 }
 

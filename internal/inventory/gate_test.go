@@ -1,0 +1,160 @@
+package inventory_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/internal/inventory"
+)
+
+// TestGatedBuy: a buy with a gate (a waiting room's admission) is accepted
+// only while the buyer's live admission in the sale's gate ("room:live")
+// ends at the gate's until and the script's clock is before it; a refused
+// one is ErrTokenSpent and changes nothing (stock, token, notes); an
+// accepted one spends the token and notes "<token>:<order id>" in
+// "room:used" (kept for a while) in the same script; a repeat by its
+// idempotency key is answered before the gate, and a second buy with the
+// token, even racing the first, is refused. On every backend.
+func TestGatedBuy(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		r := newRig(t, b, inventory.Options{})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 10}}})
+		live, used := r.key("s1", "room:live"), r.key("s1", "room:used")
+		until := r.clock.Now().Add(2 * time.Minute).Truncate(time.Millisecond)
+		gated := func(user, token, key string, gate time.Time) (inventory.Receipt, error) {
+			c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: lines("A", 1), IdempotencyKey: key})
+			if err == nil {
+				c, err = c.WithToken(token, time.Hour)
+			}
+			if err == nil {
+				c, err = c.WithGate(gate)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.eng.BuyChecked(r.ctx, c)
+		}
+		admit := func(user string, until time.Time) {
+			if err := r.rdb.ZAdd(r.ctx, live, redisZ(until, user)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		unchanged := func(what string, token string) {
+			t.Helper()
+			if got := r.remaining("s1")["A"]; got != 10 {
+				t.Errorf("%s: %d remaining, want 10", what, got)
+			}
+			if n, _ := r.rdb.Exists(r.ctx, r.key("s1", "ptoken:"+token), used).Result(); n != 0 {
+				t.Errorf("%s: the token is spent or a note written", what)
+			}
+		}
+
+		// Refused: no admission, another until, past until.
+		if _, err := gated("u1", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("a buy without a live admission: %v", err)
+		}
+		unchanged("no admission", "n1")
+		admit("u1", until)
+		if _, err := gated("u1", "n1", "", until.Add(time.Millisecond)); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("a buy whose gate is another until: %v", err)
+		}
+		unchanged("another until", "n1")
+		if _, err := gated("u2", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("another user's buy with u1's until: %v", err)
+		}
+		unchanged("another user", "n1")
+		r.clock.Set(until)
+		if _, err := gated("u1", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("a buy at until: %v", err)
+		}
+		unchanged("at until", "n1")
+		r.clock.Set(until.Add(-time.Millisecond))
+
+		// Accepted: the token spent, the note written.
+		rc, err := gated("u1", "n1", "k1", until)
+		if err != nil {
+			t.Fatalf("a gated buy with a live admission: %v", err)
+		}
+		if note, err := r.rdb.HGet(r.ctx, used, "u1").Result(); err != nil || note != "n1:"+rc.Order.ID {
+			t.Errorf("the note: %q %v, want %q", note, err, "n1:"+rc.Order.ID)
+		}
+		if ttl := r.rdb.PTTL(r.ctx, used).Val(); ttl <= time.Minute {
+			t.Errorf("the notes are kept %v", ttl)
+		}
+		if n := r.rdb.Exists(r.ctx, r.key("s1", "ptoken:n1")).Val(); n != 1 {
+			t.Error("the token is not spent")
+		}
+		// A repeat by its key: its order, whatever the gate says now.
+		if err := r.rdb.ZRem(r.ctx, live, "u1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		again, err := gated("u1", "n1", "k1", until)
+		if err != nil || !again.Replayed || again.Order.ID != rc.Order.ID {
+			t.Fatalf("a repeat of the accepted buy: %+v %v", again, err)
+		}
+		// The token again, the admission still live: spent.
+		admit("u1", until)
+		if _, err := gated("u1", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("the spent admission again: %v", err)
+		}
+		if got := r.remaining("s1")["A"]; got != 9 {
+			t.Errorf("%d remaining after one accepted buy, want 9", got)
+		}
+
+		// Racing buys of one admission (they may share a call): one wins.
+		admit("u3", until)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won, spent := 0, 0
+		for range 8 {
+			wg.Go(func() {
+				_, err := gated("u3", "n3", "", until)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					won++
+				case errors.Is(err, inventory.ErrTokenSpent):
+					spent++
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if won != 1 || spent != 7 {
+			t.Errorf("8 racing buys of one admission: %d accepted, %d refused as spent", won, spent)
+		}
+		if got := r.remaining("s1")["A"]; got != 8 {
+			t.Errorf("%d remaining after two accepted buys, want 8", got)
+		}
+	})
+}
+
+// TestWithGateNeedsAToken: a gate is a token's; without one, or before
+// 1970, it is invalid.
+func TestWithGateNeedsAToken(t *testing.T) {
+	c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WithGate(time.Now()); !errors.Is(err, inventory.ErrInvalid) {
+		t.Errorf("a gate without a token: %v", err)
+	}
+	c, err = c.WithToken("t1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WithGate(time.UnixMilli(0)); !errors.Is(err, inventory.ErrInvalid) {
+		t.Errorf("a gate at 1970: %v", err)
+	}
+}
+
+// redisZ is user's member of a gate: until in unix ms.
+func redisZ(until time.Time, user string) redis.Z {
+	return redis.Z{Score: float64(until.UnixMilli()), Member: user}
+}

@@ -407,4 +407,3 @@ func parseState(st string) (state, error) {
 	}
 	return ps, nil
 }
-

@@ -130,8 +130,8 @@ const factsEvery = 200 * time.Millisecond
 // The most users one join call takes (the rest wait for the next) and the
 // most places one pipeline reads.
 const (
-	maxJoinBatch   = 128
-	maxReadBatch   = 256
+	maxJoinBatch = 128
+	maxReadBatch = 256
 )
 
 //go:embed room.lua

@@ -94,6 +94,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	roomWaiting := fs.Int("room-waiting", 100_000, "--room: buyers joined to the joins' room before its joins are measured (the room the place reads meet; 1000000 for a full one)")
 	roomAdmitted := fs.Int("room-admitted", 100_000, "--room: admitted buyers of each admitted-buy phase (its load ends when they have all bought)")
 	roomReadRate := fs.Float64("room-read-rate", 10_000, "--room: place reads per second of the background during the loaded phases (0: none)")
+	roomBuyRate := fs.Float64("room-buy-rate", 2_000, "--room: buys per second of the open phases (admitted buys and plain buys, each an open loop beside the background reads; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -127,6 +128,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usage("--room-waiting must be 0..10000000")
 	case *room && (*roomAdmitted < 1 || *roomAdmitted > 10_000_000):
 		return usage("--room-admitted must be 1..10000000")
+	case *room && (*roomBuyRate < 0 || *roomBuyRate > 1_000_000):
+		return usage("--room-buy-rate must be 0..1000000")
 	case *room && (*roomReadRate < 0 || *roomReadRate > 1_000_000):
 		return usage("--room-read-rate must be 0..1000000")
 	}
@@ -153,7 +156,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
 		MaxRate: *maxRate, CatchUpTimeout: *catchUp, TimelineDir: *timeline, Progress: stderr}
 	if *room {
-		cfg.Room = &cost.RoomConfig{Waiting: *roomWaiting, Admitted: *roomAdmitted, ReadRate: *roomReadRate}
+		cfg.Room = &cost.RoomConfig{Waiting: *roomWaiting, Admitted: *roomAdmitted, ReadRate: *roomReadRate, BuyRate: *roomBuyRate}
 		return runRoomCost(ctx, cfg, *asJSON, stdout, stderr)
 	}
 	rep, runErr := cost.Run(ctx, cfg)

@@ -31,6 +31,13 @@ type RoomConfig struct {
 	// ReadRate is the background's place reads per second, an open loop
 	// over the line's buyers, during the loaded phases.
 	ReadRate float64
+	// BuyRate, when above 0, adds the open phases: admitted buys and plain
+	// buys, each an open loop at BuyRate per second for Config.Duration
+	// (a fresh buyer each) beside the background reads. An admitted
+	// buyer's buys arrive at the rate the room admits, not as a closed
+	// loop saturating the machine: these phases compare the two kinds of
+	// buy at one such rate.
+	BuyRate float64
 }
 
 // The phases of a room pass, in the order they run.
@@ -41,6 +48,8 @@ const (
 	PhaseAdmittedBuys       = "admitted-buys"
 	PhaseAdmittedBuysLoaded = "admitted-buys-loaded"
 	PhasePlainBuysLoaded    = "plain-buys-loaded"
+	PhaseAdmittedBuysOpen   = "admitted-buys-open"
+	PhasePlainBuysOpen      = "plain-buys-open"
 )
 
 // roomPhases names each phase and says what it loads.
@@ -51,6 +60,8 @@ var roomPhases = []struct{ name, what string }{
 	{PhaseAdmittedBuys, "buys with X-Purchase-Token by buyers already admitted"},
 	{PhaseAdmittedBuysLoaded, "the same, while place reads of the line run in the background"},
 	{PhasePlainBuysLoaded, "buys of a sale without a room, while the same background runs"},
+	{PhaseAdmittedBuysOpen, "admitted buys, an open loop at --room-buy-rate, while the same background runs"},
+	{PhasePlainBuysOpen, "buys of a sale without a room, the same open loop, while the same background runs"},
 }
 
 // ErrNoRooms is the error, wrapped, of a room measurement of a service
@@ -88,7 +99,7 @@ func openAdmission(maxWaiting int) map[string]any {
 func RunRoom(ctx context.Context, cfg Config) (RoomReport, error) {
 	rc := *cfg.Room
 	rep := RoomReport{Bin: cfg.Builds[0], Conns: cfg.Conns, DurationS: cfg.Duration.Seconds(),
-		Waiting: rc.Waiting, Admitted: rc.Admitted, ReadRate: rc.ReadRate}
+		Waiting: rc.Waiting, Admitted: rc.Admitted, ReadRate: rc.ReadRate, BuyRate: rc.BuyRate}
 	e, err := open(ctx, cfg)
 	if err != nil {
 		return rep, err
@@ -131,13 +142,17 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 	tokens := r.env.tokens
 	plain, plainLoaded := fmt.Sprintf("plain-%d", pass), fmt.Sprintf("plainload-%d", pass)
 	line, admit, admitLoaded := fmt.Sprintf("line-%d", pass), fmt.Sprintf("admit-%d", pass), fmt.Sprintf("admitload-%d", pass)
+	admitOpen, plainOpen := fmt.Sprintf("admitopen-%d", pass), fmt.Sprintf("plainopen-%d", pass)
 	maxWaiting := max(1_000_000, len(tokens)+1)
 	// The rooms first: a service without rooms fails here, before any load.
 	for _, s := range []struct {
 		id        string
 		admission map[string]any
 	}{{line, lineAdmission(maxWaiting)}, {admit, openAdmission(maxWaiting)}, {admitLoaded, openAdmission(maxWaiting)},
-		{plain, nil}, {plainLoaded, nil}} {
+		{plain, nil}, {plainLoaded, nil}, {admitOpen, openAdmission(maxWaiting)}, {plainOpen, nil}} {
+		if (s.id == admitOpen || s.id == plainOpen) && rc.BuyRate <= 0 {
+			continue
+		}
 		if err := r.createSale(ctx, s.id, s.admission); err != nil {
 			return err
 		}
@@ -192,10 +207,10 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 		return err
 	}
 
-	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuys, admit, "", nil)); err != nil {
+	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuys, admit, "", nil, false)); err != nil {
 		return err
 	}
-	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuysLoaded, admitLoaded, line, readers)); err != nil {
+	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuysLoaded, admitLoaded, line, readers, false)); err != nil {
 		return err
 	}
 
@@ -210,14 +225,61 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 	}})
 	p.Background = bg.result()
 	p.Problems = append(p.Problems, p.Background.problems()...)
+	if err := step(p, err); err != nil || rc.BuyRate <= 0 {
+		return err
+	}
+
+	// The open phases: both kinds of buy at one rate, beside the reads.
+	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuysOpen, admitOpen, line, readers, true)); err != nil {
+		return err
+	}
+	if bg, err = r.background(ctx, line, readers); err != nil {
+		return err
+	}
+	p, err = r.measure(ctx, pass, accepted, window{phase: PhasePlainBuysOpen, buys: true, load: func() loadgen.ClosedReport {
+		rep := r.openLoad(ctx, r.buyURLOf(plainOpen), buyBody, tokens[:min(len(tokens), r.openRequests())], nil)
+		bg.stop()
+		return rep
+	}})
+	p.Background = bg.result()
+	p.Problems = append(p.Problems, p.Background.problems()...)
 	return step(p, err)
+}
+
+// openRequests is how many requests an open phase sends.
+func (r *round) openRequests() int {
+	return loadgen.Attack{Rate: r.cfg.Room.BuyRate, Duration: r.cfg.Duration}.Requests()
+}
+
+// openLoad sends an open loop at the room's BuyRate for Config.Duration,
+// request i as tokens[i] (with extra[i]); its report as a closed loop's,
+// its latencies from each request's scheduled send.
+func (r *round) openLoad(ctx context.Context, url, body string, tokens, extra []string) loadgen.ClosedReport {
+	a := loadgen.Attack{Method: http.MethodPost, URL: url, Tokens: tokens, Extra: extra, Rate: r.cfg.Room.BuyRate,
+		Duration: r.cfg.Duration, Timeout: 30 * time.Second, Conns: r.cfg.Conns, MaxInFlight: 8192}
+	if body != "" {
+		a.Body, a.Header = []byte(body), http.Header{"Content-Type": {"application/json"}}
+	}
+	rep := a.Run(ctx)
+	out := loadgen.ClosedReport{Conns: a.Conns, DurationS: rep.DurationS, Sent: rep.Sent, Status2xx: rep.Status2xx,
+		Non2xx: rep.Non2xx, Non2xxByStatus: rep.Non2xxByStatus, Errors: rep.Errors, ErrorsByKind: rep.ErrorsByKind,
+		LatencyMS: rep.LatencyMS}
+	if rep.DurationS > 0 {
+		out.Rate2xx = float64(rep.Status2xx) / rep.DurationS
+	}
+	return out
 }
 
 // admittedBuys admits rc.Admitted buyers to sale's room, then measures
 // their buys, each with its admission; with readers, while they read their
-// places in line's room at rc.ReadRate.
-func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase, sale, line string, readers []string) (RoomPhase, error) {
-	buyers := r.env.tokens[:min(r.cfg.Room.Admitted, len(r.env.tokens))]
+// places in line's room at rc.ReadRate. open: the buys are an open loop at
+// rc.BuyRate (openLoad), by as many buyers as it sends.
+func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase, sale, line string, readers []string, open bool) (RoomPhase, error) {
+	n := r.cfg.Room.Admitted
+	if open {
+		n = r.openRequests()
+	}
+	buyers := r.env.tokens[:min(n, len(r.env.tokens))]
 	r.progress("pass %d: admitting %d buyers to %s (not measured)", pass, len(buyers), sale)
 	admissions, err := r.admit(ctx, sale, buyers)
 	if err != nil {
@@ -235,7 +297,12 @@ func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase
 		defer bg.stop()
 	}
 	p, err := r.measure(ctx, pass, accepted, window{phase: phase, buys: true, finite: true, load: func() loadgen.ClosedReport {
-		rep := r.load(ctx, http.MethodPost, r.buyURLOf(sale), buyBody, buyers, extra)
+		var rep loadgen.ClosedReport
+		if open {
+			rep = r.openLoad(ctx, r.buyURLOf(sale), buyBody, buyers, extra)
+		} else {
+			rep = r.load(ctx, http.MethodPost, r.buyURLOf(sale), buyBody, buyers, extra)
+		}
 		if bg != nil {
 			bg.stop()
 		}

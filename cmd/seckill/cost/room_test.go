@@ -25,11 +25,13 @@ func TestRoomRatios(t *testing.T) {
 		PhaseAdmittedBuys:       {BuysPerS: 27_000, TotalUS: 49.5, P99MS: 11},
 		PhaseAdmittedBuysLoaded: {BuysPerS: 24_000, TotalUS: 60, P99MS: 12.5},
 		PhasePlainBuysLoaded:    {BuysPerS: 25_000, TotalUS: 58, P99MS: 12},
+		PhaseAdmittedBuysOpen:   {BuysPerS: 2_000, TotalUS: 50, P99MS: 6.5},
+		PhasePlainBuysOpen:      {BuysPerS: 2_000, TotalUS: 46, P99MS: 5},
 	}
 	want := []struct {
 		value float64
 		met   string // "yes", "no", "" (no target)
-	}{{1.2, "yes"}, {1.2, "no"}, {1.25, "no"}, {1.1, ""}, {1.2, ""}, {1.1, ""}, {0.9, ""}}
+	}{{1.2, "yes"}, {1.2, "no"}, {1.25, "no"}, {1.3, "no"}, {1.1, ""}, {1.2, ""}, {1.1, ""}, {0.9, ""}}
 	got := roomRatios(m)
 	if len(got) != len(want) {
 		t.Fatalf("%d ratios, want %d: %+v", len(got), len(want), got)
@@ -46,8 +48,8 @@ func TestRoomRatios(t *testing.T) {
 			t.Errorf("%s = %v against %q: met %v, want %s", g.Name, g.Value, g.Target, g.Met, w.met)
 		}
 	}
-	if got[0].Target != ">= 1" || got[1].Target != "< 1" || got[2].Target != "<= 1.2" {
-		t.Errorf("targets %q, %q, %q; want >= 1, < 1, <= 1.2", got[0].Target, got[1].Target, got[2].Target)
+	if got[0].Target != ">= 1" || got[1].Target != "< 1" || got[2].Target != "<= 1.2" || got[3].Target != "<= 1.2" {
+		t.Errorf("targets %q, %q, %q, %q; want >= 1, < 1, <= 1.2, <= 1.2", got[0].Target, got[1].Target, got[2].Target, got[3].Target)
 	}
 
 	// Exactly on a bound: >= and <= are met, < is not.

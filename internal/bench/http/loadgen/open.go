@@ -47,7 +47,10 @@ type Attack struct {
 	Header http.Header // sent with every request
 	// Tokens, when not empty, are sent as "Authorization: Bearer <token>",
 	// request i carrying Tokens[i % len(Tokens)].
-	Tokens   []string
+	Tokens []string
+	// Extra, when not empty, is as long as Tokens: request i sends
+	// Extra[i % len(Extra)] as one more header line ("Name: value").
+	Extra    []string
 	Rate     float64 // requests per second
 	Duration time.Duration
 	// Timeout is one request's, from its actual send: it fails between
@@ -108,6 +111,9 @@ const maxNap = 50 * time.Millisecond
 func (a Attack) Run(ctx context.Context) Report {
 	// In-flight requests outlive a cancelled ctx: their replies are measured.
 	client, err := newRawClient(a.Method, a.URL, a.Header, a.Body, a.Timeout)
+	if err == nil && len(a.Extra) > 0 && len(a.Extra) != len(a.Tokens) {
+		err = fmt.Errorf("loadgen: %d extra headers for %d tokens", len(a.Extra), len(a.Tokens))
+	}
 	n := a.Requests()
 	if err != nil {
 		return a.report([]result{{sent: true, err: err}})
@@ -150,13 +156,16 @@ func (a Attack) sender(conn *rawConn, start time.Time, next *atomic.Int64, stopp
 			}
 			now = time.Now()
 		}
-		token := ""
+		token, extra := "", ""
 		if len(a.Tokens) > 0 {
 			token = a.Tokens[i%len(a.Tokens)]
 		}
+		if len(a.Extra) > 0 {
+			extra = a.Extra[i%len(a.Extra)]
+		}
 		r := &results[i]
 		r.sent, r.free, r.send = true, free, now.Sub(start)
-		r.status, r.err = conn.do(token, "", now)
+		r.status, r.err = conn.do(token, extra, now)
 		if r.err != nil {
 			r.status = 0
 		}

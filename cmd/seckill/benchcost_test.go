@@ -125,7 +125,7 @@ func TestBenchCostRoom(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"bench", "--cost", "--room", "--json", "--serve-bin", bin,
 		"--duration", "1s", "--conns", "4", "--max-rate", "20000", "--room-waiting", "2000", "--room-admitted", "300",
-		"--room-read-rate", "200", "--redis", redisURL, "--pg", pgURL}, os.Getenv, &stdout, &stderr)
+		"--room-read-rate", "200", "--room-buy-rate", "300", "--redis", redisURL, "--pg", pgURL}, os.Getenv, &stdout, &stderr)
 	if code != 0 && strings.Contains(stderr.String(), cost.ErrNoRooms.Error()) {
 		t.Skipf("the service has no waiting rooms yet: %s", strings.TrimSpace(stderr.String()))
 	}
@@ -134,7 +134,7 @@ func TestBenchCostRoom(t *testing.T) {
 		t.Fatalf("exit %d, report %v; stderr:\n%s\nstdout:\n%s", code, err, stderr.String(), stdout.String())
 	}
 	want := []string{cost.PhasePlainBuys, cost.PhaseJoins, cost.PhasePlaceReads, cost.PhaseAdmittedBuys,
-		cost.PhaseAdmittedBuysLoaded, cost.PhasePlainBuysLoaded}
+		cost.PhaseAdmittedBuysLoaded, cost.PhasePlainBuysLoaded, cost.PhaseAdmittedBuysOpen, cost.PhasePlainBuysOpen}
 	if len(rep.Phases) != len(want) {
 		t.Fatalf("%d phases, want %d: %+v", len(rep.Phases), len(want), rep.Phases)
 	}
@@ -161,7 +161,8 @@ func TestBenchCostRoom(t *testing.T) {
 		if (p.Phase == cost.PhaseAdmittedBuys || p.Phase == cost.PhaseAdmittedBuysLoaded) && p.Buys > 300 {
 			t.Errorf("%s: %d buys by 300 admitted buyers", p.Phase, p.Buys)
 		}
-		loaded := p.Phase == cost.PhaseAdmittedBuysLoaded || p.Phase == cost.PhasePlainBuysLoaded
+		loaded := p.Phase == cost.PhaseAdmittedBuysLoaded || p.Phase == cost.PhasePlainBuysLoaded ||
+			p.Phase == cost.PhaseAdmittedBuysOpen || p.Phase == cost.PhasePlainBuysOpen
 		if b := p.Background; loaded != (b != nil) || (b != nil && (b.Status2xx == 0 || b.Non2xx != 0 || b.RoomWaiting < 2000)) {
 			t.Errorf("%s: background %+v; want reads of a room of 2000 waiting or more, all 2xx, beside the loaded phases only", p.Phase, b)
 		}

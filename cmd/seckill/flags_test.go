@@ -33,7 +33,7 @@ func TestSubcommandFlags(t *testing.T) {
 		{[]string{"bench"}, []string{"cost", "quick", "json", "redis", "db", "concurrency", "stock", "duration", "only",
 			"chart", "segments", "batch", "rounds"}},
 		{[]string{"bench", "--cost"}, []string{"cost", "serve-bin", "against", "rounds", "conns", "duration", "open-rate",
-			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json", "room", "room-waiting", "room-admitted", "room-read-rate"}},
+			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json", "room", "room-waiting", "room-admitted", "room-read-rate", "room-buy-rate"}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -41,7 +41,7 @@ type RoomPhase struct {
 // database must hold).
 func (p RoomPhase) Sells() bool {
 	switch p.Phase {
-	case PhasePlainBuys, PhaseAdmittedBuys, PhaseAdmittedBuysLoaded, PhasePlainBuysLoaded:
+	case PhasePlainBuys, PhaseAdmittedBuys, PhaseAdmittedBuysLoaded, PhasePlainBuysLoaded, PhaseAdmittedBuysOpen, PhasePlainBuysOpen:
 		return true
 	}
 	return false

@@ -426,9 +426,21 @@ if tkeys then
   v = read('MGET', nil, tkeys)
   for i, k in ipairs(tkeys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
 end
+-- bad_gate: the room's key that is not of the type the room writes
+-- (room:live a sorted set, room:used a hash), for code 8 to the gated
+-- buys: found here, before the first write, since the notes' HSET at the
+-- end would fail after it (and leave the call half run).
+local bad_gate
 if gated then
-  v = read('ZMSCORE', KEYS[9], gusers)
-  for i, u in ipairs(gusers) do gated[u] = v[i] and tonumber(v[i]) or false end
+  for k, want in pairs({[9] = 'zset', [10] = 'hash'}) do
+    local ty = redis.call('TYPE', KEYS[k])
+    if type(ty) == 'table' then ty = ty.ok or ty['ok'] end
+    if ty ~= want and ty ~= 'none' then bad_gate = bad_gate or (k == 9 and 'room:live' or 'room:used') end
+  end
+  if bad_gate ~= 'room:live' then
+    v = read('ZMSCORE', KEYS[9], gusers)
+    for i, u in ipairs(gusers) do gated[u] = v[i] and tonumber(v[i]) or false end
+  end
 end
 
 local limit, starts, ends = int(meta[1]), int(meta[2]), int(meta[3])
@@ -595,7 +607,10 @@ local function buy_one(b)
   if tok ~= '' then
     if spent[tok] then return put(15) end
     local gate = ARGV[d + 6 + 2 * lines[d]]
-    if gate ~= '' and (gated[u] ~= tonumber(gate) or now_ms >= gated[u]) then return put(15) end
+    if gate ~= '' then
+      if bad_gate then return put(8, bad_gate) end
+      if gated[u] ~= tonumber(gate) or now_ms >= gated[u] then return put(15) end
+    end
   end
   if not_selling then
     if not_selling == 'sale' then return put(8, 'sale') end

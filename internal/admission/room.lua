@@ -21,7 +21,9 @@
 -- KEYS[5] room:live zset: user -> admitted until (unix ms): the unused
 --         admissions out. It is the engine's gate too: a buy spends an
 --         admission only while its user is here with its until, before
---         until (inventory's buy.lua, KEYS[9])
+--         until, and only with the nonce of the user's state (inventory's
+--         buy.lua, KEYS[9], KEYS[11] and KEYS[12], which reads "nb" here and
+--         the user's state as bucket() finds it: keep the two alike)
 -- KEYS[6] room:rate hash: "<unix second>" -> admissions in that second,
 --         the last 11 seconds
 -- KEYS[7] the start of the buckets' keys: the user's state is field user

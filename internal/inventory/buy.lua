@@ -47,6 +47,18 @@
 --         buy the script accepts sets field <user> to "<token>:<order id>"
 --         there, and keeps the hash a further note_ttl_ms: the room reads
 --         and applies the notes (package admission)
+-- KEYS[11] the room's settings hash ("room:cfg"): its "nb", the number of
+--         its users' state hashes
+-- KEYS[12] the start of the room's users' state hashes ("room:b:"): user's
+--         state is field user of KEYS[12] .. n, n = (the first 8 hex
+--         digits of SHA1(user)) % nb; a live admission's is
+--         "a<joined ms>:<nonce>:<until ms>:<in draw>" (package admission,
+--         room.lua). A gated buy's token must be its nonce: the gate's
+--         until alone does not tell one admission of a user from another
+--         that ends at the same ms (every admission granted within
+--         admit_ttl of the room's end ends at the end), such as one a
+--         room lost (Redis lost it, the room was made again) and the
+--         user's new one
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
@@ -430,7 +442,7 @@ end
 -- (room:live a sorted set, room:used a hash), for code 8 to the gated
 -- buys: found here, before the first write, since the notes' HSET at the
 -- end would fail after it (and leave the call half run).
-local bad_gate
+local bad_gate, gnonce
 if gated then
   for k, want in pairs({[9] = 'zset', [10] = 'hash'}) do
     local ty = redis.call('TYPE', KEYS[k])
@@ -439,7 +451,18 @@ if gated then
   end
   if bad_gate ~= 'room:live' then
     v = read('ZMSCORE', KEYS[9], gusers)
-    for i, u in ipairs(gusers) do gated[u] = v[i] and tonumber(v[i]) or false end
+    -- gnonce[user]: the nonce of the user's live admission (KEYS[12]),
+    -- false for none
+    local nb = tonumber(redis.call('HGET', KEYS[11], 'nb') or '')
+    gnonce = {}
+    for i, u in ipairs(gusers) do
+      gated[u] = v[i] and tonumber(v[i]) or false
+      gnonce[u] = false
+      if gated[u] and nb and nb >= 1 then
+        local st = redis.call('HGET', KEYS[12] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb), u)
+        gnonce[u] = st and string.match(st, '^a%d+:(%x+):%d+:%d$') or false
+      end
+    end
   end
 end
 
@@ -609,7 +632,7 @@ local function buy_one(b)
     local gate = ARGV[d + 6 + 2 * lines[d]]
     if gate ~= '' then
       if bad_gate then return put(8, bad_gate) end
-      if gated[u] ~= tonumber(gate) or now_ms >= gated[u] then return put(15) end
+      if gated[u] ~= tonumber(gate) or now_ms >= gated[u] or gnonce[u] ~= tok then return put(15) end
     end
   end
   if not_selling then

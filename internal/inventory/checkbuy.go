@@ -103,7 +103,9 @@ func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, erro
 // WithGate returns the buy whose token (WithToken, first) must also pass
 // the sale's admission gate, as a waiting room's admission does (package
 // admission keeps the gate): the buy is accepted only if the buyer's live
-// admission in the gate ends at until and Redis's clock is before until;
+// admission in the gate ends at until, its nonce (the room's state of the
+// user, "room:cfg" and "room:b:<n>") is the buy's token, and Redis's clock
+// is before until;
 // else it is refused as ErrTokenSpent. A buy it accepts notes its token
 // and order for the room, in the same script. The gate's keys are the
 // sale's "room:live" (a sorted set, user -> until in unix ms) and

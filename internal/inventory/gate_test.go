@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -38,8 +39,18 @@ func TestGatedBuy(t *testing.T) {
 			}
 			return r.eng.BuyChecked(r.ctx, c)
 		}
+		// admit gives user a live admission as the room does: in the gate,
+		// and as the user's state (one state hash: "nb" 1), with its nonce.
 		admit := func(user string, until time.Time) {
+			nonce := map[string]string{"u1": "0e1", "u3": "0e3"}[user]
 			if err := r.rdb.ZAdd(r.ctx, live, redisZ(until, user)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.rdb.HSet(r.ctx, r.key("s1", "room:cfg"), "nb", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+			st := "a1:" + nonce + ":" + strconv.FormatInt(until.UnixMilli(), 10) + ":0"
+			if err := r.rdb.HSet(r.ctx, r.key("s1", "room:b:0"), user, st).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -54,51 +65,55 @@ func TestGatedBuy(t *testing.T) {
 		}
 
 		// Refused: no admission, another until, past until.
-		if _, err := gated("u1", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+		if _, err := gated("u1", "0e1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("a buy without a live admission: %v", err)
 		}
-		unchanged("no admission", "n1")
+		unchanged("no admission", "0e1")
 		admit("u1", until)
-		if _, err := gated("u1", "n1", "", until.Add(time.Millisecond)); !errors.Is(err, inventory.ErrTokenSpent) {
+		if _, err := gated("u1", "0e1", "", until.Add(time.Millisecond)); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("a buy whose gate is another until: %v", err)
 		}
-		unchanged("another until", "n1")
-		if _, err := gated("u2", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+		unchanged("another until", "0e1")
+		if _, err := gated("u2", "0e1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("another user's buy with u1's until: %v", err)
 		}
-		unchanged("another user", "n1")
+		unchanged("another user", "0e1")
+		if _, err := gated("u1", "0e9", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("a token of u1 with the until of u1's live admission, not its nonce: %v", err)
+		}
+		unchanged("another nonce", "0e9")
 		r.clock.Set(until)
-		if _, err := gated("u1", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+		if _, err := gated("u1", "0e1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("a buy at until: %v", err)
 		}
-		unchanged("at until", "n1")
+		unchanged("at until", "0e1")
 		r.clock.Set(until.Add(-time.Millisecond))
 
 		// Accepted: the token spent, the note written.
-		rc, err := gated("u1", "n1", "k1", until)
+		rc, err := gated("u1", "0e1", "k1", until)
 		if err != nil {
 			t.Fatalf("a gated buy with a live admission: %v", err)
 		}
-		if note, err := r.rdb.HGet(r.ctx, used, "u1").Result(); err != nil || note != "n1:"+rc.Order.ID {
-			t.Errorf("the note: %q %v, want %q", note, err, "n1:"+rc.Order.ID)
+		if note, err := r.rdb.HGet(r.ctx, used, "u1").Result(); err != nil || note != "0e1:"+rc.Order.ID {
+			t.Errorf("the note: %q %v, want %q", note, err, "0e1:"+rc.Order.ID)
 		}
 		if ttl := r.rdb.PTTL(r.ctx, used).Val(); ttl <= time.Minute {
 			t.Errorf("the notes are kept %v", ttl)
 		}
-		if n := r.rdb.Exists(r.ctx, r.key("s1", "ptoken:n1")).Val(); n != 1 {
+		if n := r.rdb.Exists(r.ctx, r.key("s1", "ptoken:0e1")).Val(); n != 1 {
 			t.Error("the token is not spent")
 		}
 		// A repeat by its key: its order, whatever the gate says now.
 		if err := r.rdb.ZRem(r.ctx, live, "u1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		again, err := gated("u1", "n1", "k1", until)
+		again, err := gated("u1", "0e1", "k1", until)
 		if err != nil || !again.Replayed || again.Order.ID != rc.Order.ID {
 			t.Fatalf("a repeat of the accepted buy: %+v %v", again, err)
 		}
 		// The token again, the admission still live: spent.
 		admit("u1", until)
-		if _, err := gated("u1", "n1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+		if _, err := gated("u1", "0e1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("the spent admission again: %v", err)
 		}
 		if got := r.remaining("s1")["A"]; got != 9 {
@@ -112,7 +127,7 @@ func TestGatedBuy(t *testing.T) {
 		won, spent := 0, 0
 		for range 8 {
 			wg.Go(func() {
-				_, err := gated("u3", "n3", "", until)
+				_, err := gated("u3", "0e3", "", until)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {

@@ -56,11 +56,12 @@ type saleKeys struct {
 	tag                                          string
 	throttle, token                              string // the starts of the keys
 	gate, notes                                  string // a waiting room's (CheckedBuy.WithGate)
+	roomCfg, buckets                             string // the room's settings, the start of its users' state hashes
 }
 
 // keySuffixes are the ends of saleKeys' keys, in the order keys builds
 // them: every key is the tag followed by one of them.
-var keySuffixes = [...]string{":sale", ":bought", ":orders", ":idem", ":events", ":initlock", ":deadlines", ":paid", ":tat:", ":ptoken:", ":room:live", ":room:used"}
+var keySuffixes = [...]string{":sale", ":bought", ":orders", ":idem", ":events", ":initlock", ":deadlines", ":paid", ":tat:", ":ptoken:", ":room:live", ":room:used", ":room:cfg", ":room:b:"}
 
 // keys builds every key of the sale in one allocation: the tag and each
 // key are parts of one string.
@@ -106,13 +107,15 @@ func (e *Engine) keys(saleID string) saleKeys {
 		token:     parts[9],
 		gate:      parts[10],
 		notes:     parts[11],
+		roomCfg:   parts[12],
+		buckets:   parts[13],
 	}
 }
 
 // buy returns buy.lua's KEYS (see buy.lua): a new slice, which the
 // coalescer of the sale shares among all its calls (nobody writes it).
 func (k saleKeys) buy() []string {
-	return []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines, k.gate, k.notes}
+	return []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines, k.gate, k.notes, k.roomCfg, k.buckets}
 }
 
 // op returns the key marking a one-off operation (a restock, a cancel, a

@@ -1,9 +1,12 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/redistest"
@@ -54,6 +57,77 @@ func TestAdv3GateBindsTheNonce(t *testing.T) {
 		}
 		if got := r.remaining("s"); got != 4 {
 			t.Errorf("%d remaining, want 4: one live admission bought %d units", got, 5-got)
+		}
+	})
+}
+
+// TestAdv3UsedOutlivesAStoppedLoop: an admission a buy spent stays used
+// however long the room goes unstepped (no instance steps it while the
+// database sells, degraded mode, for as long as Redis is out of the
+// instances' reach; Redis's keys expire meanwhile). The buy's note is
+// what tells the room the admission was used; the spent mark (kept as the
+// service keeps it: admit_ttl and a minute) is gone by then, so a note
+// that expires first (it did, 10 minutes after the last buy) leaves the
+// step to find the admission unspent at its lapse: counted lapsed, read
+// as lapsed, and its buyer may join again and buy again.
+func TestAdv3UsedOutlivesAStoppedLoop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		r := newRig(t, b, true)
+		r.sale("s", 0, "A", 5)
+		cfg := config()
+		r.create("s", cfg)
+		r.clock.Set(t0)
+		r.join("s", "u1")
+		r.step("s")
+		p := r.place("s", "u1")
+		if p.Status != Admitted {
+			t.Fatalf("u1: %+v", p)
+		}
+		c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s", UserID: "u1", Lines: []inventory.Line{{SKU: "A", Qty: 1}}})
+		if err == nil {
+			c, err = c.WithToken(p.Nonce, cfg.AdmitTTL+time.Minute) // as the service keeps it
+		}
+		if err == nil {
+			c, err = c.WithGate(p.AdmittedUntil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := r.eng.BuyChecked(r.ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No step for 15 minutes: the keys whose time to live runs out
+		// meanwhile are gone.
+		const idle = 15 * time.Minute
+		r.clock.Add(idle)
+		expired := 0
+		age := func(ctx context.Context, c redis.Cmdable) error {
+			iter := c.Scan(ctx, 0, r.eng.Key("s", "*"), 1000).Iterator()
+			for iter.Next(ctx) {
+				if ttl := c.PTTL(ctx, iter.Val()).Val(); ttl > 0 && ttl <= idle {
+					if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+						return err
+					}
+					expired++
+				}
+			}
+			return iter.Err()
+		}
+		if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(r.ctx, func(ctx context.Context, n *redis.Client) error { return age(ctx, n) })
+		} else {
+			err = age(r.ctx, r.rdb)
+		}
+		if err != nil || expired == 0 {
+			t.Fatalf("aging the keys: %v (%d expired: the spent mark at least)", err, expired)
+		}
+		r.step("s")
+		if q := r.place("s", "u1"); q.Status != Used || q.OrderID != rc.Order.ID {
+			t.Errorf("u1's spent admission after the room went unstepped: %+v, want used by %s", q, rc.Order.ID)
+		}
+		if s := r.stats("s"); s.Used != 1 || s.Lapsed != 0 {
+			t.Errorf("the room's counts: %+v, want 1 used, 0 lapsed", s)
 		}
 	})
 }

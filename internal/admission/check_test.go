@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // What a buy does to a room, for the room's tests: the engine's gated buy
@@ -65,5 +64,5 @@ func (r *Rooms) MarkUsed(ctx context.Context, saleID, user, nonce, orderID strin
 	if err := r.rdb.HSet(ctx, key, user, nonce+":"+orderID).Err(); err != nil {
 		return fmt.Errorf("admission: used notice of sale %s: %w", saleID, err)
 	}
-	return r.rdb.PExpire(ctx, key, 10*time.Minute).Err()
+	return nil // kept until applied, as buy.lua keeps it
 }

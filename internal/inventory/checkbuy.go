@@ -100,16 +100,15 @@ func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, erro
 	return c, nil
 }
 
-// WithGate returns the buy whose token (WithToken, first) must also pass
-// the sale's admission gate, as a waiting room's admission does (package
-// admission keeps the gate): the buy is accepted only if the buyer's live
-// admission in the gate ends at until, its nonce (the room's state of the
-// user, "room:cfg" and "room:b:<n>") is the buy's token, and Redis's clock
-// is before until;
+// WithGate returns the buy whose token (WithToken, first) is a waiting
+// room's admission (package admission keeps the room): the buy is accepted
+// only if the room's state of the buyer ("room:cfg", "room:b:<n>") is a
+// live admission whose nonce is the token and whose until is until, Redis's
+// clock is before until, and no note of the room names the token used;
 // else it is refused as ErrTokenSpent. A buy it accepts notes its token
-// and order for the room, in the same script. The gate's keys are the
-// sale's "room:live" (a sorted set, user -> until in unix ms) and
-// "room:used" (a hash, user -> "<token>:<order id>"), under its hash tag.
+// and order for the room in the same script ("room:used", a hash, user ->
+// "<token>:<order id>", under the sale's hash tag): the note is its spent
+// mark (the token's TTL is not used).
 func (c CheckedBuy) WithGate(until time.Time) (CheckedBuy, error) {
 	if c.token == "" {
 		return CheckedBuy{}, invalid("gate", "needs a token")

@@ -2,9 +2,11 @@ package inventory_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,4 +185,86 @@ func benchBatches() []int {
 		return out
 	}
 	return []int{14, 64}
+}
+
+// BenchmarkBuyRedisCostGate is what a waiting room's admitted buy costs
+// Redis against a plain buy and a buy with a purchase token: batches of
+// concurrent BuyChecked calls (coalesced, as the service's are), each a
+// new buyer of a sale with per-user limit 1 and the default throttle;
+// gated, each buyer holds a live admission in the room's keys (its state,
+// as package admission writes it) and the buy checks it and notes it used.
+// Metrics as BenchmarkBuyRedisCost's (the room's step that applies the
+// notes is not in them).
+//
+// Run: go test -run '^$' -bench BenchmarkBuyRedisCostGate -benchtime 30000x ./internal/inventory/
+func BenchmarkBuyRedisCostGate(b *testing.B) {
+	for _, mode := range []string{"plain", "token", "gated"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			rdb := redistest.StartServer(b).Client(b)
+			eng := inventory.New(rdb, inventory.Options{Prefix: "cost"})
+			if err := eng.CreateSale(ctx, inventory.Sale{ID: "bench", PerUserLimit: 1,
+				Items: []inventory.Item{{SKU: "A", Stock: inventory.MaxQty}}}); err != nil {
+				b.Fatal(err)
+			}
+			bk, err := throttleOf(ratelimit.PerSecond(5, 10))
+			if err != nil {
+				b.Fatal(err)
+			}
+			const batch = 16
+			n := b.N + batch
+			until := time.Now().Add(time.Hour).UnixMilli()
+			nonce := func(i int) string { return fmt.Sprintf("%032x", i+1) }
+			if mode == "gated" {
+				// One bucket (nb 1) of every buyer's admitted state.
+				pipe := rdb.Pipeline()
+				pipe.HSet(ctx, eng.Key("bench", "room:cfg"), "nb", 1)
+				for i := range n {
+					pipe.HSet(ctx, eng.Key("bench", "room:b:0"), "u"+strconv.Itoa(i), fmt.Sprintf("a1:%s:%d:0", nonce(i), until))
+					pipe.ZAdd(ctx, eng.Key("bench", "room:live"), redis.Z{Score: float64(until), Member: "u" + strconv.Itoa(i)})
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			next := 0
+			round := func(k int) {
+				var wg sync.WaitGroup
+				for range k {
+					i := next
+					next++
+					c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "bench", UserID: "u" + strconv.Itoa(i),
+						Lines: []inventory.Line{{SKU: "A", Qty: 1}}, Throttle: &bk})
+					if err == nil && mode != "plain" {
+						c, err = c.WithToken(nonce(i), 2*time.Minute)
+					}
+					if err == nil && mode == "gated" {
+						c, err = c.WithGate(time.UnixMilli(until))
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					wg.Go(func() {
+						if _, err := eng.BuyChecked(ctx, c); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			round(batch) // loads the script
+			before := redisStats(b, rdb)
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				round(min(batch, b.N-done))
+			}
+			b.StopTimer()
+			after := redisStats(b, rdb)
+			f := float64(b.N)
+			b.ReportMetric((after.cpu-before.cpu)*1e6/f, "redis-cpu-µs/buy")
+			b.ReportMetric(float64(after.usec["evalsha"]-before.usec["evalsha"])/f, "lua-µs/buy")
+			b.ReportMetric(float64(after.calls["evalsha"]-before.calls["evalsha"])/f, "calls/buy")
+			b.ReportMetric(float64(after.mem-before.mem)/f, "mem-B/buy")
+		})
+	}
 }

@@ -149,6 +149,7 @@ type Service struct {
 	router       *segment.Router         // the engine's sales by id, segmented ones through internal/segment/ (segments.go)
 	rooms        *admission.Rooms        // the waiting rooms of sales with one (room.go)
 	tokenKey     []byte                  // the key purchase and admission tokens are signed with (tokens.go)
+	macs         sync.Pool               // hash.Hash: HMAC-SHA256 under tokenKey (tokenMAC)
 	roomStats    roomStats               // the rooms' counts, for the metrics (room_loop.go)
 	draws        *ttlcache.Cache[[]byte] // the rooms' draws as published (room.go)
 	auth         *auth

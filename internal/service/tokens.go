@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,9 +35,25 @@ func tokenKeyOf(jwtSecret string) []byte {
 }
 
 func (s *Service) signToken(payload string) string {
-	m := hmac.New(sha256.New, s.tokenKey)
-	m.Write([]byte(payload))
-	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	return tokenEncoding.EncodeToString([]byte(payload)) + "." + tokenEncoding.EncodeToString(s.tokenMAC([]byte(payload)))
+}
+
+// tokenEncoding is a token's two parts' encoding; strict, so that a token
+// has one spelling only.
+var tokenEncoding = base64.RawURLEncoding.Strict()
+
+// tokenMAC is payload's HMAC-SHA256 under the token key, from a pool of
+// keyed hashes (hmac.New hashes the key anew each time).
+func (s *Service) tokenMAC(payload []byte) []byte {
+	m, ok := s.macs.Get().(hash.Hash)
+	if !ok {
+		m = hmac.New(sha256.New, s.tokenKey)
+	}
+	m.Reset()
+	m.Write(payload)
+	sum := m.Sum(nil)
+	s.macs.Put(m)
+	return sum
 }
 
 // issuePurchaseToken is POST /v1/sales/{sale}/purchase-tokens:
@@ -105,12 +122,16 @@ func (s *Service) checkPurchaseToken(saleID, user, token string) (purchaseToken,
 // signedPayload is the payload of a token the service signed (signToken);
 // false for any other string.
 func (s *Service) signedPayload(token string) (string, bool) {
-	enc, _, ok := strings.Cut(token, ".")
+	enc, sig, ok := strings.Cut(token, ".")
 	if !ok {
 		return "", false
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || !hmac.Equal([]byte(s.signToken(string(raw))), []byte(token)) {
+	raw, err := tokenEncoding.DecodeString(enc)
+	if err != nil {
+		return "", false
+	}
+	mac, err := tokenEncoding.DecodeString(sig)
+	if err != nil || !hmac.Equal(s.tokenMAC(raw), mac) {
 		return "", false
 	}
 	return string(raw), true

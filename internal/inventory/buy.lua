@@ -47,9 +47,13 @@
 --         admission from a lapsed one, however long the room goes
 --         unstepped (degraded mode). A note is written only while the room
 --         holds the admission live, so the room's removal (which unlinks
---         the hash) never misses one. A gated token is spent by its note:
---         it leaves no mark under KEYS[7] (it is checked there too, for a
---         buy of an older instance that spent it so)
+--         the hash) never misses one. A gated token is spent by its note,
+--         and marked spent under KEYS[7] too (for its ms): an older
+--         instance buys an admission ungated, after its own check of the
+--         room, and reads only that mark (a gated buy between its check
+--         and its buy would otherwise leave it a second unit). It is
+--         checked there too, for a buy of an older instance that spent it
+--         so
 -- KEYS[10] the room's settings hash ("room:cfg"): its "nb", the number of
 --         its users' state hashes
 -- KEYS[11] the start of the room's users' state hashes ("room:b:"): user's
@@ -890,11 +894,12 @@ if new_spent then
   local notes
   for _, b in ipairs(new_spent) do
     local d = sh[b]
+    -- The spent mark, a gated token's too: an older instance's buy of an
+    -- admission (checked in the room, then bought ungated) reads only it.
+    redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
     if ARGV[d + 6 + 2 * lines[d]] ~= '' then
       notes = notes or {}
       notes[#notes + 1], notes[#notes + 2] = ARGV[at[b]], ARGV[d + 3] .. ':' .. ids[b]
-    else
-      redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
     end
   end
   if notes then

@@ -107,8 +107,9 @@ func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, erro
 // clock is before until, and no note of the room names the token used;
 // else it is refused as ErrTokenSpent. A buy it accepts notes its token
 // and order for the room in the same script ("room:used", a hash, user ->
-// "<token>:<order id>", under the sale's hash tag): the note is its spent
-// mark (the token's TTL is not used).
+// "<token>:<order id>", under the sale's hash tag), and marks the token
+// spent for its TTL too (the mark an older instance's ungated buy of an
+// admission reads).
 func (c CheckedBuy) WithGate(until time.Time) (CheckedBuy, error) {
 	if c.token == "" {
 		return CheckedBuy{}, invalid("gate", "needs a token")

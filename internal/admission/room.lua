@@ -19,15 +19,16 @@
 -- KEYS[4] room:aq list: the users who joined after the draw (or again after
 --         a lapse), in arrival order, from the first not yet admitted
 -- KEYS[5] room:live zset: user -> admitted until (unix ms): the unused
---         admissions out. It is the engine's gate too: a buy spends an
---         admission only while its user is here with its until, before
---         until, and only with the nonce of the user's state (inventory's
---         buy.lua, KEYS[9], KEYS[11] and KEYS[12], which reads "nb" here and
---         the user's state as bucket() finds it: keep the two alike)
+--         admissions out
 -- KEYS[6] room:rate hash: "<unix second>" -> admissions in that second,
 --         the last 11 seconds
 -- KEYS[7] the start of the buckets' keys: the user's state is field user
---         of KEYS[7] .. n, n = (first 8 hex digits of SHA1(user)) % nb
+--         of KEYS[7] .. n, n = (first 8 hex digits of SHA1(user)) % nb. It
+--         is the engine's gate too: a buy spends an admission only while
+--         the user's state here is that admission ('a', its nonce and
+--         until), before until, and no note (KEYS[11]) names it (inventory's
+--         buy.lua, KEYS[9] to KEYS[11], reads "nb" and the state as
+--         bucket() finds them: keep the two alike)
 -- KEYS[8] the sale hash (the engine's): "items" "A=100,B=-1", "r:<sku>"
 --         remaining (-1 unlimited), "start", "end" (unix ms, 0 none),
 --         "paused" ("1"), "fenced" (set: the database sells)
@@ -36,7 +37,7 @@
 --         exists once an accepted buy spent the admission nonce
 -- KEYS[11] room:used hash: user -> "<nonce>:<order id>", an admission an
 --         accepted buy spent and the order it made, written by that buy in
---         its own script (inventory's buy.lua, KEYS[10]) and applied by
+--         its own script (inventory's buy.lua, KEYS[9]) and applied by
 --         the next step; place reads it at once
 -- ARGV[1] the operation    ARGV[2] now, unix µs, or "" for Redis's TIME
 --         (script_now, clock.lua, prepended)    ARGV[3]... the operation's

@@ -456,20 +456,25 @@ if gated then
   if ty ~= 'hash' and ty ~= 'none' then bad_gate = 'room:used' end
   -- get(key, field): HGET, or false for a key that is not a hash (then
   -- the gate is corrupt: bad_gate)
-  local function get(key, field, name)
+  -- (A user's own state hash that is not a hash is that user's buys'
+  -- corruption only: gated[u] 'bad'.)
+  local function get(key, field)
     local r = redis.pcall('HGET', key, field)
-    if type(r) == 'table' and r.err then
-      bad_gate = bad_gate or name
-      return false
-    end
-    return r
+    if type(r) == 'table' and r.err then return nil end
+    return r or false
   end
-  local nb = tonumber(get(KEYS[10], 'nb', 'room:cfg') or '')
+  local nb = get(KEYS[10], 'nb')
+  if nb == nil then bad_gate = 'room:cfg' end
+  nb = tonumber(nb or '')
   for _, u in ipairs(gusers) do
     if nb and nb >= 1 then
-      local st = get(KEYS[11] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb), u, 'room:b')
+      local st = get(KEYS[11] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb), u)
       local nonce, till = string.match(st or '', '^a%d+:(%x+):(%d+):%d$')
-      if nonce then gated[u] = {nonce, tonumber(till)} end
+      if st == nil then
+        gated[u] = 'bad'
+      elseif nonce then
+        gated[u] = {nonce, tonumber(till)}
+      end
     end
   end
   -- A note the room has not applied yet names the admission used.
@@ -477,7 +482,7 @@ if gated then
     v = read('HMGET', KEYS[9], gusers)
     for i, u in ipairs(gusers) do
       local g, n = gated[u], v[i]
-      if g and n and string.sub(n, 1, #g[1] + 1) == g[1] .. ':' then gated[u] = false end
+      if type(g) == 'table' and n and string.sub(n, 1, #g[1] + 1) == g[1] .. ':' then gated[u] = false end
     end
   end
 end
@@ -649,6 +654,7 @@ local function buy_one(b)
     if gate ~= '' then
       if bad_gate then return put(8, bad_gate) end
       local g = gated[u]
+      if g == 'bad' then return put(8, 'room:b') end
       if not g or g[1] ~= tok or g[2] ~= tonumber(gate) or now_ms >= g[2] then return put(15) end
     end
   end

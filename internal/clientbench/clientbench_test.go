@@ -89,7 +89,7 @@ func orderID(sale string, n uint64) string {
 // stream mode (one entry a call) and the distinct flag.
 func appendBuys(args []string, sale string, n int) []string {
 	args = append(args, "", strconv.Itoa(n), "0") // "": the script reads Redis's clock; no throttles
-	args = append(args, "1", "", "A=1", "0", "", "0", "1", "A", "1")
+	args = append(args, "1", "", "A=1", "0", "", "0", "1", "A", "1", "") // one shared shape: no key, no throttle, no token, one line, no gate
 	for range n {
 		c := counter.Add(1)
 		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "1")

@@ -88,7 +88,7 @@ func orderID(sale string, n uint64) string {
 // one shape once, each buy as its user, order id and shape 1, then the
 // stream mode (one entry a call) and the distinct flag.
 func appendBuys(args []string, sale string, n int) []string {
-	args = append(args, "", strconv.Itoa(n), "0") // "": the script reads Redis's clock; no throttles
+	args = append(args, "", strconv.Itoa(n), "0")                        // "": the script reads Redis's clock; no throttles
 	args = append(args, "1", "", "A=1", "0", "", "0", "1", "A", "1", "") // one shared shape: no key, no throttle, no token, one line, no gate
 	for range n {
 		c := counter.Add(1)

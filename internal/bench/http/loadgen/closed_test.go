@@ -50,6 +50,24 @@ func TestClosedTokensOnce(t *testing.T) {
 // buyer's own header (an admission) travels with its own token; Extra of
 // another length than Tokens is refused without a request.
 func TestClosedExtraHeader(t *testing.T) {
+	url, tokens, extra, check := extraHeaderServer(t)
+	c := Closed{Method: http.MethodPost, URL: url, Tokens: tokens, Extra: extra,
+		Conns: 3, Duration: time.Minute, Timeout: 10 * time.Second}
+	if r := c.Run(context.Background()); r.Status2xx != 50 || r.Errors != 0 {
+		t.Fatalf("report %+v, want 50 2xx", r)
+	}
+	check()
+	c.Extra = extra[:10]
+	if r := c.Run(context.Background()); r.Sent != 0 || r.Errors != 1 || r.Status2xx != 0 {
+		t.Errorf("10 extra headers for 50 tokens: report %+v, want one error and nothing sent", r)
+	}
+}
+
+// extraHeaderServer is a server that records which X-Purchase-Token came
+// with which bearer token, and 50 tokens with a header each; check fails
+// the test unless every token came with its own header.
+func extraHeaderServer(t *testing.T) (url string, tokens, extra []string, check func()) {
+	t.Helper()
 	var mu sync.Mutex
 	pairs := map[string]string{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,23 +75,19 @@ func TestClosedExtraHeader(t *testing.T) {
 		pairs[r.Header.Get("Authorization")] = r.Header.Get("X-Purchase-Token")
 		mu.Unlock()
 	}))
-	defer srv.Close()
-	tokens, extra := make([]string, 50), make([]string, 50)
+	t.Cleanup(srv.Close)
+	tokens, extra = make([]string, 50), make([]string, 50)
 	for i := range tokens {
 		tokens[i], extra[i] = fmt.Sprint("t", i), fmt.Sprint("X-Purchase-Token: p", i)
 	}
-	c := Closed{Method: http.MethodPost, URL: srv.URL, Tokens: tokens, Extra: extra,
-		Conns: 3, Duration: time.Minute, Timeout: 10 * time.Second}
-	if r := c.Run(context.Background()); r.Status2xx != 50 || r.Errors != 0 {
-		t.Fatalf("report %+v, want 50 2xx", r)
-	}
-	for i := range tokens {
-		if got := pairs[fmt.Sprint("Bearer t", i)]; got != fmt.Sprint("p", i) {
-			t.Errorf("token t%d came with X-Purchase-Token %q, want p%d", i, got, i)
+	return srv.URL, tokens, extra, func() {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range tokens {
+			if got := pairs[fmt.Sprint("Bearer t", i)]; got != fmt.Sprint("p", i) {
+				t.Errorf("token t%d came with X-Purchase-Token %q, want p%d", i, got, i)
+			}
 		}
-	}
-	c.Extra = extra[:10]
-	if r := c.Run(context.Background()); r.Sent != 0 || r.Errors != 1 || r.Status2xx != 0 {
-		t.Errorf("10 extra headers for 50 tokens: report %+v, want one error and nothing sent", r)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -305,28 +304,13 @@ func TestOpenGeneratorBehind(t *testing.T) {
 
 // TestOpenExtraHeader: as TestClosedExtraHeader, for the open loop.
 func TestOpenExtraHeader(t *testing.T) {
-	var mu sync.Mutex
-	pairs := map[string]string{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		pairs[r.Header.Get("Authorization")] = r.Header.Get("X-Purchase-Token")
-		mu.Unlock()
-	}))
-	defer srv.Close()
-	tokens, extra := make([]string, 50), make([]string, 50)
-	for i := range tokens {
-		tokens[i], extra[i] = fmt.Sprint("t", i), fmt.Sprint("X-Purchase-Token: p", i)
-	}
-	a := Attack{Method: http.MethodPost, URL: srv.URL, Tokens: tokens, Extra: extra,
+	url, tokens, extra, check := extraHeaderServer(t)
+	a := Attack{Method: http.MethodPost, URL: url, Tokens: tokens, Extra: extra,
 		Rate: 500, Duration: 100 * time.Millisecond, Conns: 3, MaxInFlight: 8, Timeout: 10 * time.Second}
 	if r := a.Run(context.Background()); r.Status2xx != 50 || r.Errors != 0 {
 		t.Fatalf("report %+v, want 50 2xx", r)
 	}
-	for i := range tokens {
-		if got := pairs[fmt.Sprint("Bearer t", i)]; got != fmt.Sprint("p", i) {
-			t.Errorf("token t%d came with X-Purchase-Token %q, want p%d", i, got, i)
-		}
-	}
+	check()
 	a.Extra = extra[:10]
 	if r := a.Run(context.Background()); r.Status2xx != 0 || r.Errors == 0 {
 		t.Errorf("10 extra headers for 50 tokens: report %+v, want an error and nothing sent", r)

@@ -33,13 +33,11 @@ func TestAdv2JoinThenReadOnAnotherInstance(t *testing.T) {
 		if q, err := other.Place(r.ctx, "s", "u1"); err != nil || q.Status != Admitted {
 			t.Fatalf("u1 on B: %+v %v", q, err)
 		}
-		// The last unit is bought; the room is sold out once its notice is
-		// applied.
-		o := r.buy("s", "u1", "A", p.Nonce)
-		if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, o.ID); err != nil {
+		// The last unit is bought: the buy spends the admission in the
+		// room itself, so the room is sold out at once, before any step.
+		if _, err := r.buyGated("s", "u1", "A", p); err != nil {
 			t.Fatal(err)
 		}
-		r.step("s")
 		j := r.join("s", "u9")
 		if j.Status != SoldOut {
 			t.Fatalf("u9's join once sold out: %+v", j)
@@ -124,10 +122,11 @@ func TestAdv2BatchFullAndTwice(t *testing.T) {
 	})
 }
 
-// TestAdv2BuyThenReadShowsUsed: a buy then a read shows used at once, and
-// the room counts it at its next step: the gated buy notes the admission
-// used in its own script, so there is no separate notice to lose. A buy
-// once the admission lapsed, or with another until, is refused.
+// TestAdv2BuyThenReadShowsUsed: a buy then a read shows used at once,
+// and the room counts it at once (used, no longer live), before any step:
+// the gated buy spends the admission in the room in its own script. A
+// buy with another until, or at the admission's until, is refused and
+// spends nothing; a step after the buy changes none of it.
 func TestAdv2BuyThenReadShowsUsed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -143,6 +142,9 @@ func TestAdv2BuyThenReadShowsUsed(t *testing.T) {
 		if _, err := r.buyGated("s", "u1", "A", forged); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("a buy with another until: %v", err)
 		}
+		if q := r.place("s", "u1"); q != p {
+			t.Fatalf("u1 after a refused buy: %+v, want %+v", q, p)
+		}
 		o, err := r.buyGated("s", "u1", "A", p)
 		if err != nil {
 			t.Fatal(err)
@@ -150,8 +152,11 @@ func TestAdv2BuyThenReadShowsUsed(t *testing.T) {
 		if q := r.place("s", "u1"); q.Status != Used || q.OrderID != o.ID {
 			t.Fatalf("after its buy: %+v", q)
 		}
+		if st := r.stats("s"); st.Used != 1 || st.Live != 1 || st.Lapsed != 0 {
+			t.Fatalf("stats right after the buy: %+v, want 1 used, 1 live (u2)", st)
+		}
 		r.step("s")
-		if st := r.stats("s"); st.Used != 1 || st.Live != 1 {
+		if st := r.stats("s"); st.Used != 1 || st.Live != 1 || st.Lapsed != 0 {
 			t.Fatalf("stats after the buy's step: %+v", st)
 		}
 		q := r.place("s", "u2")
@@ -159,13 +164,22 @@ func TestAdv2BuyThenReadShowsUsed(t *testing.T) {
 		if _, err := r.buyGated("s", "u2", "A", q); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Fatalf("a buy at its until: %v", err)
 		}
+		if st := r.stats("s"); st.Used != 1 || st.Live != 1 {
+			t.Fatalf("stats after a buy at until: %+v, want u2 still live, not used", st)
+		}
+		if left := r.remaining("s"); left != 1 {
+			t.Fatalf("%d units left, want 1", left)
+		}
 	})
 }
 
-// TestAdv2NoticeAfterLapse: a used notice that reaches the room after a
-// step already ended the admission (found spent) is applied once: the
-// totals count one use, no lapse, and the place names the order.
-func TestAdv2NoticeAfterLapse(t *testing.T) {
+// TestAdv2SpendAfterLapse: once a step lapsed an admission, no spend of
+// it lands any more, however often it is tried (a buy retried late, the
+// helper's spend): each is refused, and the counts stay one use (the
+// admission bought in time) and one lapse, none live; an admission bought
+// in time stays used with its order through the steps past its until,
+// and is not spent again either.
+func TestAdv2SpendAfterLapse(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
 		r.sale("s", 0, "A", 5)
@@ -174,21 +188,38 @@ func TestAdv2NoticeAfterLapse(t *testing.T) {
 		r.join("s", "u1")
 		r.join("s", "u2")
 		r.step("s")
-		p := r.place("s", "u1")
-		o := r.buy("s", "u1", "A", p.Nonce)
+		p, p2 := r.place("s", "u1"), r.place("s", "u2")
+		o, err := r.buyGated("s", "u1", "A", p)
+		if err != nil {
+			t.Fatal(err)
+		}
 		r.clock.Add(config().AdmitTTL + time.Second)
-		r.step("s")
-		for range 2 { // told twice
-			if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, o.ID); err != nil {
-				t.Fatal(err)
+		if s := r.step("s"); s.Lapsed != 1 {
+			t.Fatalf("the step past u2's until: %+v, want u2 lapsed (only)", s)
+		}
+		for i := range 2 { // tried twice, each followed by a step
+			if _, err := r.buyGated("s", "u2", "A", p2); !errors.Is(err, inventory.ErrTokenSpent) {
+				t.Errorf("try %d: u2's buy after its lapse: %v, want ErrTokenSpent", i, err)
+			}
+			if err := r.rooms.MarkUsed(r.ctx, "s", "u2", p2.Nonce, "late"); !errors.Is(err, errNotLive) {
+				t.Errorf("try %d: u2's spend after its lapse: %v, want errNotLive", i, err)
+			}
+			if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, "again"); !errors.Is(err, errNotLive) {
+				t.Errorf("try %d: u1's used admission spent again: %v, want errNotLive", i, err)
 			}
 			r.step("s")
 		}
-		if st := r.stats("s"); st.Used != 1 || st.Lapsed != 1 || st.Live != 0 {
-			t.Fatalf("stats: %+v", st)
+		if st := r.stats("s"); st.Admitted != 2 || st.Used != 1 || st.Lapsed != 1 || st.Live != 0 {
+			t.Fatalf("stats: %+v, want admitted 2 = used 1 + lapsed 1, none live", st)
 		}
 		if x := r.place("s", "u1"); x.Status != Used || x.OrderID != o.ID {
 			t.Fatalf("u1: %+v", x)
+		}
+		if x := r.place("s", "u2"); x.Status != Lapsed || x.OrderID != "" {
+			t.Fatalf("u2: %+v", x)
+		}
+		if left := r.remaining("s"); left != 4 {
+			t.Fatalf("%d units left, want 4", left)
 		}
 	})
 }

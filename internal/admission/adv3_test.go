@@ -18,10 +18,9 @@ import (
 // room's end all end at that end (admitted_until is never past ends_at),
 // so an admission the room lost (Redis lost the room while the sale
 // lives: the service makes it again, empty, and the buyer joins again)
-// ends at the very until of the buyer's new one. The old token, never
-// spent (so no spent mark comes back from the orders), must not buy: else
-// one live admission buys twice (old token, then new), and the room
-// counts one unit for two orders.
+// ends at the very until of the buyer's new one. The old nonce, never
+// spent, must not buy: else one live admission buys twice (old nonce,
+// then new), and the room counts one unit for two orders.
 func TestAdv3GateBindsTheNonce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -64,12 +63,11 @@ func TestAdv3GateBindsTheNonce(t *testing.T) {
 // TestAdv3UsedOutlivesAStoppedLoop: an admission a buy spent stays used
 // however long the room goes unstepped (no instance steps it while the
 // database sells, degraded mode, for as long as Redis is out of the
-// instances' reach; Redis's keys expire meanwhile). The buy's note is
-// what tells the room the admission was used; the spent mark (kept as the
-// service keeps it: admit_ttl and a minute) is gone by then, so a note
-// that expires first (it did, 10 minutes after the last buy) leaves the
-// step to find the admission unspent at its lapse: counted lapsed, read
-// as lapsed, and its buyer may join again and buy again.
+// instances' reach; Redis's keys expire meanwhile). The buy writes the
+// used state itself, so nothing that tells the room of the use may expire
+// first (a key with a time to live, as a note or a spent mark had): else
+// the step would find the admission unspent at its lapse, count it
+// lapsed, read it lapsed, and let its buyer join again and buy again.
 func TestAdv3UsedOutlivesAStoppedLoop(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)

@@ -10,13 +10,14 @@ import (
 )
 
 // TestAdv4EdgeBuyThenOwnJoinLapses: an admission bought 1 ms before its
-// until (the note not applied: no step since), then its buyer's join just
-// past the grace (the join lapses the buyer's own admission first): the
+// until (no step since), then its buyer's join just past the grace (the
+// join lapses an admission of its user past the grace first): the
 // admission is used, never lapsed, and buys nothing more: its place reads
-// used with the order, a second buy (a token at until, at until + 1 ms)
-// is refused, the join makes no new place, and the room counts one used,
-// none lapsed, none live, after the join and after the next step. On
-// every backend.
+// used with the order, a second buy (a token at until - 1 ms, at until,
+// at until + 1 ms) is refused, the join makes no new place, and the room
+// counts one used and u1 not live after the join (u2's admission, not
+// bought, live until a step), then one used, one lapsed (u2), none live
+// after the next step. On every backend.
 func TestAdv4EdgeBuyThenOwnJoinLapses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -41,10 +42,16 @@ func TestAdv4EdgeBuyThenOwnJoinLapses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a buy 1 ms before until: %v", err)
 		}
+		if st := r.stats("s"); st.Used != 1 || st.Lapsed != 0 || st.Live != 1 {
+			t.Errorf("right after u1's buy: %+v, want 1 used, none lapsed, 1 live (u2)", st)
+		}
 		r.clock.Set(p.AdmittedUntil.Add(500 * time.Millisecond))
 		j := r.join("s", "u1")
 		if j.Status != Used || j.OrderID != o.ID {
 			t.Errorf("u1's join past the grace after buying: %+v, want used with order %s", j, o.ID)
+		}
+		if st := r.stats("s"); st.Used != 1 || st.Lapsed != 0 || st.Live != 1 || st.Waiting != 0 {
+			t.Errorf("after u1's join: %+v, want 1 used, none lapsed, 1 live (u2), none waiting", st)
 		}
 		for _, at := range []time.Duration{-time.Millisecond, 0, time.Millisecond} {
 			r.clock.Set(p.AdmittedUntil.Add(at))

@@ -17,8 +17,7 @@ import (
 
 // A place is read without the room's script: the user's state (its
 // bucket's field, the bucket found as room.lua finds it), the room's head
-// and draw size, and the user's used notice, in one pipeline of plain
-// reads; the facts every place of the room shares (sold out, the
+// and draw size, in one pipeline of plain reads; the facts every place of the room shares (sold out, the
 // admissions of the last 10 s) from what the room's last calls read
 // (roomFacts), or with the place when those are older than factsMaxAge.
 // Place answers as room.lua's place operation does (placeByScript).
@@ -145,15 +144,14 @@ func (r *Rooms) Place(ctx context.Context, saleID, user string) (Place, error) {
 	if !s.joined {
 		return Place{}, ErrNotJoined
 	}
-	return placeOfState(s.st, s.notice, s.head, s.dsize, r.nowMs(s.facts), s.facts)
+	return placeOfState(s.st, s.head, s.dsize, r.nowMs(s.facts), s.facts)
 }
 
 // stateRead is what one user's place is made of: its state ("" never
-// joined) and used notice ("" none), the room's head and draw size, and
-// the room's facts.
+// joined), the room's head and draw size, and the room's facts.
 type stateRead struct {
 	joined      bool // the user has a state (st, which may be corrupt)
-	st, notice  string
+	st          string
 	head, dsize int64
 	facts       *roomFacts
 }
@@ -171,11 +169,9 @@ func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) (
 		stale := f == nil || r.factsMaxAge <= 0 || time.Since(f.readAt) >= r.factsMaxAge
 		pipe := r.rdb.Pipeline()
 		cfgCmd := pipe.HMGet(ctx, r.key(saleID, "room:cfg"), "nb", "head", "dsize", "fso", "frec", "fnow", "fver")
-		usedKey := r.key(saleID, "room:used")
-		stCmds, noticeCmds := make([]*redis.StringCmd, len(users)), make([]*redis.StringCmd, len(users))
+		stCmds := make([]*redis.StringCmd, len(users))
 		for i, u := range users {
 			stCmds[i] = pipe.HGet(ctx, r.bucketKey(saleID, u, nb), u)
-			noticeCmds[i] = pipe.HGet(ctx, usedKey, u)
 		}
 		var factsCmd *redis.Cmd
 		if stale {
@@ -223,11 +219,7 @@ func (r *Rooms) readStates(ctx context.Context, saleID string, users []string) (
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
 			}
-			notice, err := optional(noticeCmds[i])
-			if err != nil {
-				return nil, fmt.Errorf("admission: places of sale %s: %w", saleID, err)
-			}
-			out[i] = stateRead{joined: joined, st: st, notice: notice, head: counts[1], dsize: counts[2], facts: f}
+			out[i] = stateRead{joined: joined, st: st, head: counts[1], dsize: counts[2], facts: f}
 		}
 		return out, nil
 	}
@@ -258,15 +250,6 @@ func newerFacts(f *roomFacts, v []any) *roomFacts {
 	return &nf
 }
 
-// optional is a read's string, "" when there is none.
-func optional(c *redis.StringCmd) (string, error) {
-	v, err := c.Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	return v, err
-}
-
 // readFacts is the facts of the sale's room that c, a facts call sent in a
 // pipeline, read (sent again alone if the node did not have the script),
 // kept for the next reads.
@@ -291,17 +274,11 @@ func (r *Rooms) readFacts(ctx context.Context, saleID string, c *redis.Cmd) (*ro
 }
 
 // placeOfState is room.lua's place of a user in state st (see its top),
-// with the user's used notice ("<nonce>:<order id>", "" none), the room's
-// head and draw size, at nowMs, with the room's facts f.
-func placeOfState(st, notice string, head, dsize, nowMs int64, f *roomFacts) (Place, error) {
+// with the room's head and draw size, at nowMs, with the room's facts f.
+func placeOfState(st string, head, dsize, nowMs int64, f *roomFacts) (Place, error) {
 	ps, err := parseState(st)
 	if err != nil {
 		return Place{}, err
-	}
-	// told: the order of the notice of nonce, if any.
-	told := func(nonce string) (string, bool) {
-		n, order, ok := strings.Cut(notice, ":")
-		return order, ok && n == nonce
 	}
 	p := Place{JoinedAt: time.UnixMilli(ps.joined), InDraw: ps.inDraw}
 	switch ps.kind {
@@ -321,23 +298,15 @@ func placeOfState(st, notice string, head, dsize, nowMs int64, f *roomFacts) (Pl
 		p.RecentRate = float64(f.recent) / 10
 	case 'a':
 		p.Status = Admitted
-		if order, ok := told(ps.nonce); ok {
-			p.Status, p.OrderID = Used, order
-		} else if nowMs >= ps.until {
+		if nowMs >= ps.until {
 			p.Status = Lapsed
 		} else {
 			p.Nonce, p.AdmittedUntil = ps.nonce, time.UnixMilli(ps.until)
 		}
 	case 'u':
 		p.Status, p.OrderID = Used, ps.order
-		if order, ok := told(ps.nonce); ok && p.OrderID == "" {
-			p.OrderID = order
-		}
 	case 'l':
 		p.Status = Lapsed
-		if order, ok := told(ps.nonce); ok {
-			p.Status, p.OrderID = Used, order
-		}
 	}
 	return p, nil
 }

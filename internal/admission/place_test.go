@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/redistest"
 )
 
@@ -37,17 +38,18 @@ func (r *rig) agree(sale string, users ...string) {
 			}
 			continue
 		}
-		if inBatch, err := placeOfState(s.st, s.notice, s.head, s.dsize, r.rooms.nowMs(s.facts), s.facts); inBatch != want || err != nil {
+		if inBatch, err := placeOfState(s.st, s.head, s.dsize, r.rooms.nowMs(s.facts), s.facts); inBatch != want || err != nil {
 			r.t.Fatalf("%s at %v: read among many %+v (%v), the script's place %+v", u, r.clock.Now(), inBatch, err, want)
 		}
 	}
 }
 
 // TestPlaceAgreesWithScript walks a room through every state a place can
-// show — drawing, waiting, admitted, lapsed, used (told, or found by a
-// lapse), sold out before and after the draw, each with and without a
-// used notice waiting for a step — and requires Place to answer as the
-// script's place at each step, for every user.
+// show — drawing, waiting, admitted, lapsed (at until, before and after a
+// step ends it), used (by a gated buy, or by MarkUsed after an ungated
+// buy, before and after a step), late spends refused, sold out before
+// and after the draw — and requires Place to answer as the script's place
+// at each step, for every user.
 func TestPlaceAgreesWithScript(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -83,39 +85,60 @@ func TestPlaceAgreesWithScript(t *testing.T) {
 		if len(admitted) != 3 {
 			t.Fatalf("admitted: %v", who)
 		}
-		// One buys and is told (a notice, not applied yet), one buys and is
-		// not told, one lets its admission lapse.
-		o := r.buy("s", who[0], "A", admitted[0].Nonce)
-		if err := r.rooms.MarkUsed(r.ctx, "s", who[0], admitted[0].Nonce, o.ID); err != nil {
+		// One buys gated, one buys ungated and the spend is marked as the
+		// gated buy marks it, one lets its admission lapse.
+		o, err := r.buyGated("s", who[0], "A", admitted[0])
+		if err != nil {
 			t.Fatal(err)
 		}
 		o1 := r.buy("s", who[1], "A", admitted[1].Nonce)
+		if err := r.rooms.MarkUsed(r.ctx, "s", who[1], admitted[1].Nonce, o1.ID); err != nil {
+			t.Fatal(err)
+		}
 		r.agree("s", us...)
+		for i, order := range []string{o.ID, o1.ID} {
+			if p := r.place("s", who[i]); p.Status != Used || p.OrderID != order {
+				t.Fatalf("%s after its buy, before a step: %+v, want used with %s", who[i], p, order)
+			}
+		}
 		r.clock.Set(admitted[2].AdmittedUntil) // lapsed, not yet ended by a step
 		r.agree("s", us...)
-		r.clock.Add(time.Second)
-		r.step("s") // the notice applied; who[1] used (found by the lapse), who[2] lapsed
+		// Late spends of the lapsed admission (before the step ends it, and
+		// after) and of a used one: refused, nothing changes.
+		late := func() {
+			t.Helper()
+			if err := r.rooms.MarkUsed(r.ctx, "s", who[2], admitted[2].Nonce, "late"); !errors.Is(err, errNotLive) {
+				t.Fatalf("a late spend of %s: %v, want errNotLive", who[2], err)
+			}
+			if err := r.rooms.MarkUsed(r.ctx, "s", who[1], admitted[1].Nonce, "again"); !errors.Is(err, errNotLive) {
+				t.Fatalf("%s's used admission spent again: %v, want errNotLive", who[1], err)
+			}
+		}
+		late()
 		r.agree("s", us...)
-		// A late buy's notice of the lapsed admission.
-		if err := r.rooms.MarkUsed(r.ctx, "s", who[2], admitted[2].Nonce, "late"); err != nil {
-			t.Fatal(err)
+		r.clock.Add(time.Second)
+		if s := r.step("s"); s.Lapsed != 1 {
+			t.Fatalf("the step past the grace: %+v, want %s lapsed", s, who[2])
 		}
-		if err := r.rooms.MarkUsed(r.ctx, "s", who[1], admitted[1].Nonce, "told-late"); err != nil {
-			t.Fatal(err)
-		}
+		r.agree("s", us...)
+		late()
 		r.agree("s", us...)
 		r.step("s")
 		r.agree("s", us...)
+		if p := r.place("s", who[2]); p.Status != Lapsed {
+			t.Fatalf("%s after the late spends: %+v", who[2], p)
+		}
 		// Sold out: the lapsed unit bought by the next in line, no unit
 		// left, no admission live, no reservation awaiting payment once
 		// the orders are paid.
 		orders := map[string]string{who[0]: o.ID, who[1]: o1.ID}
 		for _, u := range us[:6] {
 			if p := r.place("s", u); p.Status == Admitted {
-				orders[u] = r.buy("s", u, "A", p.Nonce).ID
-				if err := r.rooms.MarkUsed(r.ctx, "s", u, p.Nonce, orders[u]); err != nil {
+				ou, err := r.buyGated("s", u, "A", p)
+				if err != nil {
 					t.Fatal(err)
 				}
+				orders[u] = ou.ID
 			}
 		}
 		if len(orders) != 3 {
@@ -406,38 +429,59 @@ func TestJoinsConcurrent(t *testing.T) {
 	})
 }
 
-// TestCheckReadsNotices: Check sees a used notice at once, and tells a
-// live admission from a lapsed one by the script's clock.
-func TestCheckReadsNotices(t *testing.T) {
+// TestCheckSeesSpendAtOnce: Check sees a gated buy's spend at once
+// (used, before any step), tells another nonce apart, and tells a live
+// admission from a lapsed one by the script's clock (lapsed from until
+// on); a buy refused at until leaves the admission unspent.
+func TestCheckSeesSpendAtOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
 		r.sale("s", 0, "A", 5)
 		r.create("s", config())
 		r.clock.Set(t0)
 		r.join("s", "u")
+		r.join("s", "v")
 		r.step("s")
-		p := r.place("s", "u")
+		p, v := r.place("s", "u"), r.place("s", "v")
 		if c, err := r.rooms.Check(r.ctx, "s", "u", p.Nonce); c != CheckAdmitted || err != nil {
 			t.Fatalf("Check: %v %v", c, err)
 		}
-		if err := r.rooms.MarkUsed(r.ctx, "s", "u", p.Nonce, "o1"); err != nil {
+		o, err := r.buyGated("s", "u", "A", p)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := r.rooms.Check(r.ctx, "s", "u", p.Nonce); c != CheckUsed {
-			t.Fatalf("Check after a notice: %v", c)
+			t.Fatalf("Check after the buy: %v", c)
 		}
 		if c, _ := r.rooms.Check(r.ctx, "s", "u", "ffff"); c != CheckNone {
 			t.Fatalf("Check of another nonce: %v", c)
 		}
-		if q := r.join("s", "u"); q.Status != Used || q.OrderID != "o1" {
-			t.Fatalf("join after a notice: %+v", q)
+		if q := r.join("s", "u"); q.Status != Used || q.OrderID != o.ID {
+			t.Fatalf("join after the buy: %+v", q)
+		}
+		r.clock.Set(v.AdmittedUntil.Add(-time.Millisecond))
+		if c, _ := r.rooms.Check(r.ctx, "s", "v", v.Nonce); c != CheckAdmitted {
+			t.Fatalf("Check of v 1 ms before until: %v", c)
+		}
+		r.clock.Set(v.AdmittedUntil)
+		if c, _ := r.rooms.Check(r.ctx, "s", "v", v.Nonce); c != CheckLapsed {
+			t.Fatalf("Check of v at until: %v", c)
+		}
+		if _, err := r.buyGated("s", "v", "A", v); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("v's buy at until: %v, want ErrTokenSpent", err)
+		}
+		if c, _ := r.rooms.Check(r.ctx, "s", "v", v.Nonce); c != CheckLapsed {
+			t.Fatalf("Check of v after a refused buy: %v", c)
+		}
+		if st := r.stats("s"); st.Used != 1 || st.Live != 1 {
+			t.Fatalf("stats: %+v, want 1 used (u), 1 live (v, until a step)", st)
 		}
 	})
 }
 
-// TestStaleFacts: with facts kept for long, a buy of the last unit told
-// with MarkUsed and Stale shows every buyer in line sold_out at their next
-// read, before any step (the facts read applies the used notices first).
+// TestStaleFacts: with facts kept for long, a gated buy of the last unit
+// and Stale show every buyer in line sold_out at their next read, before
+// any step (the buy took its admission out of the live ones at once).
 func TestStaleFacts(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -452,8 +496,7 @@ func TestStaleFacts(t *testing.T) {
 		if q := r.place("s", "u2"); p.Status != Admitted || q.Status != Waiting {
 			t.Fatalf("u1 %+v, u2 %+v", p, q)
 		}
-		o := r.buy("s", "u1", "A", p.Nonce)
-		if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, o.ID); err != nil {
+		if _, err := r.buyGated("s", "u1", "A", p); err != nil {
 			t.Fatal(err)
 		}
 		if q := r.place("s", "u2"); q.Status != Waiting {

@@ -107,8 +107,8 @@ type Rooms struct {
 }
 
 // NewRooms returns the rooms on rdb; key names a key under the sale's
-// hash tag (inventory.Engine.Key): "sale", "deadlines" and "ptoken:<nonce>"
-// are the engine's own, the room's keys are "room:*".
+// hash tag (inventory.Engine.Key): "sale" and "deadlines" are the
+// engine's own, the room's keys are "room:*".
 func NewRooms(rdb redis.UniversalClient, key func(saleID, name string) string) *Rooms {
 	r := &Rooms{rdb: rdb, key: key}
 	r.joins = newBatcher(maxJoinBatch, r.joinMany)
@@ -162,7 +162,6 @@ func (r *Rooms) keys(saleID string) []string {
 		r.key(saleID, "room:cfg"), r.key(saleID, "room:dj"), r.key(saleID, "room:dq"),
 		r.key(saleID, "room:aq"), r.key(saleID, "room:live"), r.key(saleID, "room:rate"),
 		r.key(saleID, "room:b:"), r.key(saleID, "sale"), r.key(saleID, "deadlines"),
-		r.key(saleID, "ptoken:"), r.key(saleID, "room:used"),
 	}
 }
 
@@ -361,9 +360,8 @@ func num(v any) int64 {
 	return n
 }
 
-// Step applies the used notices (the buys' that spent admissions:
-// inventory.CheckedBuy.WithGate), lapses admissions past their
-// time and admits the next buyers as far as the rate and the stock allow;
+// Step lapses admissions past their time (a buy that spends one,
+// inventory.CheckedBuy.WithGate, makes it used at once) and admits the next buyers as far as the rate and the stock allow;
 // any instance may call it at any time (every 20 ms for each live room).
 // It reports how many it admitted and lapsed, and whether the room's draw
 // is yet to be written (NeedsDraw): until it is, nobody is admitted, but

@@ -26,19 +26,15 @@
 --         of KEYS[7] .. n, n = (first 8 hex digits of SHA1(user)) % nb. It
 --         is the engine's gate too: a buy spends an admission only while
 --         the user's state here is that admission ('a', its nonce and
---         until), before until, and no note (KEYS[11]) names it (inventory's
---         buy.lua, KEYS[9] to KEYS[11], reads "nb" and the state as
---         bucket() finds them: keep the two alike)
+--         until) and before until, and spends it in its own script as use
+--         would: the state becomes used ('u', with the order id), the user
+--         leaves KEYS[5] and "used" counts it (inventory's buy.lua, KEYS[9]
+--         to KEYS[11], reads "nb" and the state as bucket() finds them and
+--         writes them so: keep the two alike)
 -- KEYS[8] the sale hash (the engine's): "items" "A=100,B=-1", "r:<sku>"
 --         remaining (-1 unlimited), "start", "end" (unix ms, 0 none),
 --         "paused" ("1"), "fenced" (set: the database sells)
 -- KEYS[9] the sale's deadlines zset: the reservations awaiting payment
--- KEYS[10] the start of the spent purchase tokens' keys: KEYS[10] .. nonce
---         exists once an accepted buy spent the admission nonce
--- KEYS[11] room:used hash: user -> "<nonce>:<order id>", an admission an
---         accepted buy spent and the order it made, written by that buy in
---         its own script (inventory's buy.lua, KEYS[9]) and applied by
---         the next step; place reads it at once
 -- ARGV[1] the operation    ARGV[2] now, unix µs, or "" for Redis's TIME
 --         (script_now, clock.lua, prepended)    ARGV[3]... the operation's
 --
@@ -66,9 +62,8 @@
 --       admitted until ms, order id, admissions over the last 10 s
 --   step base facts {0, admitted, lapsed, needs draw (0/1)}, and <facts>
 --                   fifth when facts is 1; base: random hex the
---                   admissions' nonces are made from. It first applies
---                   the used notices (KEYS[11])
---   facts           {0, <facts>}, once the used notices are applied
+--                   admissions' nonces are made from
+--   facts           {0, <facts>}
 --       <facts> = {sold out now (0/1), admissions over the last 10 s,
 --       the sale's end ms (0 none, -1 no sale hash), the room's end ms,
 --       now ms, version (counts the facts' reads, see facts())}: what a place of the room shares with every other
@@ -79,7 +74,7 @@
 --   drawdone        {0} the draw is in place (or was); {7, why} not all
 --                   of it is written
 --   stats           {0, waiting, drawing, admitted, used, lapsed, live,
---                   rate, dsize, drawn}, once the used notices are applied
+--                   rate, dsize, drawn}
 --   rate r          {0}
 --   remove          {0}: every key of the room unlinked (or none was)
 --
@@ -104,10 +99,6 @@ local now_ms = math.floor(now_us / 1000)
 -- arriving after a lull is admitted at the rate, not in a burst.
 -- max_step: admissions one call makes at most.
 local grace_ms, credit_us, idle_credit_us, max_step = 500, 250000, 20000, 500
--- lapse_mark_ms: how long a lapse's spent mark lives: past the longest
--- admission (600 s) and a minute of clock skew between the instances
--- that check a token's until and Redis.
-local lapse_mark_ms = 720000
 
 local function fmt(n) return string.format('%d', n) end
 
@@ -131,10 +122,10 @@ end
 -- c: the settings and counts the operation reads, as numbers (HMGET of
 -- those only: in Redis's Lua every string a reply makes costs).
 local reads = {
-  join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'used', 'lapsed'},
+  join = {'opens', 'ends', 'max', 'waiting', 'drawing', 'seq', 'head', 'lapsed'},
   place = {'ends', 'head'},
-  step = {'rate', 'cap', 'tat', 'tidle', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'used', 'lapsed', 'drawn'},
-  facts = {'ends', 'used', 'lapsed'},
+  step = {'rate', 'cap', 'tat', 'tidle', 'ttl', 'ends', 'waiting', 'head', 'admitted', 'lapsed', 'drawn'},
+  facts = {'ends'},
   entrants = {'drawn'},
   drawpart = {'drawn', 'dlen'},
   drawdone = {'drawn', 'dlen', 'waiting'},
@@ -163,7 +154,7 @@ if op == 'remove' then
     end
   end
   if #batch > 0 then redis.call('UNLINK', unpack(batch)) end
-  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[11])
+  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
   return {0}
 end
 
@@ -257,18 +248,7 @@ local function facts()
   return {so, recent(), e or -1, c.ends, now_ms, ver}
 end
 
--- notice(user, nonce): the order of the used notice of user's admission
--- nonce, false if there is none.
-local function notice(user, nonce)
-  local n = redis.call('HGET', KEYS[11], user)
-  if not n then return false end
-  local nn, order = string.match(n, '^(%x+):(.*)$')
-  if nn ~= nonce then return false end
-  return order
-end
-
--- place(st, user): the reply of user in state st: a used notice of its
--- admission shows at once.
+-- place(st, user): the reply of user in state st.
 local function place(st, user)
   local kind = string.sub(st, 1, 1)
   if kind == 'd' then
@@ -282,36 +262,23 @@ local function place(st, user)
     return {0, 'waiting', joined, indraw, rank - c.head, '', 0, '', recent()}
   elseif kind == 'a' then
     local joined, nonce, till, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
-    local order = notice(user, nonce)
-    if order then return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0} end
     if now_ms >= tonumber(till) then return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0} end
     return {0, 'admitted', joined, tonumber(indraw), 0, nonce, till, '', 0}
   elseif kind == 'u' then
-    local joined, nonce, indraw, order = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
-    if order == '' then order = notice(user, nonce) or '' end
+    local joined, _, indraw, order = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
     return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0}
   end
-  local joined, nonce, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
-  local order = notice(user, nonce)
-  if order then return {0, 'used', joined, tonumber(indraw), 0, '', 0, order, 0} end
+  local joined, _, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
   return {0, 'lapsed', joined, tonumber(indraw), 0, '', 0, '', 0}
 end
 
 -- lapse(b, user, st): ends admission st of user (in bucket b), past its
--- until and grace: used if a buy spent its nonce, else lapsed. It writes
--- the new state and returns its kind, 'u' or 'l' (false: st is no
--- admission); the caller takes the user out of live and counts.
+-- until and grace: no buy can spend it any more (a buy that did made it
+-- used), so it lapsed. It writes the new state and returns 'l' (false:
+-- st is no admission); the caller takes the user out of live and counts.
 local function lapse(b, user, st)
   local joined, nonce, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
   if not joined then return false end
-  -- The lapse spends the nonce itself (the key a buy spends it by, kept
-  -- longer than any buy could still present it): a buy that checked the
-  -- admission in time but runs only now is refused as spent, so its unit
-  -- stays for the next buyer. A key already there: a buy spent it.
-  if not redis.call('SET', KEYS[10] .. nonce, 'lapsed', 'NX', 'PX', lapse_mark_ms) then
-    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':')
-    return 'u'
-  end
   redis.call('HSET', b, user, 'l' .. joined .. ':' .. nonce .. ':' .. indraw)
   return 'l'
 end
@@ -335,15 +302,14 @@ if op == 'join' then
     -- whatever the join does next, like seal.)
     if st and string.sub(st, 1, 1) == 'a'
       and now_ms >= tonumber(string.match(st, '^a%d+:%x+:(%d+):')) + grace_ms then
-      local kind = lapse(b, user, st)
+      lapse(b, user, st)
       redis.call('ZREM', KEYS[5], user)
-      if kind == 'u' then c.used = c.used + 1 else c.lapsed = c.lapsed + 1 end
+      c.lapsed = c.lapsed + 1
       counts = true
       st = redis.call('HGET', b, user)
     end
-    -- A lapsed user joins again at the back, unless a buy spent the
-    -- admission after all (a used notice not applied yet).
-    if st and (string.sub(st, 1, 1) ~= 'l' or notice(user, string.match(st, '^l%d+:(%x*):'))) then
+    -- A lapsed user joins again at the back.
+    if st and string.sub(st, 1, 1) ~= 'l' then
       out[#out + 1] = place(st, user)
     elseif c.waiting + c.drawing >= c.max then
       out[#out + 1] = {3}
@@ -368,7 +334,7 @@ if op == 'join' then
   end
   if counts then
     redis.call('HSET', KEYS[1], 'seq', c.seq, 'waiting', c.waiting, 'drawing', c.drawing,
-      'used', c.used, 'lapsed', c.lapsed)
+      'lapsed', c.lapsed)
   end
   out[2] = facts()
   return out
@@ -381,72 +347,21 @@ if op == 'place' then
 end
 
 
--- use(user, nonce, order): a used notice: user's admission nonce bought
--- order. Nothing if the user holds no such admission; it counts in c.
-local function use(user, nonce, order)
-  local b = bucket(user)
-  local st = redis.call('HGET', b, user) or ''
-  local kind = string.sub(st, 1, 1)
-  if kind == 'a' then
-    local joined, n, _, indraw = string.match(st, '^a(%d+):(%x+):(%d+):(%d)$')
-    if n ~= nonce then return end
-    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
-    redis.call('ZREM', KEYS[5], user)
-    c.used = c.used + 1
-  elseif kind == 'l' then
-    local joined, n, indraw = string.match(st, '^l(%d+):(%x*):(%d)$')
-    if n ~= nonce then return end
-    redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
-    c.used, c.lapsed = c.used + 1, c.lapsed - 1
-  elseif kind == 'u' then
-    -- A lapse found the nonce spent before the order was told: name it.
-    local joined, n, indraw, had = string.match(st, '^u(%d+):(%x*):(%d):(.*)$')
-    if n == nonce and had == '' and order ~= '' then
-      redis.call('HSET', b, user, 'u' .. joined .. ':' .. nonce .. ':' .. indraw .. ':' .. order)
-    end
-  end
-end
-
--- apply_notices(): the used notices (KEYS[11]) applied, at most 1000 (the
--- rest the next call), counted in c (not written).
-local function apply_notices()
-  local told
-  if redis.call('HLEN', KEYS[11]) <= 1000 then
-    told = redis.call('HGETALL', KEYS[11])
-  else
-    told = redis.call('HSCAN', KEYS[11], 0, 'COUNT', 1000)[2]
-  end
-  if #told == 0 then return end
-  local fields = {}
-  for i = 1, #told, 2 do
-    local nonce, order = string.match(told[i + 1], '^(%x+):(.*)$')
-    if nonce then use(told[i], nonce, order) end
-    fields[#fields + 1] = told[i]
-  end
-  redis.call('HDEL', KEYS[11], unpack(fields))
-end
-
 if op == 'step' then
   local want_facts = ARGV[4] == '1'
-  local used0, lapsed0 = c.used, c.lapsed
-  -- The used notices first.
-  apply_notices()
-  -- Lapses: admissions past their until and grace; one whose nonce a buy
-  -- spent was used.
+  local lapsed0 = c.lapsed
+  -- Lapses: admissions past their until and grace.
   local lapsed = 0
   local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms - grace_ms, 'LIMIT', 0, 1000)
   for _, user in ipairs(due) do
     local b = bucket(user)
-    local st = lapse(b, user, redis.call('HGET', b, user) or '')
-    if st == 'u' then c.used = c.used + 1 elseif st == 'l' then lapsed = lapsed + 1 end
+    if lapse(b, user, redis.call('HGET', b, user) or '') then lapsed = lapsed + 1 end
   end
   c.lapsed = c.lapsed + lapsed
   if #due > 0 then
     for i = 1, #due, 1000 do redis.call('ZREM', KEYS[5], unpack(due, i, math.min(i + 999, #due))) end
   end
-  if c.used ~= used0 or c.lapsed ~= lapsed0 then
-    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
-  end
+  if c.lapsed ~= lapsed0 then redis.call('HSET', KEYS[1], 'lapsed', c.lapsed) end
 
   local needs_draw = (c.sealed == 1 and c.drawn == 0) and 1 or 0
   -- done(got): the reply, once got were admitted (the facts after them).
@@ -577,22 +492,10 @@ if op == 'drawdone' then
 end
 
 if op == 'facts' then
-  -- The used notices applied first: an admission that bought is not live.
-  local used0, lapsed0 = c.used, c.lapsed
-  apply_notices()
-  if c.used ~= used0 or c.lapsed ~= lapsed0 then
-    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
-  end
   return {0, facts()}
 end
 
 if op == 'stats' then
-  -- The used notices are counted as used (and the live as not).
-  local used0, lapsed0 = c.used, c.lapsed
-  apply_notices()
-  if c.used ~= used0 or c.lapsed ~= lapsed0 then
-    redis.call('HSET', KEYS[1], 'used', c.used, 'lapsed', c.lapsed)
-  end
   return {0, c.waiting, c.drawing, c.admitted, c.used, c.lapsed, redis.call('ZCARD', KEYS[5]),
     c.rate, c.dsize, c.drawn}
 end

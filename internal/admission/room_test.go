@@ -154,7 +154,9 @@ func (r *rig) stats(sale string) Stats {
 	return s
 }
 
-// buy buys one unit of sku spending user's admission nonce.
+// buy buys one unit of sku for user with nonce as an ungated purchase
+// token: it takes the unit but spends nothing in the room (the admission
+// stays live until MarkUsed, or a gated buy, spends it).
 func (r *rig) buy(sale, user, sku, nonce string) inventory.Order {
 	r.t.Helper()
 	rc, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: sale, UserID: user,
@@ -167,7 +169,8 @@ func (r *rig) buy(sale, user, sku, nonce string) inventory.Order {
 
 // buyGated buys one unit of sku for user with admission p, as the service
 // does: gated by the room (inventory.CheckedBuy.WithGate), so the buy
-// notes the admission used itself.
+// spends the admission in the room itself (used with its order, out of
+// the live ones, counted).
 func (r *rig) buyGated(sale, user, sku string, p Place) (inventory.Order, error) {
 	r.t.Helper()
 	c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: sale, UserID: user, Lines: []inventory.Line{{SKU: sku, Qty: 1}}})
@@ -661,8 +664,9 @@ func TestStockRule(t *testing.T) {
 				break
 			}
 		}
+		check(3) // 3 left, 3 live: the spends took theirs out at once
 		r.step("s")
-		check(3) // 3 left, 3 live
+		check(3)
 		if _, err := r.eng.Cancel(r.ctx, orders[0].ID, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -802,8 +806,10 @@ func TestLapse(t *testing.T) {
 	})
 }
 
-// TestLapseOfSpent: an admission whose nonce a buy spent is used when it
-// lapses, told of its order or not.
+// TestLapseOfSpent: an admission a buy spent (1 ms before its until) is
+// used with its order at once, out of the live ones and counted, before
+// any step; a step past its until and grace, and its user's join, leave
+// it so: no lapse ends a used admission, and it makes no new place.
 func TestLapseOfSpent(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -814,28 +820,41 @@ func TestLapseOfSpent(t *testing.T) {
 		r.step("s")
 		p := r.place("s", "u")
 		r.clock.Set(p.AdmittedUntil.Add(-time.Millisecond))
-		o := r.buy("s", "u", "A", p.Nonce)
+		o, err := r.buyGated("s", "u", "A", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(when string) {
+			t.Helper()
+			if q := r.place("s", "u"); q.Status != Used || q.OrderID != o.ID {
+				t.Fatalf("%s: place %+v, want used with %s", when, q, o.ID)
+			}
+			if c, err := r.rooms.Check(r.ctx, "s", "u", p.Nonce); c != CheckUsed || err != nil {
+				t.Fatalf("%s: Check %v %v", when, c, err)
+			}
+			if st := r.stats("s"); st.Used != 1 || st.Lapsed != 0 || st.Live != 0 || st.Waiting != 0 {
+				t.Fatalf("%s: stats %+v", when, st)
+			}
+		}
+		check("right after the buy")
 		r.clock.Set(p.AdmittedUntil.Add(time.Second))
 		if s := r.step("s"); s.Lapsed != 0 {
 			t.Fatalf("step: %+v", s)
 		}
-		if q := r.place("s", "u"); q.Status != Used || q.OrderID != "" {
-			t.Fatalf("place: %+v", q)
+		check("after a step past the grace")
+		if q := r.join("s", "u"); q.Status != Used || q.OrderID != o.ID {
+			t.Fatalf("join: %+v", q)
 		}
-		if err := r.rooms.MarkUsed(r.ctx, "s", "u", p.Nonce, o.ID); err != nil {
-			t.Fatal(err)
-		}
-		if q := r.place("s", "u"); q.Status != Used || q.OrderID != o.ID {
-			t.Fatalf("place: %+v", q)
-		}
-		if st := r.stats("s"); st.Used != 1 || st.Lapsed != 0 || st.Live != 0 {
-			t.Fatalf("stats: %+v", st)
-		}
+		check("after its user's join")
 	})
 }
 
 // TestCheckAndMarkUsed: Check tells a live, used, lapsed or foreign
-// admission apart; MarkUsed frees the slot once.
+// admission apart; MarkUsed spends a live admission once, as a gated buy
+// does (used with the order, out of the live ones, counted), and refuses
+// (errNotLive, nothing written) anything else: another nonce, another
+// user's, a user never admitted, the admission again, the admission at
+// its until, and after its lapse.
 func TestCheckAndMarkUsed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b redistest.Backend) {
 		r := newRig(t, b, true)
@@ -854,11 +873,20 @@ func TestCheckAndMarkUsed(t *testing.T) {
 				t.Fatalf("Check(%s, %s): %v %v, want %v", c.user, c.nonce, got, err, c.want)
 			}
 		}
-		o := r.buy("s", "u", "A", p.Nonce)
-		for range 2 {
-			if err := r.rooms.MarkUsed(r.ctx, "s", "u", p.Nonce, o.ID); err != nil {
-				t.Fatal(err)
+		for _, c := range []struct{ user, nonce string }{{"u", "00"}, {"v", p.Nonce}, {"w", p.Nonce}} {
+			if err := r.rooms.MarkUsed(r.ctx, "s", c.user, c.nonce, "o"); !errors.Is(err, errNotLive) {
+				t.Fatalf("MarkUsed(%s, %s): %v, want errNotLive", c.user, c.nonce, err)
 			}
+		}
+		if st := r.stats("s"); st.Used != 0 || st.Live != 2 {
+			t.Fatalf("stats after refused spends: %+v", st)
+		}
+		o := r.buy("s", "u", "A", p.Nonce)
+		if err := r.rooms.MarkUsed(r.ctx, "s", "u", p.Nonce, o.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rooms.MarkUsed(r.ctx, "s", "u", p.Nonce, "again"); !errors.Is(err, errNotLive) {
+			t.Fatalf("MarkUsed again: %v, want errNotLive", err)
 		}
 		if got, _ := r.rooms.Check(r.ctx, "s", "u", p.Nonce); got != CheckUsed {
 			t.Fatalf("Check after MarkUsed: %v", got)
@@ -866,20 +894,32 @@ func TestCheckAndMarkUsed(t *testing.T) {
 		if q := r.join("s", "u"); q.Status != Used || q.OrderID != o.ID {
 			t.Fatalf("join after use: %+v", q)
 		}
-		// A lapsed admission a late buy spent is used after all.
+		if st := r.stats("s"); st.Used != 1 || st.Lapsed != 0 || st.Live != 1 {
+			t.Fatalf("stats after the spend: %+v", st)
+		}
+		// v's admission at its until, and after its lapse: not spent.
 		v := r.place("s", "v")
+		r.clock.Set(v.AdmittedUntil)
+		if err := r.rooms.MarkUsed(r.ctx, "s", "v", v.Nonce, "late-order"); !errors.Is(err, errNotLive) {
+			t.Fatalf("MarkUsed at until: %v, want errNotLive", err)
+		}
+		if got, _ := r.rooms.Check(r.ctx, "s", "v", v.Nonce); got != CheckLapsed {
+			t.Fatalf("Check of v at until: %v", got)
+		}
 		r.clock.Set(v.AdmittedUntil.Add(time.Second))
 		if s := r.step("s"); s.Lapsed != 1 {
 			t.Fatalf("step: %+v", s)
 		}
-		if err := r.rooms.MarkUsed(r.ctx, "s", "v", v.Nonce, "late-order"); err != nil {
-			t.Fatal(err)
+		if err := r.rooms.MarkUsed(r.ctx, "s", "v", v.Nonce, "late-order"); !errors.Is(err, errNotLive) {
+			t.Fatalf("MarkUsed after the lapse: %v, want errNotLive", err)
 		}
-		if q := r.place("s", "v"); q.Status != Used || q.OrderID != "late-order" {
-			t.Fatalf("v told used: %+v", q)
+		if q := r.place("s", "v"); q.Status != Lapsed || q.OrderID != "" {
+			t.Fatalf("v after a late spend: %+v", q)
 		}
-		r.step("s") // applies the notice
-		if st := r.stats("s"); st.Used != 2 || st.Lapsed != 0 || st.Live != 0 {
+		if got, _ := r.rooms.Check(r.ctx, "s", "v", v.Nonce); got != CheckLapsed {
+			t.Fatalf("Check of v after its lapse: %v", got)
+		}
+		if st := r.stats("s"); st.Admitted != 2 || st.Used != 1 || st.Lapsed != 1 || st.Live != 0 {
 			t.Fatalf("stats: %+v", st)
 		}
 	})
@@ -899,14 +939,18 @@ func TestSoldOut(t *testing.T) {
 		}
 		r.step("s")
 		p := r.place("s", "u1")
+		// The unit taken (an ungated buy) while u1's admission is live.
 		o := r.buy("s", "u1", "A", p.Nonce)
 		if q := r.place("s", "u2"); q.Status != Waiting {
 			t.Fatalf("with a live admission: %+v", q)
 		}
+		// The admission spent as the gated buy spends it: none is live.
 		if err := r.rooms.MarkUsed(r.ctx, "s", "u1", p.Nonce, o.ID); err != nil {
 			t.Fatal(err)
 		}
-		r.step("s") // applies the notice: no admission is live
+		if st := r.stats("s"); st.Live != 0 || st.Used != 1 {
+			t.Fatalf("stats after the spend: %+v", st)
+		}
 		if q := r.place("s", "u2"); q.Status != Waiting {
 			t.Fatalf("with a reservation awaiting payment: %+v", q)
 		}
@@ -1115,7 +1159,9 @@ func TestRemove(t *testing.T) {
 		}
 		r.rooms.Step(r.ctx, "s")
 		r.rooms.Place(r.ctx, "s", "u1")
-		r.rooms.MarkUsed(r.ctx, "s", "u1", "00", "o")
+		if err := r.rooms.MarkUsed(r.ctx, "s", "u1", "00", "o"); err == nil {
+			t.Fatal("MarkUsed after Remove spent an admission")
+		}
 		if err := r.rooms.Remove(r.ctx, "s"); err != nil {
 			t.Fatal(err)
 		}

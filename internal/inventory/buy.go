@@ -246,8 +246,9 @@ const maxShapes = 8
 // (saleKeys.buy) are keys, in order, at time now (see scriptNow). The
 // batch's throttles go once each, ahead of the buys, which name theirs by
 // its place (usually every buy has the same); so do its shared shapes: the
-// buys with no idempotency key and no token that have the same lines and
-// throttle (usually most of a crowd's) send their shape once.
+// buys with no idempotency key that have the same lines and throttle and
+// either no token or a gated one (usually most of a crowd's) send their
+// shape once; a gated buy sends its nonce and until after it.
 func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
@@ -270,9 +271,9 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 		}
 		bc := &bcs[i]
 		size := 7 + 2*len(bc.placed.Items) // the buy's shape's arguments
-		if bc.placed.IdempotencyKey == "" && bc.token == "" {
+		if bc.placed.IdempotencyKey == "" && (bc.token == "" || bc.gate != "") {
 			for k, f := range shared {
-				if which[f] == which[i] && bcs[f].lines == bc.lines {
+				if which[f] == which[i] && bcs[f].lines == bc.lines && (bcs[f].gate == "") == (bc.gate == "") {
 					shape[i] = k + 1
 					break
 				}
@@ -287,6 +288,9 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 		if shape[i] == 0 {
 			n += size
 		}
+		if bc.gate != "" {
+			n += 2
+		}
 	}
 	args := make([]any, 0, n+4*len(throttles))
 	args = append(args, now, len(bcs), len(throttles))
@@ -295,11 +299,20 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	}
 	appendShape := func(i int) {
 		bc := &bcs[i]
-		args = append(args, bc.placed.IdempotencyKey, bc.lines, which[i], bc.token, bc.tokenTTL, len(bc.placed.Items))
+		if bc.gate != "" {
+			// gated: the nonce goes with the buy (after the shape)
+			args = append(args, bc.placed.IdempotencyKey, bc.lines, which[i], "", 0, len(bc.placed.Items))
+		} else {
+			args = append(args, bc.placed.IdempotencyKey, bc.lines, which[i], bc.token, bc.tokenTTL, len(bc.placed.Items))
+		}
 		for _, l := range bc.placed.Items {
 			args = append(args, l.SKU, l.Qty)
 		}
-		args = append(args, bc.gate)
+		if bc.gate != "" {
+			args = append(args, "1")
+		} else {
+			args = append(args, "")
+		}
 	}
 	args = append(args, len(shared))
 	for _, i := range shared {
@@ -309,6 +322,9 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 		args = append(args, bcs[i].placed.UserID, bcs[i].placed.ID, shape[i])
 		if shape[i] == 0 {
 			appendShape(i)
+		}
+		if bcs[i].gate != "" {
+			args = append(args, bcs[i].token, bcs[i].gate)
 		}
 	}
 	// The buys whose order id the caller chose: a resend of one may find

@@ -39,35 +39,30 @@
 --         with now + timeout (see pay.lua, expire.lua), and adds its units
 --         to the sale's "a:<sku>" (units held by awaiting orders); a sale
 --         without one touches neither
--- KEYS[9] the sale's spend notes hash (a waiting room's "room:used",
---         package admission): a gated buy (below) the script accepts sets
---         field <user> to "<token>:<order id>" there, kept until the room
---         reads and applies it: no expiry (PERSIST, over an expiry an older
---         instance set), since a note is then all that tells a spent
---         admission from a lapsed one, however long the room goes
---         unstepped (degraded mode). A note is written only while the room
---         holds the admission live, so the room's removal (which unlinks
---         the hash) never misses one. A gated token is spent by its note,
---         and marked spent under KEYS[7] too (for its ms): an older
---         instance buys an admission ungated, after its own check of the
---         room, and reads only that mark (a gated buy between its check
---         and its buy would otherwise leave it a second unit). It is
---         checked there too, for a buy of an older instance that spent it
---         so
+-- KEYS[9] a waiting room's live admissions (package admission,
+--         room.lua: "room:live", a zset, user -> until ms), the unused
+--         admissions out
 -- KEYS[10] the room's settings hash ("room:cfg"): its "nb", the number of
---         its users' state hashes
+--         its users' state hashes, and "used", how many admissions bought
 -- KEYS[11] the start of the room's users' state hashes ("room:b:"): user's
 --         state is field user of KEYS[11] .. n, n = (the first 8 hex
 --         digits of SHA1(user)) % nb; a live admission's is
---         "a<joined ms>:<nonce>:<until ms>:<in draw>" (package admission,
---         room.lua). A gated buy is accepted only if its user's state is a
---         live admission whose nonce is the buy's token and whose until is
---         the buy's gate, the script's clock is before that until, and no
---         note (KEYS[9]) names the token: the until alone does not tell
---         one admission of a user from another that ends at the same ms
---         (every admission granted within admit_ttl of the room's end ends
---         at the end), such as one a room lost (Redis lost it, the room was
---         made again) and the user's new one
+--         "a<joined ms>:<nonce>:<until ms>:<in draw>" and a used one's
+--         "u<joined ms>:<nonce>:<in draw>:<order id>" (package admission,
+--         room.lua). A gated buy (below) is accepted only if its user's
+--         state is a live admission whose nonce is the buy's and whose
+--         until is the buy's gate, and the script's clock is before that
+--         until: the until alone does not tell one admission of a user
+--         from another that ends at the same ms (every admission granted
+--         within admit_ttl of the room's end ends at the end), such as
+--         one a room lost (Redis lost it, the room was made again) and the
+--         user's new one. A buy it accepts spends the admission in the
+--         room at once, as the room would: the state becomes the used one
+--         (with the buy's order id), the user leaves KEYS[9] and "used"
+--         counts it. The state is all that makes an admission single use:
+--         a used, lapsed or lost one is never live again (a new admission
+--         has a new nonce), so a gated buy neither reads nor writes a
+--         spent mark (KEYS[7]) nor sends its nonce to the system of record
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
@@ -78,13 +73,15 @@
 --   throttle (1..t, 0 for none), the purchase token to spend ("" for
 --   none) and the ms to keep it spent, the number of lines n, then n
 --   pairs: sku, qty (a positive integer in decimal, as int takes it: a
---   first holding is stored as this very argument), then the token's gate
---   ("" for none: see KEYS[11]), the until in unix ms the user's live
---   admission must have
+--   first holding is stored as this very argument), then "1" if the
+--   shape's buys are gated ("" for not): a gated shape has no token (""),
+--   each of its buys carries its own (see KEYS[11])
 -- then, for each buy: user id, new order id, and its shape's number
---   (1..s) or 0 with its shape right after it. The buys of a crowd are
---   mostly one shape (one unit of the hot sku, no key, no token): sent
---   once per call, a buy is then three arguments, not eleven
+--   (1..s) or 0 with its shape right after it, then, for a buy of a gated
+--   shape, its admission's nonce and the until in unix ms its user's live
+--   admission must have. The buys of a crowd are mostly one shape (one
+--   unit of the hot sku, no key, no token; or the same gated): sent once
+--   per call, a buy is then three arguments (five gated), not eleven
 -- then, after the buys, the number k of buys whose order id the caller
 --   chose, and their places (1..count): a resend of one finds its order
 --   in its group or, stored before order groups, in a field of the order
@@ -258,10 +255,12 @@ local lines, qty, first = {}, {}, {}
 local rem, skus = {}, {}
 local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay', 'orders'}
 local ifields, tkeys, spent
--- gated[user]: a gated buy's user's live admission in the room (KEYS[11]),
--- {nonce, until}, or false for none or one a note names used; gusers lists
--- them once each
-local gated, gusers = nil, {}
+-- gt[b]: where gated buy b's nonce is (its until next). gated[user]: a
+-- gated buy's user's live admission in the room (KEYS[11]), {nonce,
+-- until, joined, in draw, state hash}, false for none (or one a buy of
+-- this call spent), 'bad' for a state hash that is not a hash; gusers
+-- lists them once each
+local gt, gated, gusers = nil, nil, {}
 local a = 4 + 4 * nth
 local shapes = {}
 local ns = num(ARGV[a])
@@ -301,6 +300,9 @@ for b = 1, count do
       wusers[i][#wusers[i] + 1] = u
     end
   end
+  -- nxt: where the next buy starts
+  local nxt = a + 3
+  if s == '0' then nxt = d + 7 + 2 * n end
   local tok = ARGV[d + 3]
   if tok ~= '' then
     if not spent then spent, tkeys = {}, {} end
@@ -308,7 +310,11 @@ for b = 1, count do
       spent[tok] = false
       tkeys[#tkeys + 1] = KEYS[7] .. tok
     end
-    if ARGV[d + 6 + 2 * n] ~= '' and (not gated or gated[u] == nil) then
+  elseif ARGV[d + 6 + 2 * n] == '1' then
+    gt = gt or {}
+    gt[b] = nxt
+    nxt = nxt + 2
+    if not gated or gated[u] == nil then
       gated = gated or {}
       gated[u] = false
       gusers[#gusers + 1] = u
@@ -316,7 +322,7 @@ for b = 1, count do
   end
   local w = #bfields
   for i = 1, n do bfields[w + i] = u .. '|' .. ARGV[d + 4 + 2 * i] end
-  if s == '0' then a = d + 7 + 2 * n else a = a + 3 end
+  a = nxt
 end
 -- own_at: the buys whose order id the caller chose, from ARGV[a + 1] on
 -- (ARGV[a] of them): a resend of one may find its order stored before
@@ -445,44 +451,36 @@ if tkeys then
   v = read('MGET', nil, tkeys)
   for i, k in ipairs(tkeys) do spent[string.sub(k, #KEYS[7] + 1)] = v[i] ~= false end
 end
--- bad_gate: the room's key that is not a hash (the notes', KEYS[9], or
--- one the gate reads), for code 8 to the gated buys: found here, before
--- the first write, since the notes' HSET at the end would fail after it
--- (and leave the call half run).
+-- bad_gate: the room's key the gated buys' writes would fail on (the live
+-- admissions', KEYS[9], not a zset; the settings not a hash, or their
+-- "used" not an integer), for code 8 to the gated buys: found here,
+-- before the first write, since a write failing after it would leave the
+-- call half run.
 local bad_gate
 if gated then
   local ty = redis.call('TYPE', KEYS[9])
   if type(ty) == 'table' then ty = ty.ok or ty['ok'] end
-  if ty ~= 'hash' and ty ~= 'none' then bad_gate = 'room:used' end
-  -- get(key, field): HGET, or false for a key that is not a hash (then
-  -- the gate is corrupt: bad_gate)
+  if ty ~= 'zset' and ty ~= 'none' then bad_gate = 'room:live' end
+  local cfg = redis.pcall('HMGET', KEYS[10], 'nb', 'used')
+  local nb
+  if cfg.err then
+    bad_gate = 'room:cfg'
+  else
+    nb = tonumber(cfg[1] or '')
+    if cfg[2] and not int(cfg[2]) then bad_gate = 'room:cfg' end
+  end
   -- (A user's own state hash that is not a hash is that user's buys'
   -- corruption only: gated[u] 'bad'.)
-  local function get(key, field)
-    local r = redis.pcall('HGET', key, field)
-    if type(r) == 'table' and r.err then return nil end
-    return r or false
-  end
-  local nb = get(KEYS[10], 'nb')
-  if nb == nil then bad_gate = 'room:cfg' end
-  nb = tonumber(nb or '')
   for _, u in ipairs(gusers) do
     if nb and nb >= 1 then
-      local st = get(KEYS[11] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb), u)
-      local nonce, till = string.match(st or '', '^a%d+:(%x+):(%d+):%d$')
-      if st == nil then
+      local key = KEYS[11] .. string.format('%d', tonumber(string.sub(redis.sha1hex(u), 1, 8), 16) % nb)
+      local st = redis.pcall('HGET', key, u)
+      if type(st) == 'table' and st.err then
         gated[u] = 'bad'
-      elseif nonce then
-        gated[u] = {nonce, tonumber(till)}
+      elseif st then
+        local joined, nonce, till, indraw = string.match(st, '^a(%d+):(%x+):(%d+):([01])$')
+        if joined then gated[u] = {nonce, tonumber(till), joined, indraw, key} end
       end
-    end
-  end
-  -- A note the room has not applied yet names the admission used.
-  if bad_gate ~= 'room:used' then
-    v = read('HMGET', KEYS[9], gusers)
-    for i, u in ipairs(gusers) do
-      local g, n = gated[u], v[i]
-      if type(g) == 'table' and n and string.sub(n, 1, #g[1] + 1) == g[1] .. ':' then gated[u] = false end
     end
   end
 end
@@ -545,6 +543,8 @@ end
 -- batch sold of a sku; tw[j]: the throttle states for hash wkey[j].
 local new_held, sold, events = {}, {}, {}
 local made, new_idem, new_spent, tw, og
+-- new_used: the gated buys accepted, each {user, its admission (gated)}
+local new_used
 if count > 1 and not distinct then made = {} end
 
 -- replay answers buy b's repeat with the order id names, after checking
@@ -647,16 +647,15 @@ local function buy_one(b)
     list[#list + 1] = u
     list[#list + 1] = state
   end
-  local tok = ARGV[d + 3]
+  local tok, g = ARGV[d + 3], nil
   if tok ~= '' then
     if spent[tok] then return put(15) end
-    local gate = ARGV[d + 6 + 2 * lines[d]]
-    if gate ~= '' then
-      if bad_gate then return put(8, bad_gate) end
-      local g = gated[u]
-      if g == 'bad' then return put(8, 'room:b') end
-      if not g or g[1] ~= tok or g[2] ~= tonumber(gate) or now_ms >= g[2] then return put(15) end
-    end
+  elseif gt and gt[b] then
+    if bad_gate then return put(8, bad_gate) end
+    g = gated[u]
+    if g == 'bad' then return put(8, 'room:b') end
+    local p = gt[b]
+    if not g or g[1] ~= ARGV[p] or g[2] ~= tonumber(ARGV[p + 1]) or now_ms >= g[2] then return put(15) end
   end
   if not_selling then
     if not_selling == 'sale' then return put(8, 'sale') end
@@ -769,6 +768,11 @@ local function buy_one(b)
     spent[tok] = true
     new_spent = new_spent or {}
     new_spent[#new_spent + 1] = b
+  elseif g then
+    -- spent: no other buy of the call has it
+    gated[u] = false
+    new_used = new_used or {}
+    new_used[#new_used + 1] = {u, g, id}
   end
 end
 
@@ -897,20 +901,20 @@ if tw then
   end
 end
 if new_spent then
-  local notes
   for _, b in ipairs(new_spent) do
     local d = sh[b]
-    -- The spent mark, a gated token's too: an older instance's buy of an
-    -- admission (checked in the room, then bought ungated) reads only it.
     redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
-    if ARGV[d + 6 + 2 * lines[d]] ~= '' then
-      notes = notes or {}
-      notes[#notes + 1], notes[#notes + 2] = ARGV[at[b]], ARGV[d + 3] .. ':' .. ids[b]
-    end
   end
-  if notes then
-    hset(KEYS[9], notes)
-    redis.call('PERSIST', KEYS[9])
+end
+-- The admissions the gated buys spent, used in the room (see KEYS[11]).
+if new_used then
+  local gone = {}
+  for i, x in ipairs(new_used) do
+    local g = x[2]
+    redis.call('HSET', g[5], x[1], 'u' .. g[3] .. ':' .. g[1] .. ':' .. g[4] .. ':' .. x[3])
+    gone[i] = x[1]
   end
+  for i = 1, #gone, chunk do redis.call('ZREM', KEYS[9], unpack(gone, i, math.min(i + chunk - 1, #gone))) end
+  redis.call('HINCRBY', KEYS[10], 'used', #gone)
 end
 return out

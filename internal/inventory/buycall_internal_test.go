@@ -21,7 +21,7 @@ func TestSaleKeysNames(t *testing.T) {
 	}
 	buy := k.buy()
 	wantBuy := []string{"{p:s-1}:sale", "{p:s-1}:bought", "{p:s-1}:orders", "{p:s-1}:idem", "{p:s-1}:events",
-		"{p:s-1}:tat:", "{p:s-1}:ptoken:", "{p:s-1}:deadlines", "{p:s-1}:room:used",
+		"{p:s-1}:tat:", "{p:s-1}:ptoken:", "{p:s-1}:deadlines", "{p:s-1}:room:live",
 		"{p:s-1}:room:cfg", "{p:s-1}:room:b:"}
 	if len(buy) != len(wantBuy) {
 		t.Fatalf("buy keys %q", buy)

@@ -101,15 +101,14 @@ func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, erro
 }
 
 // WithGate returns the buy whose token (WithToken, first) is a waiting
-// room's admission (package admission keeps the room): the buy is accepted
-// only if the room's state of the buyer ("room:cfg", "room:b:<n>") is a
-// live admission whose nonce is the token and whose until is until, Redis's
-// clock is before until, and no note of the room names the token used;
-// else it is refused as ErrTokenSpent. A buy it accepts notes its token
-// and order for the room in the same script ("room:used", a hash, user ->
-// "<token>:<order id>", under the sale's hash tag), and marks the token
-// spent for its TTL too (the mark an older instance's ungated buy of an
-// admission reads).
+// room's admission nonce (package admission keeps the room): the buy is
+// accepted only if the room's state of the buyer ("room:cfg",
+// "room:b:<n>") is a live admission whose nonce is the token and whose
+// until is until, and Redis's clock is before until; else it is refused
+// as ErrTokenSpent. A buy it accepts spends the admission in the room in
+// the same script (its state becomes used, with the order), which is
+// what makes it single use: the token's TTL is not used, no spent mark
+// is kept and the order carries no spent token (Event.Spent).
 func (c CheckedBuy) WithGate(until time.Time) (CheckedBuy, error) {
 	if c.token == "" {
 		return CheckedBuy{}, invalid("gate", "needs a token")

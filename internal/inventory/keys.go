@@ -55,12 +55,12 @@ type saleKeys struct {
 	deadlines, paid                              string // payment step (pay.go)
 	tag                                          string
 	throttle, token                              string // the starts of the keys
-	notes, roomCfg, buckets                      string // a waiting room's (CheckedBuy.WithGate)
+	live, roomCfg, buckets                       string // a waiting room's (CheckedBuy.WithGate)
 }
 
 // keySuffixes are the ends of saleKeys' keys, in the order keys builds
 // them: every key is the tag followed by one of them.
-var keySuffixes = [...]string{":sale", ":bought", ":orders", ":idem", ":events", ":initlock", ":deadlines", ":paid", ":tat:", ":ptoken:", ":room:used", ":room:cfg", ":room:b:"}
+var keySuffixes = [...]string{":sale", ":bought", ":orders", ":idem", ":events", ":initlock", ":deadlines", ":paid", ":tat:", ":ptoken:", ":room:live", ":room:cfg", ":room:b:"}
 
 // keys builds every key of the sale in one allocation: the tag and each
 // key are parts of one string.
@@ -104,7 +104,7 @@ func (e *Engine) keys(saleID string) saleKeys {
 		paid:      parts[7],
 		throttle:  parts[8],
 		token:     parts[9],
-		notes:     parts[10],
+		live:      parts[10],
 		roomCfg:   parts[11],
 		buckets:   parts[12],
 	}
@@ -113,7 +113,7 @@ func (e *Engine) keys(saleID string) saleKeys {
 // buy returns buy.lua's KEYS (see buy.lua): a new slice, which the
 // coalescer of the sale shares among all its calls (nobody writes it).
 func (k saleKeys) buy() []string {
-	return []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines, k.notes, k.roomCfg, k.buckets}
+	return []string{k.sale, k.bought, k.orders, k.idem, k.events, k.throttle, k.token, k.deadlines, k.live, k.roomCfg, k.buckets}
 }
 
 // op returns the key marking a one-off operation (a restock, a cancel, a

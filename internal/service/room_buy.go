@@ -18,25 +18,23 @@ import (
 //
 // A token whose signature, sale and user check goes to the buy, gated by
 // the room (inventory.CheckedBuy.WithGate): buy.lua accepts it only if
-// the room holds the buyer's admission live with this until and Redis's
-// clock is before it, spends its nonce only if it accepts the buy (a
-// repeat first, then a spent or closed admission, then the sale's state,
-// the limit, the stock), and notes the admission used for the room in the
-// same script: one call, no read of the room before it and no notice
-// after. The spent nonce is kept with the order in the database (spent
-// tokens). Any other buy is a repeat, found by its idempotency key, or
-// refused. While the database sells (degraded mode) the room admits
-// nobody and its sale sells nothing.
+// the room holds the buyer's admission live with this nonce and until and
+// Redis's clock is before it, and spends the admission in the room (used,
+// with its order) only if it accepts the buy (a repeat first, then a
+// spent or closed admission, then the sale's state, the limit, the
+// stock): one call, no read of the room before it and no write after.
+// The room's state is what keeps an admission single use, across a Redis
+// loss too (a room made again holds no admission given before it). Any
+// other buy is a repeat, found by its idempotency key, or refused. While
+// the database sells (degraded mode) the room admits nobody and its sale
+// sells nothing.
 func (s *Service) buyAdmitted(ctx context.Context, buy inventory.CheckedBuy, settings saleSettings, req BuyRequest, token string) (inventory.Receipt, error) {
 	if !s.seller.RedisSells() {
 		return inventory.Receipt{}, errRoomNeedsRedis
 	}
 	if adm, ok := s.checkAdmissionToken(settings.ID, req.UserID, token); ok {
-		// Kept spent while the admission can be presented (by Redis's
-		// clock: at most its admit_ttl, whatever this instance's clock
-		// says), and a minute of clock skew.
-		live := max(time.Until(adm.until), time.Duration(settings.Admission.AdmitTTLS)*time.Second)
-		rc, err := s.sell(ctx, buy, settings, req, purchaseToken{nonce: adm.nonce, ttl: live + time.Minute, gate: adm.until})
+		// (A gated buy keeps no spent mark: the ttl is only checked.)
+		rc, err := s.sell(ctx, buy, settings, req, purchaseToken{nonce: adm.nonce, ttl: time.Minute, gate: adm.until})
 		if !errors.Is(err, inventory.ErrTokenSpent) {
 			// The last unit of an item: the room may be sold out, which
 			// its buyers in line read from the room's facts.

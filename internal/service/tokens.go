@@ -97,7 +97,7 @@ func (s *Service) makePurchaseToken(saleID, user string) (string, time.Time) {
 // purchaseToken is a checked token: its nonce and how long it stays valid.
 type purchaseToken struct {
 	nonce string
-	ttl   time.Duration // until it expires, plus a minute of clock skew
+	ttl   time.Duration // until it expires, plus a minute of clock skew (none gated)
 	gate  time.Time     // an admission's until: the room's gate (zero: none)
 }
 
@@ -142,8 +142,8 @@ func (s *Service) signedPayload(token string) (string, bool) {
 // fields, the first "adm", where a purchase token's has four, so neither
 // is ever read as the other. The nonce is the room's (admission.Place),
 // and the token is made again from it at every read of the place: the
-// same admission always has the same token. The buy spends the nonce as
-// it spends a purchase token's (buy.lua, "ptoken:<nonce>").
+// same admission always has the same token. The buy spends the
+// admission in the room itself (inventory.CheckedBuy.WithGate).
 const admissionKind = "adm"
 
 // makeAdmissionToken is the token of user's admission nonce in the sale,

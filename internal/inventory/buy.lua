@@ -59,10 +59,15 @@
 --         user's new one. A buy it accepts spends the admission in the
 --         room at once, as the room would: the state becomes the used one
 --         (with the buy's order id), the user leaves KEYS[9] and "used"
---         counts it. The state is all that makes an admission single use:
---         a used, lapsed or lost one is never live again (a new admission
---         has a new nonce), so a gated buy neither reads nor writes a
---         spent mark (KEYS[7]) nor sends its nonce to the system of record
+--         counts it. That state is what makes an admission single use: a
+--         used or lapsed one is never live again, and a new admission has
+--         a new nonce, so the buy writes no spent mark (KEYS[7]). It does
+--         send its nonce to the system of record with its order (its
+--         "tokens" line, until the admission's until), and is refused if
+--         a mark of it is there: one a rebuild or a repair put back from
+--         the system of record, after Redis lost the room's write of the
+--         spend but not the admission (a failover to a lagging replica
+--         whose orders the database had already taken)
 -- ARGV[1] now, unix µs, or "" to read the Redis server's clock (TIME), the
 --         one clock every instance shares (a test may stand in for it)
 -- ARGV[2] number of buys
@@ -313,7 +318,13 @@ for b = 1, count do
   elseif ARGV[d + 6 + 2 * n] == '1' then
     gt = gt or {}
     gt[b] = nxt
+    tok = ARGV[nxt]
     nxt = nxt + 2
+    if not spent then spent, tkeys = {}, {} end
+    if spent[tok] == nil then
+      spent[tok] = false
+      tkeys[#tkeys + 1] = KEYS[7] .. tok
+    end
     if not gated or gated[u] == nil then
       gated = gated or {}
       gated[u] = false
@@ -655,7 +666,8 @@ local function buy_one(b)
     g = gated[u]
     if g == 'bad' then return put(8, 'room:b') end
     local p = gt[b]
-    if not g or g[1] ~= ARGV[p] or g[2] ~= tonumber(ARGV[p + 1]) or now_ms >= g[2] then return put(15) end
+    tok = ARGV[p]
+    if spent[tok] or not g or g[1] ~= tok or g[2] ~= tonumber(ARGV[p + 1]) or now_ms >= g[2] then return put(15) end
   end
   if not_selling then
     if not_selling == 'sale' then return put(8, 'sale') end
@@ -768,8 +780,9 @@ local function buy_one(b)
     spent[tok] = true
     new_spent = new_spent or {}
     new_spent[#new_spent + 1] = b
-  elseif g then
-    -- spent: no other buy of the call has it
+  end
+  if g then
+    -- used: no other buy of the call finds it live
     gated[u] = false
     new_used = new_used or {}
     new_used[#new_used + 1] = {u, g, id}
@@ -791,8 +804,15 @@ local tokline
 if new_spent then
   tokline = {}
   for _, b in ipairs(new_spent) do
-    local d = sh[b]
-    tokline[ids[b]] = ids[b] .. '|' .. ARGV[d + 3] .. '|' .. string.format('%d', now_ms + num(ARGV[d + 4]))
+    local p = gt and gt[b]
+    if p then
+      -- a gated nonce: spent until its admission's until, past which no
+      -- buy is let through the gate anyway
+      tokline[ids[b]] = ids[b] .. '|' .. ARGV[p] .. '|' .. ARGV[p + 1]
+    else
+      local d = sh[b]
+      tokline[ids[b]] = ids[b] .. '|' .. ARGV[d + 3] .. '|' .. string.format('%d', now_ms + num(ARGV[d + 4]))
+    end
   end
 end
 if ne > 1 and one_entry then
@@ -900,10 +920,13 @@ if tw then
     end
   end
 end
+-- The spent marks; none of a gated nonce (the room's state spends it).
 if new_spent then
   for _, b in ipairs(new_spent) do
-    local d = sh[b]
-    redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
+    if not (gt and gt[b]) then
+      local d = sh[b]
+      redis.call('SET', KEYS[7] .. ARGV[d + 3], ARGV[at[b]], 'PX', ARGV[d + 4])
+    end
   end
 end
 -- The admissions the gated buys spent, used in the room (see KEYS[11]).

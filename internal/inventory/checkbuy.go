@@ -104,11 +104,14 @@ func (c CheckedBuy) WithToken(token string, ttl time.Duration) (CheckedBuy, erro
 // room's admission nonce (package admission keeps the room): the buy is
 // accepted only if the room's state of the buyer ("room:cfg",
 // "room:b:<n>") is a live admission whose nonce is the token and whose
-// until is until, and Redis's clock is before until; else it is refused
-// as ErrTokenSpent. A buy it accepts spends the admission in the room in
-// the same script (its state becomes used, with the order), which is
-// what makes it single use: the token's TTL is not used, no spent mark
-// is kept and the order carries no spent token (Event.Spent).
+// until is until, Redis's clock is before until, and the token is not
+// marked spent; else it is refused as ErrTokenSpent. A buy it accepts
+// spends the admission in the room in the same script (its state becomes
+// used, with the order), which is what makes it single use in Redis: it
+// keeps no spent mark there, and the token's TTL is not used. Its order
+// carries the token to the system of record as spent until until
+// (Event.Spent), so that a sale rebuilt or repaired after Redis lost the
+// spend gets its mark back.
 func (c CheckedBuy) WithGate(until time.Time) (CheckedBuy, error) {
 	if c.token == "" {
 		return CheckedBuy{}, invalid("gate", "needs a token")

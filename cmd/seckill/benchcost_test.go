@@ -167,10 +167,10 @@ func TestBenchCostRoom(t *testing.T) {
 			t.Errorf("%s: background %+v; want reads of a room of 2000 waiting or more, all 2xx, beside the loaded phases only", p.Phase, b)
 		}
 	}
-	if len(rep.Ratios) < 3 {
-		t.Fatalf("ratios %+v, want the three targets' first", rep.Ratios)
+	if len(rep.Ratios) < 4 {
+		t.Fatalf("ratios %+v, want the four targets' first", rep.Ratios)
 	}
-	for _, r := range rep.Ratios[:3] {
+	for _, r := range rep.Ratios[:4] {
 		if !(r.Value > 0) || r.Met == nil {
 			t.Errorf("ratio %s = %v, met %v; want a value, judged", r.Name, r.Value, r.Met)
 		}

@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-// TestRoomRatios: each ratio is its phases' figures divided, the three with
+// TestRoomRatios: each ratio is its phases' figures divided, the four with
 // a target say whether it is met, and a ratio whose phase was not measured
 // is 0 and neither met nor missed.
 func TestRoomRatios(t *testing.T) {
@@ -31,7 +31,7 @@ func TestRoomRatios(t *testing.T) {
 	want := []struct {
 		value float64
 		met   string // "yes", "no", "" (no target)
-	}{{1.2, "yes"}, {1.2, "no"}, {1.25, "no"}, {1.3, "no"}, {1.1, ""}, {1.2, ""}, {1.1, ""}, {0.9, ""}}
+	}{{1.2, "yes"}, {1.2, "no"}, {12.5 / 12, "yes"}, {1.3, "no"}, {1.1, ""}, {1.25, ""}, {1.2, ""}, {1.1, ""}, {0.9, ""}}
 	got := roomRatios(m)
 	if len(got) != len(want) {
 		t.Fatalf("%d ratios, want %d: %+v", len(got), len(want), got)
@@ -53,7 +53,7 @@ func TestRoomRatios(t *testing.T) {
 	}
 
 	// Exactly on a bound: >= and <= are met, < is not.
-	m[PhaseJoins].BuysPerS, m[PhasePlaceReads].TotalUS, m[PhaseAdmittedBuysLoaded].P99MS = 30_000, 45, 12
+	m[PhaseJoins].BuysPerS, m[PhasePlaceReads].TotalUS, m[PhaseAdmittedBuysLoaded].P99MS, m[PhasePlainBuysLoaded].P99MS = 30_000, 45, 12, 10
 	got = roomRatios(m)
 	if !*got[0].Met || *got[1].Met || !*got[2].Met {
 		t.Errorf("on the bounds: met %v %v %v, want true false true", *got[0].Met, *got[1].Met, *got[2].Met)
@@ -92,9 +92,11 @@ func TestRoomSummarize(t *testing.T) {
 		{Phase: PhasePlainBuys, Result: Result{Round: 2, BuysPerS: 300, P99MS: 6}},
 		{Phase: PhaseJoins, Result: Result{Round: 2, BuysPerS: 200}},
 		{Phase: PhaseAdmittedBuysLoaded, Result: Result{Round: 2, P99MS: 4}, Background: bg(3)},
+		{Phase: PhasePlainBuysLoaded, Result: Result{Round: 1, P99MS: 4}, Background: bg(1)},
+		{Phase: PhasePlainBuysLoaded, Result: Result{Round: 2, P99MS: 6}, Background: bg(3)},
 	}}.summarize()
-	if len(rep.Medians) != 3 || rep.Medians[0].Phase != PhasePlainBuys || rep.Medians[1].Phase != PhaseJoins || rep.Medians[2].Phase != PhaseAdmittedBuysLoaded {
-		t.Fatalf("medians %+v, want plain-buys, joins, admitted-buys-loaded", rep.Medians)
+	if len(rep.Medians) != 4 || rep.Medians[0].Phase != PhasePlainBuys || rep.Medians[1].Phase != PhaseJoins || rep.Medians[2].Phase != PhaseAdmittedBuysLoaded || rep.Medians[3].Phase != PhasePlainBuysLoaded {
+		t.Fatalf("medians %+v, want plain-buys, joins, admitted-buys-loaded, plain-buys-loaded", rep.Medians)
 	}
 	if rep.Medians[0].BuysPerS != 200 || rep.Medians[0].P99MS != 5 || rep.Medians[1].BuysPerS != 300 || rep.Medians[0].Round != 0 {
 		t.Errorf("medians %+v, want plain 200/s p99 5, joins 300/s, round 0", rep.Medians)
@@ -117,6 +119,8 @@ func TestPrintRoomText(t *testing.T) {
 		{Phase: PhasePlaceReads, Result: Result{Round: 1, BuysPerS: 2000, TotalUS: 10}},
 		{Phase: PhaseAdmittedBuysLoaded, Result: Result{Round: 1, BuysPerS: 800, P99MS: 11},
 			Background: &Background{RateAsked: 50, RoomWaiting: 1234, SendRate: 49.5}},
+		{Phase: PhasePlainBuysLoaded, Result: Result{Round: 1, BuysPerS: 900, P99MS: 10},
+			Background: &Background{RateAsked: 50, RoomWaiting: 1234, SendRate: 49.5}},
 	}}.summarize()
 	var buf bytes.Buffer
 	PrintRoomText(&buf, rep)
@@ -124,8 +128,8 @@ func TestPrintRoomText(t *testing.T) {
 	flat := strings.Join(strings.Fields(out), " ") // the table's padding aside
 	for _, s := range []string{"req/s", PhasePlainBuys, PhaseJoins, PhasePlaceReads, PhaseAdmittedBuysLoaded,
 		"joins/s ÷ plain buys/s 0.90 target >= 1: MISSED", "place-read CPU ÷ plain buy CPU (total µs) 0.25 target < 1: met",
-		"admitted-buy p99, room loaded ÷ plain buy p99 1.10 target <= 1.2: met",
-		"admitted-buy p99, room quiet ÷ plain buy p99 - plain-buy p99",
+		"admitted-buy p99 ÷ plain buy p99, closed loops, the same reads beside both 1.10 target <= 1.2: met",
+		"admitted-buy p99 ÷ plain buy p99, closed loops, no reads - admitted-buy p99, reads beside ÷ plain buy p99, no reads 1.10",
 		"pass 1 joins: 3 non-2xx", "on a room of 1234 waiting"} {
 		if !strings.Contains(flat, s) {
 			t.Errorf("the report has no %q:\n%s", s, out)

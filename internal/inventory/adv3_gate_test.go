@@ -48,17 +48,7 @@ func TestGatedBuyCorruptRoomKeys(t *testing.T) {
 					t.Fatal(err)
 				}
 				events := r.rdb.XLen(r.ctx, r.key("s1", "events")).Val()
-				c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)})
-				if err == nil {
-					c, err = c.WithToken("0e1", time.Hour)
-				}
-				if err == nil {
-					c, err = c.WithGate(until)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, err = r.eng.BuyChecked(r.ctx, c)
+				_, err = gatedBuy(r, "u1", "0e1", "", "", until)
 				if !errors.Is(err, inventory.ErrCorrupt) {
 					t.Errorf("a gated buy with a corrupt %s: %v, want ErrCorrupt", which, err)
 				}

@@ -53,17 +53,7 @@ func TestAdv4GatedBuyCorruptRoomState(t *testing.T) {
 					t.Fatal(err)
 				}
 				events := r.rdb.XLen(r.ctx, r.key("s1", "events")).Val()
-				c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: "u1", Lines: lines("A", 1)})
-				if err == nil {
-					c, err = c.WithToken("0e1", time.Hour)
-				}
-				if err == nil {
-					c, err = c.WithGate(until)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, err = r.eng.BuyChecked(r.ctx, c)
+				_, err = gatedBuy(r, "u1", "0e1", "", "", until)
 				ok := err == nil
 				if tc.nb == "1e0" || tc.nb == "0x1" || tc.nb == "1.5" {
 					// a number Lua reads (the room's script too): the state

@@ -102,10 +102,10 @@ func (a *adv5Room) restore(s roomSnapshot) {
 	}
 }
 
-// adv5Buy is a buy of one unit of A by user: with token (a purchase
+// gatedBuy is a buy of one unit of A by user: with token (a purchase
 // token), gated by until when until is not zero, with key and order id if
 // given.
-func adv5Buy(r *rig, user, token, key, orderID string, until time.Time) (inventory.Receipt, error) {
+func gatedBuy(r *rig, user, token, key, orderID string, until time.Time) (inventory.Receipt, error) {
 	c, err := inventory.CheckBuy(inventory.BuyRequest{SaleID: "s1", UserID: user, Lines: lines("A", 1), IdempotencyKey: key, OrderID: orderID})
 	if err == nil && token != "" {
 		c, err = c.WithToken(token, time.Hour)
@@ -150,7 +150,7 @@ func TestAdv5UsedAdmissionBuysAgainAfterLostWritesAndRepair(t *testing.T) {
 				// the snapshot Redis comes back with
 				sale, rooms := r.liveState("s1"), room.save()
 
-				rc, err := adv5Buy(r, "u1", "0e1", "", "", gate)
+				rc, err := gatedBuy(r, "u1", "0e1", "", "", gate)
 				if err != nil {
 					t.Fatalf("the first buy: %v", err)
 				}
@@ -172,7 +172,7 @@ func TestAdv5UsedAdmissionBuysAgainAfterLostWritesAndRepair(t *testing.T) {
 				}
 
 				// the same token / admission again
-				rc2, err := adv5Buy(r, "u1", "0e1", "", "", gate)
+				rc2, err := gatedBuy(r, "u1", "0e1", "", "", gate)
 				if err == nil {
 					t.Errorf("one %s bought twice: orders %s and %s (room state of u1 %q, %d remaining)",
 						kind, rc.Order.ID, rc2.Order.ID, room.state("u1"), r.remaining("s1")["A"])
@@ -198,7 +198,7 @@ func TestAdv5GatedResendsAndRepeats(t *testing.T) {
 		until := r.clock.Now().Add(2 * time.Minute).Truncate(time.Millisecond)
 		room.admit("u1", "0e1", until)
 		id := inventory.NewOrderID("s1")
-		rc, err := adv5Buy(r, "u1", "0e1", "k1", id, until)
+		rc, err := gatedBuy(r, "u1", "0e1", "k1", id, until)
 		if err != nil || rc.Order.ID != id {
 			t.Fatalf("first: %+v %v", rc, err)
 		}
@@ -208,23 +208,23 @@ func TestAdv5GatedResendsAndRepeats(t *testing.T) {
 		}
 		room.counts("after the buy")
 		// the resend after a lost reply: same order id
-		again, err := adv5Buy(r, "u1", "0e1", "k1", id, until)
+		again, err := gatedBuy(r, "u1", "0e1", "k1", id, until)
 		if err != nil || !again.Retried || again.Order.ID != id {
 			t.Errorf("resend with the same order id: %+v %v", again, err)
 		}
-		again, err = adv5Buy(r, "u1", "0e1", "", id, until)
+		again, err = gatedBuy(r, "u1", "0e1", "", id, until)
 		if err != nil || !again.Retried || again.Order.ID != id {
 			t.Errorf("resend with the same order id, no key: %+v %v", again, err)
 		}
 		// a new order id: the admission is spent
-		if _, err := adv5Buy(r, "u1", "0e1", "", inventory.NewOrderID("s1"), until); !errors.Is(err, inventory.ErrTokenSpent) {
+		if _, err := gatedBuy(r, "u1", "0e1", "", inventory.NewOrderID("s1"), until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Errorf("the used admission with a new order id: %v", err)
 		}
 		// a later admission of u1: a repeat of k1 with it replays, and
 		// leaves it live
 		room.admit("u1", "0e2", until)
 		st2 := room.state("u1")
-		rep, err := adv5Buy(r, "u1", "0e2", "k1", "", until)
+		rep, err := gatedBuy(r, "u1", "0e2", "k1", "", until)
 		if err != nil || !rep.Replayed || rep.Order.ID != id {
 			t.Errorf("a repeat of k1 with the next admission: %+v %v", rep, err)
 		}
@@ -233,7 +233,7 @@ func TestAdv5GatedResendsAndRepeats(t *testing.T) {
 		}
 		// a resend of the first order id with the second admission: the
 		// first order, the second admission untouched
-		rep, err = adv5Buy(r, "u1", "0e2", "", id, until)
+		rep, err = gatedBuy(r, "u1", "0e2", "", id, until)
 		if err != nil || rep.Order.ID != id {
 			t.Errorf("a resend of the first order with the next admission: %+v %v", rep, err)
 		}
@@ -247,10 +247,10 @@ func TestAdv5GatedResendsAndRepeats(t *testing.T) {
 		// another user resending u1's order id with u1's... own admission:
 		// code 7 takes a new id, which u2 (no admission) cannot buy with
 		room.admit("u2", "0e3", until)
-		if _, err := adv5Buy(r, "u2", "0e9", "", id, until); !errors.Is(err, inventory.ErrTokenSpent) {
+		if _, err := gatedBuy(r, "u2", "0e9", "", id, until); !errors.Is(err, inventory.ErrTokenSpent) {
 			t.Errorf("u2 with u1's order id and a wrong nonce: %v", err)
 		}
-		rc3, err := adv5Buy(r, "u2", "0e3", "", id, until)
+		rc3, err := gatedBuy(r, "u2", "0e3", "", id, until)
 		if err != nil || rc3.Order.ID == id || rc3.Order.UserID != "u2" {
 			t.Errorf("u2 with u1's order id and its own admission: %+v %v", rc3, err)
 		}
@@ -285,7 +285,7 @@ func TestAdv5RacingAdmissionsCountsHold(t *testing.T) {
 			u, nonce := fmt.Sprint("u", i), fmt.Sprintf("%x", 0xa0+i)
 			for range 4 {
 				wg.Go(func() {
-					rc, err := adv5Buy(r, u, nonce, "", "", until)
+					rc, err := gatedBuy(r, u, nonce, "", "", until)
 					switch {
 					case err == nil:
 						mu.Lock()

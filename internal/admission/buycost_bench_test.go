@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,17 +74,17 @@ func BenchmarkAdmittedBuyRedisCost(b *testing.B) {
 				wg.Wait()
 			}
 			round(conc) // loads the script
-			before := scriptStats(b, rdb)
+			before := redistest.ReadCounters(b, rdb)
 			b.ResetTimer()
 			for done := 0; done < b.N; done += conc {
 				round(min(conc, b.N-done))
 			}
 			b.StopTimer()
-			after := scriptStats(b, rdb)
+			after := redistest.ReadCounters(b, rdb)
 			f := float64(b.N)
-			b.ReportMetric((after.cpu-before.cpu)*1e6/f, "redis-cpu-µs/buy")
-			b.ReportMetric((after.usec-before.usec)/f, "lua-µs/buy")
-			b.ReportMetric((after.calls-before.calls)/f, "calls/buy")
+			b.ReportMetric((after.CPU-before.CPU)*1e6/f, "redis-cpu-µs/buy")
+			b.ReportMetric(float64(after.Usec["evalsha"]-before.Usec["evalsha"])/f, "lua-µs/buy")
+			b.ReportMetric(float64(after.Calls["evalsha"]-before.Calls["evalsha"])/f, "calls/buy")
 		})
 	}
 }
@@ -139,39 +138,6 @@ func admitAll(b *testing.B, rdb *redis.Client, eng *inventory.Engine, n int, use
 	return places
 }
 
-type redisScriptStats struct{ cpu, usec, calls float64 }
-
-// scriptStats reads Redis's CPU seconds and EVALSHA's usec and calls.
-func scriptStats(b *testing.B, rdb *redis.Client) redisScriptStats {
-	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var s redisScriptStats
-	for line := range strings.SplitSeq(info, "\n") {
-		line = strings.TrimSpace(line)
-		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, f); ok {
-				x, _ := strconv.ParseFloat(v, 64)
-				s.cpu += x
-			}
-		}
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-			for f := range strings.SplitSeq(rest, ",") {
-				k, v, _ := strings.Cut(f, "=")
-				x, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "calls":
-					s.calls = x
-				case "usec":
-					s.usec = x
-				}
-			}
-		}
-	}
-	return s
-}
-
 // BenchmarkRoomStep is what a step of a room costs Redis when it admits
 // nobody (everyone admitted, the admissions live): the step every live
 // room takes every 20 ms on every instance, whatever its load.
@@ -189,7 +155,7 @@ func BenchmarkRoomStep(b *testing.B) {
 	}
 	admitAll(b, rdb, eng, 100_000, func(i int) string { return fmt.Sprintf("user%012d", i) })
 	rooms := NewRooms(rdb, eng.Key)
-	before := scriptStats(b, rdb)
+	before := redistest.ReadCounters(b, rdb)
 	b.ResetTimer()
 	for range b.N {
 		if _, err := rooms.Step(ctx, "s"); err != nil {
@@ -197,6 +163,6 @@ func BenchmarkRoomStep(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	after := scriptStats(b, rdb)
-	b.ReportMetric((after.usec-before.usec)/(after.calls-before.calls), "lua-µs/step")
+	after := redistest.ReadCounters(b, rdb)
+	b.ReportMetric(float64(after.Usec["evalsha"]-before.Usec["evalsha"])/float64(after.Calls["evalsha"]-before.Calls["evalsha"]), "lua-µs/step")
 }

@@ -86,30 +86,30 @@ func benchRedisCost(b *testing.B, batch int, throttle, perOrder, token bool) {
 		}
 	}
 	buy(batch) // loads the script
-	before := redisStats(b, rdb)
+	before := redistest.ReadCounters(b, rdb)
 	b.ResetTimer()
 	for done := 0; done < b.N; done += batch {
 		buy(min(batch, b.N-done))
 	}
 	b.StopTimer()
-	after := redisStats(b, rdb)
+	after := redistest.ReadCounters(b, rdb)
 	n := float64(b.N)
-	b.ReportMetric((after.cpu-before.cpu)*1e6/n, "redis-cpu-µs/buy")
-	b.ReportMetric(float64(after.usec["evalsha"]-before.usec["evalsha"])/n, "lua-µs/buy")
+	b.ReportMetric((after.CPU-before.CPU)*1e6/n, "redis-cpu-µs/buy")
+	b.ReportMetric(float64(after.Usec["evalsha"]-before.Usec["evalsha"])/n, "lua-µs/buy")
 	var cmds int64
 	var inside []string
-	for name, calls := range after.calls {
+	for name, calls := range after.Calls {
 		switch name {
 		case "evalsha", "evalsha_ro", "eval", "info", "memory", "xlen", "script", "ping", "hello", "client":
 			continue
 		}
-		if d := calls - before.calls[name]; d > 0 {
+		if d := calls - before.Calls[name]; d > 0 {
 			cmds += d
 			inside = append(inside, name+"="+strconv.FormatFloat(float64(d)/n, 'f', 2, 64))
 		}
 	}
 	b.ReportMetric(float64(cmds)/n, "cmds/buy")
-	b.ReportMetric(float64(after.mem-before.mem)/n, "mem-B/buy")
+	b.ReportMetric(float64(after.Mem-before.Mem)/n, "mem-B/buy")
 	events := eng.EventsKey("bench")
 	size, err1 := rdb.MemoryUsage(ctx, events, 0).Result()
 	if err1 != nil {
@@ -133,48 +133,6 @@ func BenchmarkBuyRedisCostToken(b *testing.B) {
 			})
 		}
 	}
-}
-
-// redisCounters are a server's CPU seconds, commandstats and memory.
-type redisCounters struct {
-	cpu         float64
-	calls, usec map[string]int64
-	mem         int64
-}
-
-func redisStats(b *testing.B, rdb *redis.Client) redisCounters {
-	b.Helper()
-	text, err := rdb.Info(context.Background(), "cpu", "commandstats", "memory").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := redisCounters{calls: map[string]int64{}, usec: map[string]int64{}}
-	for _, l := range strings.Split(text, "\r\n") {
-		k, v, ok := strings.Cut(l, ":")
-		if !ok {
-			continue
-		}
-		switch {
-		case k == "used_cpu_sys" || k == "used_cpu_user":
-			f, _ := strconv.ParseFloat(v, 64)
-			c.cpu += f
-		case k == "used_memory":
-			c.mem, _ = strconv.ParseInt(v, 10, 64)
-		case strings.HasPrefix(k, "cmdstat_"):
-			name := strings.TrimPrefix(k, "cmdstat_")
-			for _, kv := range strings.Split(v, ",") {
-				f, x, _ := strings.Cut(kv, "=")
-				n, _ := strconv.ParseInt(x, 10, 64)
-				switch f {
-				case "calls":
-					c.calls[name] = n
-				case "usec":
-					c.usec[name] = n
-				}
-			}
-		}
-	}
-	return c
 }
 
 func benchBatches() []int {
@@ -259,18 +217,18 @@ func BenchmarkBuyRedisCostGate(b *testing.B) {
 				wg.Wait()
 			}
 			round(batch) // loads the script
-			before := redisStats(b, rdb)
+			before := redistest.ReadCounters(b, rdb)
 			b.ResetTimer()
 			for done := 0; done < b.N; done += batch {
 				round(min(batch, b.N-done))
 			}
 			b.StopTimer()
-			after := redisStats(b, rdb)
+			after := redistest.ReadCounters(b, rdb)
 			f := float64(b.N)
-			b.ReportMetric((after.cpu-before.cpu)*1e6/f, "redis-cpu-µs/buy")
-			b.ReportMetric(float64(after.usec["evalsha"]-before.usec["evalsha"])/f, "lua-µs/buy")
-			b.ReportMetric(float64(after.calls["evalsha"]-before.calls["evalsha"])/f, "calls/buy")
-			b.ReportMetric(float64(after.mem-before.mem)/f, "mem-B/buy")
+			b.ReportMetric((after.CPU-before.CPU)*1e6/f, "redis-cpu-µs/buy")
+			b.ReportMetric(float64(after.Usec["evalsha"]-before.Usec["evalsha"])/f, "lua-µs/buy")
+			b.ReportMetric(float64(after.Calls["evalsha"]-before.Calls["evalsha"])/f, "calls/buy")
+			b.ReportMetric(float64(after.Mem-before.Mem)/f, "mem-B/buy")
 		})
 	}
 }

@@ -73,6 +73,19 @@ type Options struct {
 	// lingerOf): one Linger per lingerSales sales it reads, up to
 	// lingerMost Lingers.
 	Linger time.Duration
+	// QuietAfter: a sale whose stream this consumer has read nothing from,
+	// and that Wake has not named, for this long is quiet: while a reader
+	// has more than quietAll of them, they are not named in every read but
+	// swept, each at least every QuietEvery, at most QuietReads of them a
+	// second (a read costs Redis about 2 µs per stream it names, entries or
+	// not: ten thousand sales named five times a second were a tenth of a
+	// core). A Wake makes a sale active again at once. Defaults: 10s, 1s
+	// and 500 a second per reader. An entry no Wake announced (one another
+	// instance appended, whose consumer stopped) reaches the database
+	// within the sweep.
+	QuietAfter time.Duration
+	QuietEvery time.Duration
+	QuietReads int
 	// IdleSweep is how often sales that have ended and were drained are
 	// read again, in case an entry reached them that no Wake announced (a
 	// cancel on an instance that stopped before reading it); default 1m.
@@ -109,9 +122,15 @@ type sale struct {
 	id, key string
 	reader  int
 
-	endsAt    time.Time // guarded by Consumer.mu
-	idle      bool      // guarded by Consumer.mu: ended and drained, not read
-	wakes     uint64    // guarded by Consumer.mu: Wake calls and sweeps
+	endsAt time.Time // guarded by Consumer.mu
+	idle   bool      // guarded by Consumer.mu: ended and drained, not read
+	wakes  uint64    // guarded by Consumer.mu: Wake calls and sweeps
+	// active: guarded by Consumer.mu: when a read last returned entries of
+	// it, Wake last named it, or the consumer first saw it (see
+	// Options.QuietAfter).
+	active    time.Time
+	nextQuiet time.Time // a quiet sale: when it is read next
+	nextClaim time.Time // when to look for entries of dead consumers in it next
 	ready     bool      // the consumer group exists
 	own       bool      // read this consumer's own pending list first
 	retryAt   time.Time // after a failed write or group creation: not tried before
@@ -160,6 +179,15 @@ func New(rdb redis.UniversalClient, keys StreamKeys, db Store, o Options) *Consu
 	if o.IdleSweep <= 0 {
 		o.IdleSweep = time.Minute
 	}
+	if o.QuietAfter <= 0 {
+		o.QuietAfter = 10 * time.Second
+	}
+	if o.QuietEvery <= 0 {
+		o.QuietEvery = time.Second
+	}
+	if o.QuietReads <= 0 {
+		o.QuietReads = 500
+	}
 	if o.Linger == 0 {
 		o.Linger = 20 * time.Millisecond
 	}
@@ -201,17 +229,45 @@ func (c *Consumer) Run(ctx context.Context) error {
 // Wake tells the consumer that an entry was appended to the sale's stream
 // (a cancel or a restock after the sale ended): a sale that was drained is
 // read again.
+//
+// Every entry appended by this process may be announced so: a buy, a
+// cancel. The reader is signalled only when the sale was idle or quiet (a
+// sale read every round needs no signal, and a signal per buy would cut
+// short the reader's Linger).
 func (c *Consumer) Wake(saleID string) {
+	now := time.Now()
 	c.mu.Lock()
 	sl := c.sales[saleID]
+	var signal bool
 	if sl != nil {
+		signal = sl.idle || now.Sub(sl.active) >= c.o.QuietAfter
 		sl.idle = false
 		sl.wakes++
+		sl.active = now
 	}
 	c.mu.Unlock()
-	if sl != nil {
+	if signal {
 		c.signal(sl.reader)
 	}
+}
+
+// Active returns the sales that moved lately, sorted: the ones a read
+// returned entries of, or Wake named, within Options.QuietAfter (and the
+// ones the consumer first saw within it). A sale not among them may still
+// have moved: another process appended to its stream, and another
+// consumer read it.
+func (c *Consumer) Active() []string {
+	now := time.Now()
+	c.mu.Lock()
+	var ids []string
+	for id, sl := range c.sales {
+		if !sl.idle && now.Sub(sl.active) < c.o.QuietAfter {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(ids)
+	return ids
 }
 
 // Live returns the sales the consumer reads, sorted: every sale except the
@@ -253,7 +309,8 @@ func (c *Consumer) discover(ctx context.Context) {
 		if sl == nil {
 			h := fnv.New32a()
 			_, _ = h.Write([]byte(id))
-			sl = &sale{id: id, key: c.keys.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff()}
+			sl = &sale{id: id, key: c.keys.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff(),
+				active: time.Now()}
 			c.sales[id] = sl
 			woken[sl.reader] = true
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -112,8 +113,20 @@ func (c phaseCost) sub(before phaseCost) phaseCost {
 	return d
 }
 
-// top lists the commands that took most of Redis's time.
-func (c phaseCost) top(buys int) string {
+// top lists the commands that took most of Redis's time, per buy.
+func (c phaseCost) top(buys int) string { return "Redis commands per buy: " + c.topPer(float64(buys)) }
+
+// idle is what a phase without buys cost per second.
+func (c phaseCost) idle(d time.Duration) string {
+	s := d.Seconds()
+	return fmt.Sprintf("per second: Redis %.1f ms CPU, %.0f commands, %.1f script calls; test process %.1f ms CPU; "+
+		"PostgreSQL backends %.1f ms CPU; Redis commands per second: %s",
+		c.redisCPU/s*1e3, float64(c.commands)/s, float64(c.evalsha)/s, c.procCPU/s*1e3, c.pgCPU/s*1e3, c.topPer(s))
+}
+
+// topPer lists the commands that took most of Redis's time, their calls
+// and µs over n.
+func (c phaseCost) topPer(n float64) string {
 	names := make([]string, 0, len(c.cmds))
 	for k := range c.cmds {
 		names = append(names, k)
@@ -121,9 +134,9 @@ func (c phaseCost) top(buys int) string {
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(c.cmds[b][1], c.cmds[a][1]) })
 	var out []string
 	for _, k := range names[:min(len(names), 16)] {
-		out = append(out, fmt.Sprintf("%s %.2f calls %.1f µs", k, float64(c.cmds[k][0])/float64(buys), float64(c.cmds[k][1])/float64(buys)))
+		out = append(out, fmt.Sprintf("%s %.2f calls %.1f µs", k, float64(c.cmds[k][0])/n, float64(c.cmds[k][1])/n))
 	}
-	return "Redis commands per buy: " + strings.Join(out, "; ")
+	return strings.Join(out, "; ")
 }
 
 func (c phaseCost) per(buys int) string {

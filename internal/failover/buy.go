@@ -60,6 +60,9 @@ func (f *Seller) Buy(ctx context.Context, b inventory.CheckedBuy) (inventory.Rec
 	if f.cfg.Observe != nil {
 		f.cfg.Observe(err, time.Since(began), false)
 	}
+	if err == nil && f.cfg.Bought != nil {
+		f.cfg.Bought(home)
+	}
 	if errors.Is(err, inventory.ErrFenced) || err != nil && RedisDown(err) {
 		if _, ok := f.dbSells(); ok { // the mode changed while the buy was on its way
 			return f.buyOnDB(ctx, b, home)

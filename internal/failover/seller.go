@@ -94,6 +94,10 @@ type Config struct {
 	// Appended, if set, is told of a sale whose stream a cancel from Redis
 	// appended to (the order consumer may have drained it).
 	Appended func(saleID string)
+	// Bought, if set, is told of the sale (the segment, of a segmented
+	// one) whose stream a buy from Redis appended its order to: the order
+	// consumer reads a sale nobody bought from lately less often.
+	Bought func(saleID string)
 }
 
 // Parts are what the seller works with; see Wire.

@@ -174,3 +174,27 @@ func TestTokenBuyIsHandedOverWithItsToken(t *testing.T) {
 		t.Fatalf("hand-over: acked %+v, spent %+v, %v; want spent %+v", acked, spent, err, want)
 	}
 }
+
+// TestBoughtNamesTheSaleOfEachRedisBuy: Config.Bought is told the sale of
+// every buy Redis sold, and of no buy it refused or the database sold.
+func TestBoughtNamesTheSaleOfEachRedisBuy(t *testing.T) {
+	var told []string
+	eng, db := &fakeEngine{}, &fakeStore{}
+	f := New(Config{Tick: time.Second, AckRing: 4, Bought: func(saleID string) { told = append(told, saleID) }})
+	f.Wire(Parts{Engine: eng, Store: db})
+	if _, err := f.Buy(context.Background(), buy("u1")); err != nil {
+		t.Fatal(err)
+	}
+	eng.err = &inventory.SoldOutError{}
+	if _, err := f.Buy(context.Background(), buy("u2")); err == nil {
+		t.Fatal("a refused buy succeeded")
+	}
+	eng.err = nil
+	dbMode(f)
+	if _, err := f.Buy(context.Background(), buy("u3")); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(told, []string{"s1"}) {
+		t.Fatalf("Bought told %v, want [s1] (the one buy Redis sold)", told)
+	}
+}

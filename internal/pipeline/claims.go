@@ -27,10 +27,23 @@ func (c *Consumer) claimAll(ctx context.Context, sales []*sale) {
 			}
 			return nil
 		})
+		// A sale whose summary says no other consumer holds an entry has
+		// none to take over: its XAUTOCLAIM is skipped (most sales, most
+		// of the time).
+		held := ready[:0:0]
 		for i, sl := range ready {
-			if sum, err := summaries[i].Result(); err == nil && othersHold(sum, c.o.Name) {
+			sum, err := summaries[i].Result()
+			switch {
+			case err != nil:
+				held = append(held, sl)
+			case othersHold(sum, c.o.Name):
 				c.claimDead(ctx, sl.key, sl.id, sum)
+				held = append(held, sl)
 			}
+		}
+		ready = held
+		if len(ready) == 0 {
+			return
 		}
 	}
 	cmds := make([]*redis.XAutoClaimCmd, len(ready))

@@ -74,12 +74,12 @@ type Options struct {
 	// lingerMost Lingers.
 	Linger time.Duration
 	// QuietAfter: a sale whose stream this consumer has read nothing from,
-	// and that Wake has not named, for this long is quiet: while a reader
+	// and that Wake or Heard has not named, for this long is quiet: while a reader
 	// has more than quietAll of them, they are not named in every read but
 	// swept, each at least every QuietEvery, at most QuietReads of them a
 	// second (a read costs Redis about 2 µs per stream it names, entries or
 	// not: ten thousand sales named five times a second were a tenth of a
-	// core). A Wake makes a sale active again at once. Defaults: 10s, 1s
+	// core). Wake or Heard makes a sale active again at once. Defaults: 10s, 1s
 	// and 500 a second per reader. An entry no Wake announced (one another
 	// instance appended, whose consumer stopped) reaches the database
 	// within the sweep.
@@ -126,7 +126,7 @@ type sale struct {
 	idle   bool      // guarded by Consumer.mu: ended and drained, not read
 	wakes  uint64    // guarded by Consumer.mu: Wake calls and sweeps
 	// active: guarded by Consumer.mu: when a read last returned entries of
-	// it, Wake last named it, or the consumer first saw it (see
+	// it, Wake or Heard last named it, or the consumer first saw it (see
 	// Options.QuietAfter).
 	active    time.Time
 	nextQuiet time.Time // a quiet sale: when it is read next
@@ -227,32 +227,44 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // Wake tells the consumer that an entry was appended to the sale's stream
-// (a cancel or a restock after the sale ended): a sale that was drained is
-// read again.
-//
-// Every entry appended by this process may be announced so: a buy, a
-// cancel. The reader is signalled only when the sale was idle or quiet (a
-// sale read every round needs no signal, and a signal per buy would cut
-// short the reader's Linger).
+// (a cancel or a restock after the sale ended): a sale that was drained,
+// or quiet, is read again, and the reader reads at once (a lingering one
+// included).
 func (c *Consumer) Wake(saleID string) {
-	now := time.Now()
-	c.mu.Lock()
-	sl := c.sales[saleID]
-	var signal bool
-	if sl != nil {
-		signal = sl.idle || now.Sub(sl.active) >= c.o.QuietAfter
-		sl.idle = false
-		sl.wakes++
-		sl.active = now
-	}
-	c.mu.Unlock()
-	if signal {
-		c.signal(sl.reader)
+	if reader, _, ok := c.heard(saleID); ok {
+		c.signal(reader)
 	}
 }
 
+// Heard tells the consumer that an entry was appended to the sale's stream
+// by a buy: like Wake, but the reader is signalled only when the sale was
+// idle or quiet. A sale read every round needs no signal, and one per buy
+// would cut the reader's Linger short at every buy.
+func (c *Consumer) Heard(saleID string) {
+	if reader, quiet, ok := c.heard(saleID); ok && quiet {
+		c.signal(reader)
+	}
+}
+
+// heard marks the sale woken and active, and returns its reader and
+// whether it was idle or quiet; ok is false for a sale not known.
+func (c *Consumer) heard(saleID string) (reader int, quiet, ok bool) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sl := c.sales[saleID]
+	if sl == nil {
+		return 0, false, false
+	}
+	quiet = sl.idle || now.Sub(sl.active) >= c.o.QuietAfter
+	sl.idle = false
+	sl.wakes++
+	sl.active = now
+	return sl.reader, quiet, true
+}
+
 // Active returns the sales that moved lately, sorted: the ones a read
-// returned entries of, or Wake named, within Options.QuietAfter (and the
+// returned entries of, or Wake or Heard named, within Options.QuietAfter (and the
 // ones the consumer first saw within it). A sale not among them may still
 // have moved: another process appended to its stream, and another
 // consumer read it.
@@ -359,8 +371,8 @@ func (c *Consumer) shard(r int, sweep bool) []*sale {
 func (c *Consumer) read(ctx context.Context, r int) {
 	log := c.o.Logger.With("reader", r)
 	backoff := c.backoff()
-	nextClaim := time.Now()
 	nextSweep := time.Now().Add(c.o.IdleSweep)
+	var swept time.Time // when the last round that read quiet sales began
 	for ctx.Err() == nil {
 		now := time.Now()
 		sweep := now.After(nextSweep)
@@ -372,20 +384,41 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			c.pause(ctx, r, c.o.DiscoverAll)
 			continue
 		}
+		round, next, sweeps := c.due(sales, now, swept)
+		if sweeps {
+			swept = now
+		}
+		if len(round) == 0 {
+			c.pause(ctx, r, min(max(next.Sub(now), time.Millisecond), c.o.DiscoverAll))
+			continue
+		}
 		c.beginRound(r)
-		c.createGroups(ctx, sales)
-		if now.After(nextClaim) {
-			nextClaim = now.Add(c.o.ClaimEvery)
-			c.claimAll(ctx, sales)
+		c.createGroups(ctx, round)
+		// Entries of dead consumers: looked for every ClaimEvery in an
+		// active sale, every ClaimIdle at most in a quiet one (they are
+		// taken over only once idle that long).
+		var claim []*sale
+		for _, sl := range round {
+			if !now.Before(sl.nextClaim) {
+				every := c.o.ClaimEvery
+				if !sl.nextQuiet.IsZero() && sl.nextQuiet.After(now) { // read in its quiet turn
+					every = max(every, c.o.ClaimIdle)
+				}
+				sl.nextClaim = now.Add(every)
+				claim = append(claim, sl)
+			}
+		}
+		if len(claim) > 0 {
+			c.claimAll(ctx, claim)
 			// Also re-read this consumer's own pending lists: the client
 			// retries a read whose reply a dropped connection lost, and the
 			// entries that first read delivered wait there unseen.
-			for _, sl := range sales {
+			for _, sl := range claim {
 				sl.own = true
 			}
 		}
 		began := time.Now()
-		got, err := c.fetch(ctx, r, sales)
+		got, err := c.fetch(ctx, r, round, next)
 		if err != nil {
 			c.endRound(r)
 			if ctx.Err() == nil {
@@ -394,22 +427,86 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			}
 			// A read whose reply was lost may still have moved entries
 			// into this consumer's pending lists: read those first.
-			for _, sl := range sales {
+			for _, sl := range round {
 				sl.own = true
 			}
 			continue
 		}
 		backoff.reset()
+		if len(got) > 0 {
+			c.mu.Lock()
+			for _, b := range got {
+				b.sale.active = began
+			}
+			c.mu.Unlock()
+		}
 		// The batches read are finished even when ctx ends meanwhile: they
 		// are what graceful shutdown waits for.
 		c.processAll(context.WithoutCancel(ctx), ctx, got)
 		c.endRound(r)
 		c.trimAll(ctx, sales)
-		c.settleEnded(ctx, sales, got)
-		if wait := c.lingerOf(len(sales)) - time.Since(began); wait > 0 && len(got) > 0 && !c.anyFull(got) {
+		c.settleEnded(ctx, round, got)
+		if wait := c.lingerOf(len(round)) - time.Since(began); wait > 0 && len(got) > 0 && !c.anyFull(got) {
 			c.pause(ctx, r, wait)
 		}
 	}
+}
+
+// quietAll: a reader with at most this many quiet sales reads them all in
+// every round, as it does its active ones (see Options.QuietAfter).
+var quietAll = 64
+
+// due returns the sales of a round, of a reader's sales (not idle): the
+// active ones, the ones with a pending list of their own to read or no
+// group yet, and the quiet ones: all of them when there are at most
+// quietAll, else, in a sweep (one every QuietEvery at most, the last
+// began at swept), the ones whose turn has come (each is read every
+// max(QuietEvery, quiet ÷ QuietReads per second)), up to QuietReads ×
+// QuietEvery, the longest due first. sweeps says the round is a sweep;
+// next is when the next one is due (zero: no quiet sale was left out).
+// A quiet sale's reads so cost one read command a second, not one a
+// round.
+func (c *Consumer) due(sales []*sale, now, swept time.Time) (round []*sale, next time.Time, sweeps bool) {
+	var quiet []*sale
+	c.mu.Lock()
+	for _, sl := range sales {
+		if sl.own || !sl.ready || now.Sub(sl.active) < c.o.QuietAfter {
+			sl.nextQuiet = time.Time{}
+			round = append(round, sl)
+		} else {
+			quiet = append(quiet, sl)
+		}
+	}
+	c.mu.Unlock()
+	if len(quiet) <= quietAll {
+		return append(round, quiet...), time.Time{}, false
+	}
+	if at := swept.Add(c.o.QuietEvery); now.Before(at) {
+		return round, at, false
+	}
+	period := max(c.o.QuietEvery, time.Duration(len(quiet))*time.Second/time.Duration(c.o.QuietReads))
+	var ready []*sale
+	for _, sl := range quiet {
+		if sl.nextQuiet.IsZero() {
+			// Quiet since its last read: its turn somewhere in the
+			// period, so that sales that fall quiet together are read
+			// apart.
+			h := fnv.New32a()
+			_, _ = h.Write([]byte(sl.id))
+			sl.nextQuiet = now.Add(time.Duration(h.Sum32()%uint32(max(period/time.Millisecond, 1))) * time.Millisecond)
+		}
+		if !now.Before(sl.nextQuiet) {
+			ready = append(ready, sl)
+		}
+	}
+	if budget := max(1, int(float64(c.o.QuietReads)*c.o.QuietEvery.Seconds())); len(ready) > budget {
+		slices.SortFunc(ready, func(a, b *sale) int { return a.nextQuiet.Compare(b.nextQuiet) })
+		ready = ready[:budget]
+	}
+	for _, sl := range ready {
+		sl.nextQuiet = now.Add(period)
+	}
+	return append(round, ready...), now.Add(c.o.QuietEvery), true
 }
 
 // lingerOf is how long a round over n sales lasts at least when it keeps
@@ -512,11 +609,17 @@ type batch struct {
 // which waits up to Block when it reads nothing but new entries; on a
 // Cluster a pipeline of one read per sale, and a pause when it found
 // nothing.
-func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale) ([]batch, error) {
+//
+// A read waits no later than until (if not zero): when a quiet sale left
+// out of this round falls due.
+func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, until time.Time) ([]batch, error) {
 	now := time.Now()
 	var read []*sale
 	own := false
 	wait := c.o.Block
+	if !until.IsZero() {
+		wait = min(wait, max(until.Sub(now), time.Millisecond))
+	}
 	for _, sl := range sales {
 		switch {
 		case now.Before(sl.retryAt):

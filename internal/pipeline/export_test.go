@@ -7,3 +7,11 @@ func SetLagRead(n int64) (restore func()) {
 	lagRead = n
 	return func() { lagRead = old }
 }
+
+// SetQuietAll sets how many quiet sales a reader reads in every round at
+// most, until the returned func restores it.
+func SetQuietAll(n int) (restore func()) {
+	old := quietAll
+	quietAll = n
+	return func() { quietAll = old }
+}

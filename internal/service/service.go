@@ -218,7 +218,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		OnMode:            s.observeMode,
 		Observe:           s.observeBuy,
 		BeforeDatabaseBuy: s.limitDatabaseBuy,
-		Appended:          func(saleID string) { s.orders.Wake(saleID) }})
+		Appended:          func(saleID string) { s.orders.Wake(saleID) },
+		Bought:            func(saleID string) { s.orders.Heard(saleID) }})
 	if s.cfg.Addr == "" {
 		s.cfg.Addr = "127.0.0.1:8080"
 	}

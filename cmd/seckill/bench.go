@@ -20,8 +20,12 @@ import (
 // atomic approach oversold), 2 usage.
 //
 // With --cost it is another measurement: the CPU cost per buy of the HTTP
-// buy path (runBenchCost).
+// buy path (runBenchCost); with --floor-serve, that measurement's floor
+// (runBenchFloor).
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if floorMode(args) {
+		return runBenchFloor(ctx, args, getenv, stderr)
+	}
 	if costMode(args) {
 		return runBenchCost(ctx, args, stdout, stderr)
 	}

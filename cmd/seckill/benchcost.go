@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,25 @@ sells, and loads it from this process with a fresh buyer (own JWT) per
 request. The Redis is a redis-server this run starts and stops, unless
 --redis names a real one. --against B runs rounds of A and B alternately and
 prints their medians and B/A.
+
+In the same run, once per round (before the builds in odd rounds, after
+them in even ones), it measures the two references the performance targets
+are ratios of, and prints each build's ratios to their medians:
+  the floor             an HTTP server that does only what every buy must:
+                        check the buyer's token with the service's verifier
+                        and answer a fixed JSON body (no Redis, no database),
+                        a process of its own ("<floor-bin> bench
+                        --floor-serve ADDR", this benchmark's internal
+                        reference, not for use by hand), under the same
+                        closed loop; CPU µs per request
+  the seeds' script     seed000.lua (SISMEMBER, GET, DECRBY, SADD) under
+                        redis-benchmark on the same Redis, -c 50 and
+                        -c 50 -P 16; Redis's CPU µs per call (skipped, and
+                        said so, when redis-benchmark is not on PATH)
+and the targets: the service's µs per buy at most 2× the floor's per
+request, Redis's µs per buy at most 1× the seeds' script's per pipelined
+call (the unpipelined ratio is shown too). --no-refs skips them; they are
+not measured under an open loop, nor by --room.
 
 --room measures the waiting room instead (the admission API of 2026-11-28),
 in ONE "<bin> serve", side by side, per pass (--rounds passes), each phase a
@@ -93,6 +113,9 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	catchUp := fs.Duration("catch-up-timeout", 2*time.Minute, "how long the database may take to hold every accepted order after the load")
 	timeline := fs.String("timeline", "", "an existing directory: each open-loop round writes there one CSV line per request (scheduled send as Unix ms, send lag, latency, status), named after the round")
 	asJSON := fs.Bool("json", false, "print the results as one JSON document instead of a table")
+	noRefs := fs.Bool("no-refs", false, "do not measure the references (the floor and the seeds' script) nor print the targets' ratios")
+	floorBin := fs.String("floor-bin", "", "the seckill binary whose \"bench --floor-serve\" is the floor (default: this one)")
+	seedCalls := fs.Int("seed-calls", cost.DefaultSeedCalls, "EVALSHA calls of the seeds' script unpipelined (-c 50); pipelined (-P 16), twice as many")
 	room := fs.Bool("room", false, "measure the waiting room's phases side by side in one serve (see above) instead of rounds of builds")
 	roomWaiting := fs.Int("room-waiting", 100_000, "--room: buyers joined to the joins' room before its joins are measured (the room the place reads meet; 1000000 for a full one)")
 	roomAdmitted := fs.Int("room-admitted", 100_000, "--room: admitted buyers of each admitted-buy phase (its load ends when they have all bought)")
@@ -125,6 +148,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usage("--max-rate must be 1..1000000")
 	case *catchUp <= 0:
 		return usage("--catch-up-timeout must be positive")
+	case *seedCalls < 1 || *seedCalls > 100_000_000:
+		return usage("--seed-calls must be 1..100000000")
 	case *room && (*against != "" || *openRate > 0 || *openFraction > 0 || *timeline != ""):
 		return usage("--room measures one build in closed loops: not with --against, --open-rate, --open-fraction or --timeline")
 	case *room && (*roomWaiting < 0 || *roomWaiting > 10_000_000):
@@ -136,20 +161,38 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case *room && (*roomReadRate < 0 || *roomReadRate > 1_000_000):
 		return usage("--room-read-rate must be 0..1000000")
 	}
+	self := func(flag string) (string, bool) {
+		bin, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "seckill bench --cost: cannot find this binary (name one with %s): %v\n", flag, err)
+			return "", false
+		}
+		return bin, true
+	}
 	a := *serveBin
 	if a == "" {
-		self, err := os.Executable()
-		if err != nil {
-			fmt.Fprintln(stderr, "seckill bench --cost: cannot find this binary (name one with --serve-bin):", err)
+		var ok bool
+		if a, ok = self("--serve-bin"); !ok {
 			return 1
 		}
-		a = self
 	}
 	builds := []string{a}
 	if *against != "" {
 		builds = append(builds, *against)
 	}
-	for _, b := range builds {
+	refs := !*noRefs && !*room
+	floor := *floorBin
+	if refs && floor == "" {
+		var ok bool
+		if floor, ok = self("--floor-bin"); !ok {
+			return 1
+		}
+	}
+	bins := builds
+	if refs {
+		bins = append(slices.Clip(bins), floor)
+	}
+	for _, b := range bins {
 		if _, err := exec.LookPath(b); err != nil {
 			return usage("%s is not an executable: %v", b, err)
 		}
@@ -157,7 +200,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// A Redis of its own unless one is named: never one nobody named.
 	cfg := cost.Config{Builds: builds, RedisURL: *redisURL, OwnRedis: *redisURL == "", PostgresURL: *pgURL, Conns: *conns,
 		Duration: *duration, Rounds: *rounds, OpenRate: *openRate, OpenFraction: *openFraction,
-		MaxRate: *maxRate, CatchUpTimeout: *catchUp, TimelineDir: *timeline, Progress: stderr}
+		MaxRate: *maxRate, CatchUpTimeout: *catchUp, TimelineDir: *timeline, Progress: stderr,
+		Refs: refs, FloorBin: floor, SeedCalls: *seedCalls}
 	if *room {
 		cfg.Room = &cost.RoomConfig{Waiting: *roomWaiting, Admitted: *roomAdmitted, ReadRate: *roomReadRate, BuyRate: *roomBuyRate}
 		return runRoomCost(ctx, cfg, *asJSON, stdout, stderr)

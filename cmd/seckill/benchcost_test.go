@@ -7,17 +7,21 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/cmd/seckill/cost"
 	"github.com/seckill/seckill/internal/dbtest"
 	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/service"
 )
 
 // realServers returns the machine's Redis and PostgreSQL the tests use, or
@@ -53,13 +57,14 @@ func realServers(t *testing.T) (redisURL, pgURL string) {
 
 // TestBenchCost runs `seckill bench --cost` for a second of light load
 // against the real servers: every figure is there and positive, every
-// accepted buy is an order in the database, and the round's database and
-// keys are gone afterwards.
+// accepted buy is an order in the database, the references (the floor and,
+// with redis-benchmark, the seeds' script) are measured with the targets'
+// ratios, and the round's database and keys are gone afterwards.
 func TestBenchCost(t *testing.T) {
 	redisURL, pgURL := realServers(t)
 	bin := seckillBinary(t)
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"bench", "--cost", "--json", "--serve-bin", bin,
+	code := run(context.Background(), []string{"bench", "--cost", "--json", "--serve-bin", bin, "--floor-bin", bin, "--seed-calls", "5000",
 		"--duration", "1s", "--conns", "4", "--max-rate", "20000", "--redis", redisURL, "--pg", pgURL}, os.Getenv, &stdout, &stderr)
 	var rep cost.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || code != 0 {
@@ -86,8 +91,113 @@ func TestBenchCost(t *testing.T) {
 	}
 
 	expectCleanedUp(t, redisURL, pgURL, r.Database, r.KeyPrefix)
-	if !strings.Contains(stderr.String(), "round 1 build A") {
-		t.Errorf("no progress line on stderr: %q", stderr.String())
+	if !strings.Contains(stderr.String(), "round 1 build A") || !strings.Contains(stderr.String(), "round 1 floor") {
+		t.Errorf("no progress lines on stderr: %q", stderr.String())
+	}
+
+	refs := rep.Refs
+	if refs == nil || len(refs.Floor) != 1 || refs.FloorMedian == nil {
+		t.Fatalf("references %+v, want the floor of one round", refs)
+	}
+	if f := refs.Floor[0]; !(f.Requests > 0) || !(f.FloorUS > 0) || !(f.PerS > 0) || f.Non2xx != 0 || f.Errors != 0 || len(f.Problems) != 0 {
+		t.Errorf("floor %+v, want 2xx replies only and its µs per request", f)
+	}
+	_, noBenchmark := exec.LookPath("redis-benchmark")
+	if noBenchmark == nil {
+		if len(refs.Seed) != 1 || !(refs.Seed[0].Pipelined.RedisUS > 0) || !(refs.Seed[0].Unpipelined.RedisUS > 0) || len(refs.Problems) != 0 {
+			t.Fatalf("seeds' script %+v, problems %q; want one round measured", refs.Seed, refs.Problems)
+		}
+		expectNoKeys(t, redisURL, "{"+refs.Seed[0].KeyPrefix+"}:*")
+	} else if len(refs.Seed) != 0 || len(refs.Problems) != 1 || !strings.Contains(refs.Problems[0], "redis-benchmark is not on PATH") {
+		t.Errorf("no redis-benchmark: seed %+v, problems %q; want none and the problem", refs.Seed, refs.Problems)
+	}
+	if len(refs.Ratios) != 3 {
+		t.Fatalf("ratios %+v, want three of build A", refs.Ratios)
+	}
+	for _, ratio := range refs.Ratios {
+		measured := ratio.Name == cost.RatioServiceFloor || noBenchmark == nil
+		if (ratio.Value > 0) != measured || (ratio.Met != nil) != (measured && ratio.Target != "") {
+			t.Errorf("ratio %+v: want a value (and, with a target, a verdict) when its reference was measured", ratio)
+		}
+	}
+}
+
+// TestBenchCostFloorServe runs the floor's mode in this process, as bench
+// --cost starts it: it refuses a request without a valid buyer's token
+// (401) and answers one with a token signed with SECKILL_JWT_SECRET 201 and
+// its fixed body, and ends at SIGTERM (its context) with 0. Without a
+// secret it does not start.
+func TestBenchCostFloorServe(t *testing.T) {
+	const secret = "floor-serve-secret"
+	addr := freeAddr(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	getenv := func(k string) string {
+		if k == "SECKILL_JWT_SECRET" {
+			return secret
+		}
+		return os.Getenv(k)
+	}
+	go func() { done <- run(ctx, []string{"bench", "--floor-serve", addr}, getenv, &stdout, &stderr) }()
+
+	buy := func(token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/sales/cost/orders", strings.NewReader(`{"items":[{"sku":"A","qty":1}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.StatusCode, string(body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the floor does not answer: %v; stderr %q", err, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	good, err := service.SignUser(secret, "b1", jwt.MapClaims{"exp": time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := service.SignUser("another-secret", "b1", jwt.MapClaims{"exp": time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{"", other, "not-a-jwt"} {
+		if status, body := buy(token); status != http.StatusUnauthorized {
+			t.Errorf("token %.20q: %d %s, want 401", token, status, body)
+		}
+	}
+	if status, body := buy(good); status != http.StatusCreated || !strings.HasPrefix(body, `{"order_id":"floor.`) {
+		t.Errorf("a buyer's token: %d %s, want 201 and the floor's order", status, body)
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 || stdout.Len() != 0 || stderr.Len() != 0 {
+			t.Errorf("exit %d, stdout %q, stderr %q; want 0 and nothing printed", code, stdout.String(), stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the floor did not stop at its context's end")
+	}
+
+	stderr.Reset()
+	if code := run(context.Background(), []string{"bench", "--floor-serve", addr}, func(string) string { return "" }, io.Discard, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "SECKILL_JWT_SECRET") {
+		t.Errorf("without a secret: exit %d, %q; want 2 and why", code, stderr.String())
 	}
 }
 
@@ -98,11 +208,14 @@ func TestBenchCostOwnRedisByDefault(t *testing.T) {
 	_, pgURL := realServers(t)
 	bin := seckillBinary(t)
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"bench", "--cost", "--json", "--serve-bin", bin,
+	code := run(context.Background(), []string{"bench", "--cost", "--json", "--serve-bin", bin, "--no-refs",
 		"--duration", "1s", "--conns", "4", "--max-rate", "20000", "--pg", pgURL}, os.Getenv, &stdout, &stderr)
 	var rep cost.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || code != 0 {
 		t.Fatalf("exit %d, report %v; stderr:\n%s\nstdout:\n%s", code, err, stderr.String(), stdout.String())
+	}
+	if rep.Refs != nil || strings.Contains(stderr.String(), "floor") {
+		t.Errorf("--no-refs: references %+v measured; stderr %q", rep.Refs, stderr.String())
 	}
 	if !strings.HasPrefix(rep.Redis, "a redis-server of this run's own at 127.0.0.1:") || strings.HasSuffix(rep.Redis, ":6379") {
 		t.Errorf("measured on Redis %q, want one of the run's own", rep.Redis)
@@ -176,6 +289,22 @@ func TestBenchCostRoom(t *testing.T) {
 		}
 	}
 	expectCleanedUp(t, redisURL, pgURL, rep.Database, rep.KeyPrefix)
+}
+
+// expectNoKeys fails t if a key matching pattern is left.
+func expectNoKeys(t *testing.T, redisURL, pattern string) {
+	t.Helper()
+	opt, _ := redis.ParseURL(redisURL)
+	c := redis.NewClient(opt)
+	defer c.Close()
+	var keys []string
+	iter := c.Scan(context.Background(), 0, pattern, 1000).Iterator()
+	for iter.Next(context.Background()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil || len(keys) != 0 {
+		t.Errorf("keys %s: %q left, %v; want none", pattern, keys, err)
+	}
 }
 
 // expectCleanedUp fails t if database db or a key of prefix is left.

@@ -33,7 +33,9 @@ func TestSubcommandFlags(t *testing.T) {
 		{[]string{"bench"}, []string{"cost", "quick", "json", "redis", "db", "concurrency", "stock", "duration", "only",
 			"chart", "segments", "batch", "rounds"}},
 		{[]string{"bench", "--cost"}, []string{"cost", "serve-bin", "against", "rounds", "conns", "duration", "open-rate",
-			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json", "room", "room-waiting", "room-admitted", "room-read-rate", "room-buy-rate"}},
+			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json", "room", "room-waiting", "room-admitted", "room-read-rate", "room-buy-rate",
+			"no-refs", "floor-bin", "seed-calls"}},
+		{[]string{"bench", "--floor-serve=127.0.0.1:0"}, []string{"floor-serve"}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer

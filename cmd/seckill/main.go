@@ -26,7 +26,8 @@ commands:
   token       print a buyer's JWT signed with the service's secret (for trying the API)
   draw verify  check a sale's published draw (its waiting room's order) and print the order
   bench       measure every stock deduction approach side by side (databases, Redis locks, Lua)
-  bench --cost  what one HTTP buy costs in CPU: the service, Redis and PostgreSQL, per buy
+  bench --cost  what one HTTP buy costs in CPU: the service, Redis and PostgreSQL, per buy,
+                and its ratios to the floor's and the seeds' script's (the targets)
 
 Run "seckill <command> -h" for a command's flags.
 `

@@ -28,7 +28,14 @@ import (
 // machine (docs/performance.md, "seckill bench --cost").
 
 // newFastServer is the fasthttp server of the service's handler h,
-// with net/http's limits (Start's).
+// with net/http's limits (Start's): fastServer's.
+func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
+	return fastServer(s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(ownedRequest(h))), s.serverLog)
+}
+
+// fastServer is a fasthttp server of h with the service's options, its
+// own lines written to logger: the service's (newFastServer) and the
+// benchmark's floor (NewFloorServer) are the same server but for h.
 //
 // A request's body is streamed (StreamRequestBody): the handler runs once
 // the headers are in (and at most 8 KiB of the body, which fasthttp reads
@@ -38,10 +45,10 @@ import (
 // it: 200 slow uploads without a token held 100 MB. What the handler
 // leaves unread fasthttp discards, up to 256 KiB, or it closes the
 // connection (net/http's bound too).
-func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
+func fastServer(h fasthttp.RequestHandler, logger fasthttp.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:      s.fastHandler(fasthttpadaptor.NewFastHTTPHandler(ownedRequest(h))),
-		ErrorHandler: s.fastError,
+		Handler:      h,
+		ErrorHandler: fastError,
 		// ReadTimeout bounds the request's line and headers (net/http's
 		// ReadHeaderTimeout: slowloris); once they are in, the body has
 		// readTimeout of its own (net/http's counts from the request's
@@ -62,7 +69,7 @@ func (s *Service) newFastServer(h http.Handler) *fasthttp.Server {
 		CloseOnShutdown:              true,
 		// Its own lines, bounded and without a request's bytes (serverLog);
 		// and its errors quote no request either.
-		Logger:                s.serverLog,
+		Logger:                logger,
 		SecureErrorLogMessage: true,
 	}
 }
@@ -225,7 +232,7 @@ func fastRoute(c *fasthttp.RequestCtx) (sale string, queue, join, ok bool) {
 // fastError answers a request fasthttp could not read: fasthttp's own
 // plain answer, as net/http's are its own. (A body too large is the
 // handler's to refuse, as over net/http: it is streamed.)
-func (s *Service) fastError(c *fasthttp.RequestCtx, err error) {
+func fastError(c *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var netErr *net.OpError
 	switch {

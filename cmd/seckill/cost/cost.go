@@ -22,6 +22,12 @@
 // Redis and PostgreSQL are server-wide figures: on a shared machine other
 // clients' work shows in them, which is why rounds alternate builds and the
 // summary is a median.
+//
+// Each round also measures the references the performance targets are
+// ratios of (refs.go): the floor, an HTTP server that only checks a
+// buyer's token and answers a fixed body, under the same load, and the
+// seeds' one-item script under redis-benchmark on the same Redis; the
+// report gives each build's ratios to their medians.
 package cost
 
 import (
@@ -70,6 +76,14 @@ type Config struct {
 	// writes its requests' timeline (loadgen.Attack.Timeline) as
 	// round<n><build>.csv.
 	TimelineDir string
+	// Refs: measure the references the targets are ratios of, once per
+	// round (refs.go): the floor, `<FloorBin> bench --floor-serve`, under
+	// the closed loop, and the seeds' script under redis-benchmark,
+	// SeedCalls calls unpipelined (0: DefaultSeedCalls) and twice as many
+	// pipelined. Not under an open loop, nor by RunRoom.
+	Refs      bool
+	FloorBin  string
+	SeedCalls int
 	// Room, if set, asks RunRoom for the waiting room's phases, side by
 	// side in one serve of Builds[0] (Rounds passes of them).
 	Room     *RoomConfig
@@ -87,6 +101,7 @@ type env struct {
 	secret     string
 	adminToken string
 	tokens     []string
+	floor      []string // the floor's tokens (floorTokens)
 	runID      string
 }
 
@@ -102,7 +117,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer e.close()
 	rep.Redis = e.describeRedis()
+	refs := cfg.Refs && cfg.OpenRate == 0 && cfg.OpenFraction == 0
+	if cfg.Refs {
+		rep.Refs = &References{}
+		if !refs {
+			rep.Refs.Problems = append(rep.Refs.Problems, "not measured: the targets are ratios under the closed loop, and this run's load is an open loop")
+		}
+	}
 	for n := 1; n <= cfg.Rounds; n++ {
+		// The references share each round's conditions: measured before
+		// its builds in odd rounds, after them in even ones.
+		if refs && n%2 == 1 {
+			if err := e.measureRefs(ctx, &cfg, n, rep.Refs); err != nil {
+				return rep.summarize(), fmt.Errorf("round %d, references: %w", n, err)
+			}
+		}
 		for i, bin := range cfg.Builds {
 			build := string(rune('A' + i))
 			tag := fmt.Sprintf("%sr%d%s", e.runID, n, strings.ToLower(build))
@@ -116,6 +145,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			rep.Results = append(rep.Results, res)
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "round %d build %s: %.0f buys/s, %.1f µs/buy in all\n", n, build, res.BuysPerS, res.TotalUS)
+			}
+		}
+		if refs && n%2 == 0 {
+			if err := e.measureRefs(ctx, &cfg, n, rep.Refs); err != nil {
+				return rep.summarize(), fmt.Errorf("round %d, references: %w", n, err)
 			}
 		}
 	}

@@ -164,6 +164,9 @@ type Report struct {
 	Results      []Result `json:"rounds"`
 	Medians      []Result `json:"medians"`             // one per build measured, Round 0
 	RatioBA      *Result  `json:"ratio_b_a,omitempty"` // each figure of B's median over A's
+	// Refs are the floor's and the seeds' script's figures and each
+	// build's ratios to them; nil when not asked for (Config.Refs).
+	Refs *References `json:"references,omitempty"`
 }
 
 // column is one numeric figure of a Result.
@@ -223,6 +226,7 @@ func (rep Report) summarize() Report {
 		ratio.EvalshaCalls = 0 // a count's ratio does not fit an int64; see buys/call
 		rep.RatioBA = &ratio
 	}
+	rep.Refs = rep.Refs.summarize(rep.Medians)
 	return rep
 }
 
@@ -327,6 +331,7 @@ func PrintText(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "Redis in/out B: bytes its clients sent it / it sent them, per buy.")
 	fmt.Fprintln(w, "idle %, steal %: the whole machine's idle time and the time its hypervisor took for others (/proc/stat), in per cent of all its CPUs', over the same window.")
 	fmt.Fprintln(w, "Open loop: lag p99 ms, how far the generator sent behind its schedule; wait p99 ms, how long due requests waited for a free connection (both count in the latencies, from each request's scheduled send).")
+	printRefs(w, rep)
 	printCommands(w, rep)
 	for _, r := range rep.Results {
 		if r.Load == "open" && rep.OpenFraction > 0 {

@@ -73,16 +73,20 @@ type Options struct {
 	// lingerOf): one Linger per lingerSales sales it reads, up to
 	// lingerMost Lingers.
 	Linger time.Duration
-	// QuietAfter: a sale whose stream this consumer has read nothing from,
-	// and that Wake or Heard has not named, for this long is quiet: while a reader
-	// has more than quietAll of them, they are not named in every read but
-	// swept, each at least every QuietEvery, at most QuietReads of them a
-	// second (a read costs Redis about 2 µs per stream it names, entries or
-	// not: ten thousand sales named five times a second were a tenth of a
-	// core). Wake or Heard makes a sale active again at once. Defaults: 10s, 1s
-	// and 500 a second per reader. An entry no Wake announced (one another
-	// instance appended, whose consumer stopped) reaches the database
-	// within the sweep.
+	// A reader with more than quietAll sales (64) does not name them all in
+	// every read (a read costs Redis about 2 µs per stream it names,
+	// entries or not: ten thousand sales named five times a second were a
+	// tenth of a core, and as much again of this process). Each round it
+	// reads the sales this process appended to since their last read
+	// (Wake, Heard: buys, cancels) and the ones with entries of their own
+	// to read again, without waiting; the others in sweeps, at most one
+	// every QuietEvery, each sale every max(QuietEvery, its reader's sales ÷
+	// QuietReads per second). An entry another process appended reaches
+	// the database within that (10,000 sales: 10 s; its own consumer
+	// usually reads it first). Defaults: QuietEvery 1s, QuietReads 500 a
+	// second per reader. QuietAfter (default 10s) is how long a sale
+	// counts as active (Active) after a read returned entries of it or
+	// Wake or Heard named it.
 	QuietAfter time.Duration
 	QuietEvery time.Duration
 	QuietReads int
@@ -112,7 +116,8 @@ type Consumer struct {
 	o     Options
 	mu    sync.Mutex
 	sales map[string]*sale
-	wake  []chan struct{} // one per reader
+	wake  []chan struct{} // one per reader: read now
+	news  []chan struct{} // one per reader: a sale of its has new entries (Heard)
 	round rounds
 }
 
@@ -128,8 +133,12 @@ type sale struct {
 	// active: guarded by Consumer.mu: when a read last returned entries of
 	// it, Wake or Heard last named it, or the consumer first saw it (see
 	// Options.QuietAfter).
-	active    time.Time
-	nextQuiet time.Time // a quiet sale: when it is read next
+	active time.Time
+	// dirty: guarded by Consumer.mu: Wake or Heard named it since the
+	// round that last read it began.
+	dirty     bool
+	nextQuiet time.Time // when a sweep reads it next (see Options.QuietEvery)
+	swept     bool      // the round reads it in a sweep (not for news of it)
 	nextClaim time.Time // when to look for entries of dead consumers in it next
 	ready     bool      // the consumer group exists
 	own       bool      // read this consumer's own pending list first
@@ -194,12 +203,13 @@ func New(rdb redis.UniversalClient, keys StreamKeys, db Store, o Options) *Consu
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Consumer{rdb: rdb, keys: keys, db: db, o: o, sales: map[string]*sale{}, wake: make([]chan struct{}, o.Readers)}
+	c := &Consumer{rdb: rdb, keys: keys, db: db, o: o, sales: map[string]*sale{},
+		wake: make([]chan struct{}, o.Readers), news: make([]chan struct{}, o.Readers)}
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, ring := rdb.(*redis.Ring)
 	c.multi = !cluster && !ring
 	for i := range c.wake {
-		c.wake[i] = make(chan struct{}, 1)
+		c.wake[i], c.news[i] = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
 	c.round.begun, c.round.ended = make([]uint64, o.Readers), make([]uint64, o.Readers)
 	c.round.changed = make(chan struct{})
@@ -227,9 +237,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // Wake tells the consumer that an entry was appended to the sale's stream
-// (a cancel or a restock after the sale ended): a sale that was drained,
-// or quiet, is read again, and the reader reads at once (a lingering one
-// included).
+// (a cancel or a restock after the sale ended): a sale that was drained is
+// read again, and the reader reads at once (a lingering one included).
 func (c *Consumer) Wake(saleID string) {
 	if reader, _, ok := c.heard(saleID); ok {
 		c.signal(reader)
@@ -237,18 +246,21 @@ func (c *Consumer) Wake(saleID string) {
 }
 
 // Heard tells the consumer that an entry was appended to the sale's stream
-// by a buy: like Wake, but the reader is signalled only when the sale was
-// idle or quiet. A sale read every round needs no signal, and one per buy
-// would cut the reader's Linger short at every buy.
+// by a buy: like Wake, but a reader lingering after a round (Linger) is
+// not cut short: the sale is read in its next round. Only a reader with
+// nothing to read is woken, once per sale between two of its reads.
 func (c *Consumer) Heard(saleID string) {
-	if reader, quiet, ok := c.heard(saleID); ok && quiet {
-		c.signal(reader)
+	if reader, fresh, ok := c.heard(saleID); ok && fresh {
+		select {
+		case c.news[reader] <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// heard marks the sale woken and active, and returns its reader and
-// whether it was idle or quiet; ok is false for a sale not known.
-func (c *Consumer) heard(saleID string) (reader int, quiet, ok bool) {
+// heard marks the sale woken, active and dirty, and returns its reader and
+// whether it was not dirty; ok is false for a sale not known.
+func (c *Consumer) heard(saleID string) (reader int, fresh, ok bool) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -256,11 +268,12 @@ func (c *Consumer) heard(saleID string) (reader int, quiet, ok bool) {
 	if sl == nil {
 		return 0, false, false
 	}
-	quiet = sl.idle || now.Sub(sl.active) >= c.o.QuietAfter
+	fresh = !sl.dirty
 	sl.idle = false
 	sl.wakes++
 	sl.active = now
-	return sl.reader, quiet, true
+	sl.dirty = true
+	return sl.reader, fresh, true
 }
 
 // Active returns the sales that moved lately, sorted: the ones a read
@@ -322,7 +335,7 @@ func (c *Consumer) discover(ctx context.Context) {
 			h := fnv.New32a()
 			_, _ = h.Write([]byte(id))
 			sl = &sale{id: id, key: c.keys.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff(),
-				active: time.Now()}
+				active: time.Now(), dirty: true}
 			c.sales[id] = sl
 			woken[sl.reader] = true
 		}
@@ -389,7 +402,7 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			swept = now
 		}
 		if len(round) == 0 {
-			c.pause(ctx, r, min(max(next.Sub(now), time.Millisecond), c.o.DiscoverAll))
+			c.idle(ctx, r, min(max(next.Sub(now), time.Millisecond), c.o.DiscoverAll))
 			continue
 		}
 		c.beginRound(r)
@@ -401,7 +414,7 @@ func (c *Consumer) read(ctx context.Context, r int) {
 		for _, sl := range round {
 			if !now.Before(sl.nextClaim) {
 				every := c.o.ClaimEvery
-				if !sl.nextQuiet.IsZero() && sl.nextQuiet.After(now) { // read in its quiet turn
+				if sl.swept {
 					every = max(every, c.o.ClaimIdle)
 				}
 				sl.nextClaim = now.Add(every)
@@ -413,12 +426,10 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			// Also re-read this consumer's own pending lists: the client
 			// retries a read whose reply a dropped connection lost, and the
 			// entries that first read delivered wait there unseen.
-			for _, sl := range claim {
-				sl.own = true
-			}
+			c.reread(claim)
 		}
 		began := time.Now()
-		got, err := c.fetch(ctx, r, round, next)
+		got, err := c.fetch(ctx, r, round, next.IsZero())
 		if err != nil {
 			c.endRound(r)
 			if ctx.Err() == nil {
@@ -427,9 +438,7 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			}
 			// A read whose reply was lost may still have moved entries
 			// into this consumer's pending lists: read those first.
-			for _, sl := range round {
-				sl.own = true
-			}
+			c.reread(round)
 			continue
 		}
 		backoff.reset()
@@ -437,6 +446,9 @@ func (c *Consumer) read(ctx context.Context, r int) {
 			c.mu.Lock()
 			for _, b := range got {
 				b.sale.active = began
+				if int64(len(b.msgs)) >= c.o.BatchSize {
+					b.sale.dirty = true // more to read: in the next round too
+				}
 			}
 			c.mu.Unlock()
 		}
@@ -452,61 +464,74 @@ func (c *Consumer) read(ctx context.Context, r int) {
 	}
 }
 
-// quietAll: a reader with at most this many quiet sales reads them all in
-// every round, as it does its active ones (see Options.QuietAfter).
-var quietAll = 64
-
-// due returns the sales of a round, of a reader's sales (not idle): the
-// active ones, the ones with a pending list of their own to read or no
-// group yet, and the quiet ones: all of them when there are at most
-// quietAll, else, in a sweep (one every QuietEvery at most, the last
-// began at swept), the ones whose turn has come (each is read every
-// max(QuietEvery, quiet ÷ QuietReads per second)), up to QuietReads ×
-// QuietEvery, the longest due first. sweeps says the round is a sweep;
-// next is when the next one is due (zero: no quiet sale was left out).
-// A quiet sale's reads so cost one read command a second, not one a
-// round.
-func (c *Consumer) due(sales []*sale, now, swept time.Time) (round []*sale, next time.Time, sweeps bool) {
-	var quiet []*sale
+// reread has the next rounds read each sale's own pending list, then its
+// new entries: a round that reads a pending list reads no new entries of
+// the sale, so news this round was to read (dirty, see due) are kept.
+func (c *Consumer) reread(sales []*sale) {
 	c.mu.Lock()
 	for _, sl := range sales {
-		if sl.own || !sl.ready || now.Sub(sl.active) < c.o.QuietAfter {
-			sl.nextQuiet = time.Time{}
-			round = append(round, sl)
-		} else {
-			quiet = append(quiet, sl)
-		}
+		sl.own, sl.dirty = true, true
 	}
 	c.mu.Unlock()
-	if len(quiet) <= quietAll {
-		return append(round, quiet...), time.Time{}, false
+}
+
+// quietAll: a reader with at most this many sales reads them all in every
+// round, waiting for new entries in Redis (see Options.QuietEvery).
+var quietAll = 64
+
+// due returns the sales of a round, of a reader's sales (not idle): all of
+// them when there are at most quietAll (next zero: the read may wait for
+// new entries); else the ones with news (dirty: Wake or Heard named them
+// since their last read), with entries of their own to read again, or no
+// group yet, and, in a sweep (one every QuietEvery at most, the last
+// began at swept), the others whose turn has come, up to QuietReads ×
+// QuietEvery, the longest due first. Each sale's turn comes every
+// max(QuietEvery, sales ÷ QuietReads per second), from its last read.
+// sweeps says the round is a sweep; next is when the next one is due.
+func (c *Consumer) due(sales []*sale, now, swept time.Time) (round []*sale, next time.Time, sweeps bool) {
+	for _, sl := range sales {
+		sl.swept = false
 	}
-	if at := swept.Add(c.o.QuietEvery); now.Before(at) {
-		return round, at, false
+	if len(sales) <= quietAll {
+		return sales, time.Time{}, false
 	}
-	period := max(c.o.QuietEvery, time.Duration(len(quiet))*time.Second/time.Duration(c.o.QuietReads))
+	period := max(c.o.QuietEvery, time.Duration(len(sales))*time.Second/time.Duration(c.o.QuietReads))
+	sweeps = !now.Before(swept.Add(c.o.QuietEvery))
 	var ready []*sale
-	for _, sl := range quiet {
-		if sl.nextQuiet.IsZero() {
-			// Quiet since its last read: its turn somewhere in the
-			// period, so that sales that fall quiet together are read
-			// apart.
+	c.mu.Lock()
+	for _, sl := range sales {
+		switch {
+		case sl.own || !sl.ready:
+			// Its pending list read again, or its group made: its news,
+			// if any, are read once that is done.
+			round = append(round, sl)
+		case sl.dirty:
+			sl.dirty = false
+			sl.nextQuiet = now.Add(period)
+			round = append(round, sl)
+		case !sweeps:
+		case sl.nextQuiet.IsZero():
+			// Its first turn somewhere in the period, so that sales
+			// first seen together are read apart.
 			h := fnv.New32a()
 			_, _ = h.Write([]byte(sl.id))
 			sl.nextQuiet = now.Add(time.Duration(h.Sum32()%uint32(max(period/time.Millisecond, 1))) * time.Millisecond)
-		}
-		if !now.Before(sl.nextQuiet) {
+		case !now.Before(sl.nextQuiet):
 			ready = append(ready, sl)
 		}
 	}
+	c.mu.Unlock()
 	if budget := max(1, int(float64(c.o.QuietReads)*c.o.QuietEvery.Seconds())); len(ready) > budget {
 		slices.SortFunc(ready, func(a, b *sale) int { return a.nextQuiet.Compare(b.nextQuiet) })
 		ready = ready[:budget]
 	}
 	for _, sl := range ready {
-		sl.nextQuiet = now.Add(period)
+		sl.nextQuiet, sl.swept = now.Add(period), true
 	}
-	return append(round, ready...), now.Add(c.o.QuietEvery), true
+	if sweeps {
+		return append(round, ready...), now.Add(c.o.QuietEvery), true
+	}
+	return round, swept.Add(c.o.QuietEvery), false
 }
 
 // lingerOf is how long a round over n sales lasts at least when it keeps
@@ -538,6 +563,19 @@ func (c *Consumer) anyFull(got []batch) bool {
 		}
 	}
 	return false
+}
+
+// idle waits d, or until the reader is signalled, a sale of its has news
+// (Heard) or ctx ends.
+func (c *Consumer) idle(ctx context.Context, r int, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-c.wake[r]:
+	case <-c.news[r]:
+	case <-t.C:
+	}
 }
 
 // pause waits d, or until the reader is signalled or ctx ends.
@@ -610,16 +648,13 @@ type batch struct {
 // Cluster a pipeline of one read per sale, and a pause when it found
 // nothing.
 //
-// A read waits no later than until (if not zero): when a quiet sale left
-// out of this round falls due.
-func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, until time.Time) ([]batch, error) {
+// Without block it never waits for new entries (a round of a reader with
+// many sales, see due): it reads what is there.
+func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, block bool) ([]batch, error) {
 	now := time.Now()
 	var read []*sale
-	own := false
+	nowait := !block // a pending list answers at once too
 	wait := c.o.Block
-	if !until.IsZero() {
-		wait = min(wait, max(until.Sub(now), time.Millisecond))
-	}
 	for _, sl := range sales {
 		switch {
 		case now.Before(sl.retryAt):
@@ -627,7 +662,7 @@ func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, until time.T
 		case !sl.ready:
 		default:
 			read = append(read, sl)
-			own = own || sl.own
+			nowait = nowait || sl.own
 		}
 	}
 	if len(read) == 0 {
@@ -635,7 +670,7 @@ func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, until time.T
 		return nil, nil
 	}
 	if c.multi {
-		got, err := c.fetchMulti(ctx, read, own, wait)
+		got, err := c.fetchMulti(ctx, read, nowait, wait)
 		var reply redis.Error
 		if !errors.As(err, &reply) {
 			return got, err
@@ -644,13 +679,13 @@ func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, until time.T
 		// read them one by one this round, which finds the one at fault.
 	}
 	got, err := c.fetchEach(ctx, read)
-	if err == nil && len(got) == 0 && !own {
+	if err == nil && len(got) == 0 && !nowait {
 		c.pause(ctx, r, wait) // a Cluster cannot wait on many streams at once: poll
 	}
 	return got, err
 }
 
-func (c *Consumer) fetchMulti(ctx context.Context, read []*sale, own bool, wait time.Duration) ([]batch, error) {
+func (c *Consumer) fetchMulti(ctx context.Context, read []*sale, nowait bool, wait time.Duration) ([]batch, error) {
 	streams := make([]string, 0, 2*len(read))
 	for _, sl := range read {
 		streams = append(streams, sl.key)
@@ -659,8 +694,8 @@ func (c *Consumer) fetchMulti(ctx context.Context, read []*sale, own bool, wait 
 		streams = append(streams, startOf(sl))
 	}
 	block := max(wait, time.Millisecond) // 0 would wait for ever
-	if own {
-		block = -1 // a pending list answers at once
+	if nowait {
+		block = -1
 	}
 	res, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: Group, Consumer: c.o.Name, Streams: streams, Count: c.o.BatchSize, Block: block,

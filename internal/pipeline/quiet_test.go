@@ -60,3 +60,24 @@ func TestQuietSalesAreSwept(t *testing.T) {
 		r.stored([]string{rc.Order.ID}, inventory.OrderConfirmed)
 	})
 }
+
+// TestHeardSaleIsReadWithoutASweep: a reader of many sales with no sweep
+// due for an hour reads a sale as soon as Heard names it (and each sale
+// once when it first sees it): Heard is what brings a buy's order to the
+// database, not a sweep.
+func TestHeardSaleIsReadWithoutASweep(t *testing.T) {
+	defer pipeline.SetQuietAll(4)()
+	forEachStack(t, func(t *testing.T, r *rig) {
+		orders := r.manySales(20, time.Time{})
+		c := r.run(r.rdb, pipeline.Options{QuietEvery: time.Hour, Linger: -1})
+		r.stored(orders, inventory.OrderConfirmed)
+		for _, sale := range []string{"m003", "m017"} {
+			rc, err := r.eng.Buy(r.ctx, sale, "u2", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Heard(sale)
+			r.stored([]string{rc.Order.ID}, inventory.OrderConfirmed)
+		}
+	})
+}

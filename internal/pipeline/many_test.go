@@ -226,12 +226,13 @@ func TestWakeReadsAnEndedSaleAgain(t *testing.T) {
 	})
 }
 
-// reads records when each XREADGROUP of a client began, and whether it
-// returned entries.
+// reads records when each XREADGROUP of a client began, whether it
+// returned entries, and how many streams it named.
 type reads struct {
-	mu   sync.Mutex
-	at   []time.Time
-	full []bool // returned entries
+	mu      sync.Mutex
+	at      []time.Time
+	full    []bool // returned entries
+	streams []int
 }
 
 func (h *reads) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -244,8 +245,14 @@ func (h *reads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			for _, st := range x.Val() {
 				got = got || len(st.Messages) > 0
 			}
+			named := 0
+			for i, a := range cmd.Args() {
+				if s, ok := a.(string); ok && strings.EqualFold(s, "streams") {
+					named = (len(cmd.Args()) - i - 1) / 2
+				}
+			}
 			h.mu.Lock()
-			h.at, h.full = append(h.at, began), append(h.full, got)
+			h.at, h.full, h.streams = append(h.at, began), append(h.full, got), append(h.streams, named)
 			h.mu.Unlock()
 		}
 		return err
@@ -255,13 +262,13 @@ func (h *reads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	return next
 }
 
-// TestRoundsOverManySalesLastLonger: a reader of 200 sales that keeps up
-// with a trickle of orders spread over them reads at most once per
-// Linger for each 64 sales (4 Lingers here), not once per Linger: a read
-// costs Redis for every stream it names, so reads over many sales are
-// spaced. Every order still reaches the database. (The bound is a least
-// gap between reads, which a slow machine only widens.)
-func TestRoundsOverManySalesLastLonger(t *testing.T) {
+// TestRoundsOverManySalesNameTheirNews: a reader of 200 sales (more than
+// it reads in every round) names in a read only the sales with news
+// (Heard), and a round that read many of them lasts longer: at least a
+// Linger for each 64 sales it named (a read costs Redis for every stream
+// it names). Every order reaches the database. (The bound is a least gap
+// between reads, which a slow machine only widens.)
+func TestRoundsOverManySalesNameTheirNews(t *testing.T) {
 	forEachStack(t, func(t *testing.T, r *rig) {
 		const sales, linger = 200, 40 * time.Millisecond
 		orders := r.manySales(sales, time.Time{})
@@ -269,43 +276,69 @@ func TestRoundsOverManySalesLastLonger(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: r.rdb.(*redis.Client).Options().Addr})
 		c.AddHook(h)
 		t.Cleanup(func() { _ = c.Close() })
-		// One reader, no claims (their ticks would re-read pending lists)
-		// and no new sales (discovery wakes a reader): only the linger
-		// spaces the reads.
+		// One reader, no claims (their ticks would re-read pending lists),
+		// no sweeps after the first and no new sales (discovery wakes a
+		// reader): only news bring a sale into a read.
 		o := pipeline.Options{Name: "c1", Readers: 1, Linger: linger, Block: 20 * time.Millisecond,
-			ClaimEvery: time.Hour, DiscoverAll: time.Hour}
+			ClaimEvery: time.Hour, DiscoverAll: time.Hour, QuietEvery: time.Hour}
 		ctx, cancel := context.WithCancel(r.ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); _ = pipeline.New(c, r.eng, r.db, o).Run(ctx) }()
+		consumer := pipeline.New(c, r.eng, r.db, o)
+		go func() { defer close(done); _ = consumer.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 		r.stored(orders, inventory.OrderConfirmed)
-		// (The rounds so far are not counted: the reader's first linger
-		// may have been cut short by discovery's signal of the new sales.)
 		from := time.Now()
-		// A trickle over every sale, a buy every 5 ms for a second.
-		for i := range 200 {
-			rc, err := r.eng.Buy(r.ctx, fmt.Sprintf("m%03d", i%sales), fmt.Sprintf("t%d", i), []inventory.Line{{SKU: "A", Qty: 1}}, "")
+		buy := func(sale, user string) {
+			rc, err := r.eng.Buy(r.ctx, sale, user, []inventory.Line{{SKU: "A", Qty: 1}}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			orders = append(orders, rc.Order.ID)
-			time.Sleep(5 * time.Millisecond)
+		}
+		// Three waves over every sale, each announced at once: wide rounds.
+		for w := range 3 {
+			for i := range sales {
+				buy(fmt.Sprintf("m%03d", i), fmt.Sprintf("w%d", w))
+			}
+			for i := range sales {
+				consumer.Heard(fmt.Sprintf("m%03d", i))
+			}
+			r.stored(orders, inventory.OrderConfirmed)
+		}
+		// Then news of three sales only: narrow rounds.
+		narrowFrom := time.Now()
+		for _, sale := range []string{"m010", "m020", "m030"} {
+			buy(sale, "n")
+			consumer.Heard(sale)
 		}
 		r.stored(orders, inventory.OrderConfirmed)
 		cancel()
 		<-done
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		least, rounds := time.Duration(1<<62), 0
+		wide := 0
 		for i := 1; i < len(h.at); i++ {
-			if h.full[i-1] && h.at[i-1].After(from) {
-				least, rounds = min(least, h.at[i].Sub(h.at[i-1])), rounds+1
+			if !h.full[i-1] || !h.at[i-1].After(from) {
+				continue
+			}
+			n := h.streams[i-1]
+			k := time.Duration(min(max(1, (n+63)/64), 10))
+			if n > 64 {
+				wide++
+			}
+			// A round's least length counts from just before its read:
+			// allow a little for what comes between.
+			if gap, want := h.at[i].Sub(h.at[i-1]), k*linger-10*time.Millisecond; gap < want {
+				t.Errorf("a read of %d streams that found entries, the next read %v after it; want %v or more", n, gap, want)
 			}
 		}
-		// A round's least length counts from just before its read: allow
-		// a little for what comes between.
-		if want := 4*linger - 10*time.Millisecond; rounds == 0 || least < want {
-			t.Errorf("%d reads that found entries, the next read %v after one at least; want %v or more", rounds, least, want)
+		if wide == 0 {
+			t.Errorf("no read of more than 64 streams found entries in the waves over %d sales", sales)
+		}
+		for i := range h.at {
+			if h.at[i].After(narrowFrom) && h.streams[i] > 3 {
+				t.Errorf("a read after news of three sales named %d streams, want 3 at most", h.streams[i])
+			}
 		}
 	})
 }

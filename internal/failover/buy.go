@@ -192,9 +192,13 @@ func (f *Seller) beginRedisBuy() bool {
 // endRedisBuy records how a buy sent to Redis ended: an order its buyer is
 // told of (bought, or a replay) is an ack; a buy whose outcome is unknown
 // (the request may have run in Redis, its reply lost) is kept as unsure,
-// under the order id it was sent with.
+// under the order id it was sent with. A new order's sale is told to
+// Config.Appended.
 func (f *Seller) endRedisBuy(buy inventory.CheckedBuy, rc inventory.Receipt, err error) {
 	defer f.redisBuys.Add(-1)
+	if err == nil && !rc.Replayed && f.cfg.Appended != nil {
+		f.cfg.Appended(rc.Order.SaleID)
+	}
 	switch {
 	case err == nil && buy.Token() != "" && !rc.Replayed:
 		// The token goes with its order (a replay's was spent by the buy

@@ -91,8 +91,9 @@ type Config struct {
 	// checks buy.lua makes itself for a buy from Redis (the buyer's rate
 	// limit); its error refuses the buy.
 	BeforeDatabaseBuy func(ctx context.Context, b inventory.CheckedBuy) error
-	// Appended, if set, is told of a sale whose stream a cancel from Redis
-	// appended to (the order consumer may have drained it).
+	// Appended, if set, is told of a sale whose stream a buy or a cancel
+	// from Redis appended to (the order consumer may have drained it, and
+	// it tells the service's background loops which sales moved lately).
 	Appended func(saleID string)
 	// Bought, if set, is told of the sale (the segment, of a segmented
 	// one) whose stream a buy from Redis appended its order to: the order

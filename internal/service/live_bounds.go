@@ -186,6 +186,7 @@ func (s *Service) forgetSale(st *samplerState, id string) {
 	delete(st.prev, id)
 	delete(st.skipped, id)
 	delete(st.read, id)
+	delete(st.marked, id)
 	delete(st.final, id)
 	s.live.dirty.Delete(id)
 	s.metrics.deadLetters.DeleteLabelValues(id)

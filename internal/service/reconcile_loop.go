@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 
 // The reconciliation loop: every Config.ReconcileEvery it compares Redis,
 // the order stream and the database for the live sales due (every one at
-// least every reconcileSweep; see pass). Each pass's drift feeds
+// least every sweepOf(live sales); see pass). Each pass's drift feeds
 // the live view (the dashboard and the seckill_reconcile_*drift gauges).
 // Drift that two passes in a row find is repaired from the database
 // (reconcile.Repair: journaled, never while orders are in flight): under
@@ -46,10 +47,25 @@ func (s *Service) reconcileLoop(ctx context.Context) {
 }
 
 // reconcileSweep: every live sale is reconciled at least this often (every
-// pass, when Config.ReconcileEvery is longer). A pass visits a share of the
-// live sales, round-robin, so that a thousand of them cost a steady trickle,
-// not a thousand reconciliations every period.
+// pass, when Config.ReconcileEvery is longer) while the live sales are at
+// most idleVisitsPerSecond × reconcileSweep (1,200); more take longer, see
+// sweepOf. A pass visits a share of the live sales, round-robin, so that a
+// thousand of them cost a steady trickle, not a thousand reconciliations
+// every period.
 const reconcileSweep = time.Minute
+
+// idleVisitsPerSecond bounds the visits of sales that did not move, over
+// the passes: at most idleVisitsPerSecond × Config.ReconcileEvery a pass.
+// A visit is several Redis commands and a query of the database: ten
+// thousand idle live sales swept every minute were 170 visits a second.
+var idleVisitsPerSecond = 20
+
+// sweepOf is how long a sweep of n live sales that do not move takes:
+// reconcileSweep, or as long as visiting them at idleVisitsPerSecond
+// takes, whichever is longer (10,000 sales: 500 s).
+func sweepOf(n int) time.Duration {
+	return max(reconcileSweep, time.Duration(n)*time.Second/time.Duration(max(idleVisitsPerSecond, 1)))
+}
 
 // reconciler is what the loop remembers from one pass to the next.
 type reconciler struct {
@@ -78,25 +94,32 @@ func newReconciler(s *Service) *reconciler {
 
 // pass reconciles the live sales (not ended and drained) due this pass, and
 // repairs the ones that drifted in this pass and the one before. A sale that
-// has ended and is drained changes no more: it costs the loop nothing. Each
-// pass visits:
+// has ended and is drained changes no more: it costs the loop nothing. With
+// n live sales, sweep = sweepOf(n) (a minute up to 1,200 of them, n ÷ 20 s
+// past that) and the budget n × ReconcileEvery / sweep (at most
+// idleVisitsPerSecond × ReconcileEvery), each pass visits:
 //
 //   - every sale the previous pass found drift in (so that drift two passes
 //     in a row find is repaired a period after it was first found), and
 //     every sale that was live at the previous pass and is no more (a last
 //     pass after its stream drained);
-//   - every live sale that would otherwise go unreconciled for longer than
-//     reconcileSweep;
-//   - up to a budget of live sales, len(live) × ReconcileEvery /
-//     reconcileSweep, whose stream moved since their last visit (a buy, a
-//     cancel, a restock...; one command per sale, in one pipeline, tells),
-//     the longest unvisited first;
-//   - then, if fewer than the budget were taken by the two above, the
-//     sales visited longest ago, up to the budget.
+//   - up to the budget of sales whose stream moved since their last visit
+//     (a buy, a cancel, a pay...), the longest unvisited first. Only the
+//     streams of the sales that moved lately as far as this instance knows
+//     (markReader.moving: changed through it, or read by its consumer) are
+//     looked at, one command each, in one pipeline; a sale changed through
+//     another instance, whose entries another consumer read, is visited in
+//     its turn below;
+//   - and the others visited longest ago: every one that would otherwise
+//     go unreconciled for longer than sweep, and more up to the budget,
+//     idleVisitsPerSecond × ReconcileEvery at most in all.
 //
 // So idle sales cost a budget of visits per pass, busy ones up to twice
-// that, and drift that appears without a change (Redis data lost, a hand
-// edit) is found within reconcileSweep.
+// that; a sale that moved through this instance is visited at the next
+// pass (within the budget); and drift that appears without a change of
+// the stream (Redis data lost, a hand edit, a change through another
+// instance) is found within sweep: a minute, or live sales ÷ 20 s when
+// there are more than 1,200.
 //
 // The sales are visited evenly over half the period.
 func (rc *reconciler) pass(ctx context.Context) {
@@ -152,7 +175,9 @@ func (rc *reconciler) pass(ctx context.Context) {
 }
 
 // choose returns the sales this pass visits (see pass), each with its
-// stream's position as read before the visit.
+// stream's position as read before the visit (unknownMark: not known).
+// It reads the marks of the sales that moved lately as far as this
+// instance knows and of the ones it chooses, no others.
 func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]bool, now time.Time) map[string]string {
 	visit := map[string]string{}
 	for id := range rc.live {
@@ -165,65 +190,84 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 			visit[id] = ""
 		}
 	}
-	marks, markErr := streamMarks(ctx, rc.s.rdb, rc.s.eng, ids)
-	mark := func(i int) string {
-		if markErr != nil {
-			return "?" // unknown: counts as moved
-		}
-		return marks[i]
-	}
-	for i, id := range ids {
-		if _, ok := rc.visited[id]; !ok {
-			rc.visited[id] = visited{seen: now, mark: "?"}
-		}
-		if _, ok := visit[id]; ok {
-			visit[id] = mark(i)
-		}
-	}
 	every := rc.s.cfg.ReconcileEvery
-	budget := len(ids)
-	if every > 0 && every < reconcileSweep {
-		budget = int((int64(len(ids))*int64(every) + int64(reconcileSweep) - 1) / int64(reconcileSweep))
+	sweep := sweepOf(len(ids))
+	budget, most := len(ids), len(ids) // most: visits of unmoved sales
+	if every > 0 && every < sweep {
+		budget = int((int64(len(ids))*int64(every) + int64(sweep) - 1) / int64(sweep))
 	}
-	// Due: the next pass would come too late for them.
-	var moved, rest []int
-	due := 0
-	for i, id := range ids {
-		if _, ok := visit[id]; ok {
-			continue
+	if every > 0 {
+		most = max(int(math.Ceil(float64(idleVisitsPerSecond)*every.Seconds())), 1)
+	}
+	m := rc.s.marks()
+	var moving, rest []string
+	for _, id := range ids {
+		if _, ok := rc.visited[id]; !ok {
+			rc.visited[id] = visited{seen: now, mark: unknownMark}
 		}
-		v := rc.visited[id]
-		last := v.at
-		if last.IsZero() {
-			last = v.seen
-		}
-		switch {
-		case every <= 0 || now.Add(every).After(last.Add(reconcileSweep)):
-			visit[id] = mark(i)
-			due++
-		case v.mark != mark(i):
-			moved = append(moved, i)
+		switch _, ok := visit[id]; {
+		case ok:
+		case m.moving(id):
+			moving = append(moving, id)
 		default:
-			rest = append(rest, i)
+			rest = append(rest, id)
 		}
 	}
-	oldest := func(a, b int) int { return rc.visited[ids[a]].at.Compare(rc.visited[ids[b]].at) }
-	slices.SortStableFunc(moved, oldest)
-	slices.SortStableFunc(rest, oldest)
-	// The moved ones take up to a budget beside the due ones; the longest
-	// unvisited then fill this pass up to the budget.
-	taken := 0
-	for _, i := range moved[:min(len(moved), budget)] {
-		visit[ids[i]] = mark(i)
-		taken++
+	look := slices.Clone(moving) // the marks to read: of these, and of the live sales chosen so far
+	for id := range visit {
+		if live[id] {
+			look = append(look, id)
+		}
 	}
-	taken = max(taken, due)
-	for _, i := range rest {
-		if taken >= budget {
+	marks, _ := m.read(ctx, look)
+	for id := range visit {
+		visit[id] = marks[id] // "" for a sale no longer live: its mark is not kept
+	}
+	// last is when a sale was visited last, or first seen if never.
+	last := func(id string) time.Time {
+		if v := rc.visited[id]; !v.at.IsZero() {
+			return v.at
+		}
+		return rc.visited[id].seen
+	}
+	oldest := func(a, b string) int { return last(a).Compare(last(b)) }
+	var moved []string
+	for _, id := range moving {
+		if marks[id] != rc.visited[id].mark {
+			moved = append(moved, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	slices.SortStableFunc(moved, oldest)
+	moved = moved[:min(len(moved), budget)]
+	for _, id := range moved {
+		visit[id] = marks[id]
+	}
+	// The rest, longest unvisited first: the ones due (the next pass would
+	// come too late for them), at least the budget, never more than most.
+	// The moved ones take none of it: the sweep keeps its pace whatever
+	// moves, and each sale waits at most ⌈n / budget⌉ passes.
+	slices.SortStableFunc(rest, oldest)
+	due := 0
+	for _, id := range rest {
+		if every > 0 && !now.Add(every).After(last(id).Add(sweep)) {
 			break
 		}
-		visit[ids[i]] = mark(i)
-		taken++
+		due++
+	}
+	rest = rest[:min(max(due, budget), most, len(rest))]
+	var unread []string
+	for _, id := range rest {
+		if mark, ok := marks[id]; ok {
+			visit[id] = mark
+		} else {
+			unread = append(unread, id)
+		}
+	}
+	marks, _ = m.read(ctx, unread)
+	for _, id := range unread {
+		visit[id] = marks[id]
 	}
 	return visit
 }

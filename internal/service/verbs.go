@@ -232,7 +232,11 @@ func (s *Service) SetPaused(ctx context.Context, saleID string, paused bool) (Sa
 // pauseSale pauses or resumes the sale where it sells (failover.Seller.Pause).
 func (s *Service) pauseSale(ctx context.Context, id string, paused bool) error {
 	defer s.salesList.changed()
-	return s.seller.Pause(ctx, id, paused)
+	if err := s.seller.Pause(ctx, id, paused); err != nil {
+		return err
+	}
+	s.wakeSale(ctx, id) // its stream has a new entry (when Redis sells)
+	return nil
 }
 
 // CloseSale ends a sale now, and returns it ended. Closing an ended or

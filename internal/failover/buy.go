@@ -60,9 +60,6 @@ func (f *Seller) Buy(ctx context.Context, b inventory.CheckedBuy) (inventory.Rec
 	if f.cfg.Observe != nil {
 		f.cfg.Observe(err, time.Since(began), false)
 	}
-	if err == nil && f.cfg.Bought != nil {
-		f.cfg.Bought(home)
-	}
 	if errors.Is(err, inventory.ErrFenced) || err != nil && RedisDown(err) {
 		if _, ok := f.dbSells(); ok { // the mode changed while the buy was on its way
 			return f.buyOnDB(ctx, b, home)
@@ -193,11 +190,11 @@ func (f *Seller) beginRedisBuy() bool {
 // told of (bought, or a replay) is an ack; a buy whose outcome is unknown
 // (the request may have run in Redis, its reply lost) is kept as unsure,
 // under the order id it was sent with. A new order's sale is told to
-// Config.Appended.
+// Config.Bought.
 func (f *Seller) endRedisBuy(buy inventory.CheckedBuy, rc inventory.Receipt, err error) {
 	defer f.redisBuys.Add(-1)
-	if err == nil && !rc.Replayed && f.cfg.Appended != nil {
-		f.cfg.Appended(rc.Order.SaleID)
+	if err == nil && !rc.Replayed && f.cfg.Bought != nil {
+		f.cfg.Bought(rc.Order.SaleID)
 	}
 	switch {
 	case err == nil && buy.Token() != "" && !rc.Replayed:

@@ -91,13 +91,13 @@ type Config struct {
 	// checks buy.lua makes itself for a buy from Redis (the buyer's rate
 	// limit); its error refuses the buy.
 	BeforeDatabaseBuy func(ctx context.Context, b inventory.CheckedBuy) error
-	// Appended, if set, is told of a sale whose stream a buy or a cancel
-	// from Redis appended to (the order consumer may have drained it, and
-	// it tells the service's background loops which sales moved lately).
+	// Appended, if set, is told of a sale whose stream a cancel from Redis
+	// appended to (the order consumer may have drained it).
 	Appended func(saleID string)
 	// Bought, if set, is told of the sale (the segment, of a segmented
-	// one) whose stream a buy from Redis appended its order to: the order
-	// consumer reads a sale nobody bought from lately less often.
+	// one) whose stream a buy from Redis appended a new order to (not a
+	// replay's): the order consumer reads it in its next round, and the
+	// service's background loops know it moved lately.
 	Bought func(saleID string)
 }
 

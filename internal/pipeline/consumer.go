@@ -131,8 +131,7 @@ type sale struct {
 	idle   bool      // guarded by Consumer.mu: ended and drained, not read
 	wakes  uint64    // guarded by Consumer.mu: Wake calls and sweeps
 	// active: guarded by Consumer.mu: when a read last returned entries of
-	// it, Wake or Heard last named it, or the consumer first saw it (see
-	// Options.QuietAfter).
+	// it, or Wake or Heard last named it (see Active).
 	active time.Time
 	// dirty: guarded by Consumer.mu: Wake or Heard named it since the
 	// round that last read it began.
@@ -277,10 +276,9 @@ func (c *Consumer) heard(saleID string) (reader int, fresh, ok bool) {
 }
 
 // Active returns the sales that moved lately, sorted: the ones a read
-// returned entries of, or Wake or Heard named, within Options.QuietAfter (and the
-// ones the consumer first saw within it). A sale not among them may still
-// have moved: another process appended to its stream, and another
-// consumer read it.
+// returned entries of, or Wake or Heard named, within Options.QuietAfter.
+// A sale not among them may still have moved: another process appended
+// to its stream, and another consumer read it.
 func (c *Consumer) Active() []string {
 	now := time.Now()
 	c.mu.Lock()
@@ -335,7 +333,7 @@ func (c *Consumer) discover(ctx context.Context) {
 			h := fnv.New32a()
 			_, _ = h.Write([]byte(id))
 			sl = &sale{id: id, key: c.keys.EventsKey(id), reader: int(h.Sum32() % uint32(c.o.Readers)), own: true, backoff: c.backoff(),
-				active: time.Now(), dirty: true}
+				dirty: true}
 			c.sales[id] = sl
 			woken[sl.reader] = true
 		}

@@ -576,3 +576,17 @@ func startSampledByHand(t *testing.T, pipe pipeline.Options) *Service {
 	return startForTest(t, Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t),
 		Addr: "127.0.0.1:0", ReconcileEvery: -1, SampleEvery: -1, Pipeline: pipe})
 }
+
+// TestRecountSpreadsWithManySales: a sale whose stream stands still is
+// recounted every 30 s up to 600 live sales, and past that every live
+// sales ÷ 20 s, so that the recounts a second stay at 20.
+func TestRecountSpreadsWithManySales(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{1, 30 * time.Second}, {600, 30 * time.Second}, {601, 30050 * time.Millisecond}, {10_000, 500 * time.Second}} {
+		if got := recountOf(c.n); got != c.want {
+			t.Errorf("recountOf(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}

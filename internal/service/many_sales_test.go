@@ -44,7 +44,9 @@ import (
 // SECKILL_MANY_SALES_BUYS sets the buys of each phase (default 4 per sale):
 // a p99 over more buys is less at the mercy of one stall of the machine.
 // SECKILL_MANY_SALES_IDLE=10s also measures what the live sales cost while
-// nobody buys, for that long, before the many sales' buys.
+// nobody buys, for that long, before the many sales' buys; after
+// SECKILL_MANY_SALES_SETTLE (a duration) if set, so that the first reads
+// of the sales just created are over.
 func TestManyLiveSales(t *testing.T) {
 	n := 300
 	if v := os.Getenv("SECKILL_MANY_SALES"); v != "" {
@@ -181,6 +183,13 @@ func TestManyLiveSales(t *testing.T) {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			t.Fatalf("SECKILL_MANY_SALES_IDLE=%q: want a positive duration", v)
+		}
+		if v := os.Getenv("SECKILL_MANY_SALES_SETTLE"); v != "" {
+			settle, err := time.ParseDuration(v)
+			if err != nil || settle < 0 {
+				t.Fatalf("SECKILL_MANY_SALES_SETTLE=%q: want a duration", v)
+			}
+			time.Sleep(settle)
 		}
 		before := meter.read(t)
 		stop := profilePhase(t, "SECKILL_MANY_SALES_IDLE_PROFILE")

@@ -139,6 +139,11 @@ type sale struct {
 	nextQuiet time.Time // when a sweep reads it next (see Options.QuietEvery)
 	swept     bool      // the round reads it in a sweep (not for news of it)
 	nextClaim time.Time // when to look for entries of dead consumers in it next
+	// recheck: a read of its new entries since its last claim came after
+	// Wake or Heard named it (readWakes: its wakes as of that read); the
+	// round at its next claim tick reads it (see due).
+	recheck   bool
+	readWakes uint64
 	ready     bool      // the consumer group exists
 	own       bool      // read this consumer's own pending list first
 	retryAt   time.Time // after a failed write or group creation: not tried before
@@ -239,7 +244,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // (a cancel or a restock after the sale ended): a sale that was drained is
 // read again, and the reader reads at once (a lingering one included).
 func (c *Consumer) Wake(saleID string) {
-	if reader, _, ok := c.heard(saleID); ok {
+	if reader, _, _, ok := c.heard(saleID); ok {
 		c.signal(reader)
 	}
 }
@@ -249,7 +254,15 @@ func (c *Consumer) Wake(saleID string) {
 // not cut short: the sale is read in its next round. Only a reader with
 // nothing to read is woken, once per sale between two of its reads.
 func (c *Consumer) Heard(saleID string) {
-	if reader, fresh, ok := c.heard(saleID); ok && fresh {
+	reader, fresh, woken, ok := c.heard(saleID)
+	switch {
+	case ok && woken:
+		// An idle sale (ended and drained, as this process's clock has
+		// it, while Redis's still sold it) is woken as Wake does: its
+		// reader may have no other sale to read, and waits for a signal
+		// (or the next discovery) then, not for news.
+		c.signal(reader)
+	case ok && fresh:
 		select {
 		case c.news[reader] <- struct{}{}:
 		default:
@@ -257,22 +270,23 @@ func (c *Consumer) Heard(saleID string) {
 	}
 }
 
-// heard marks the sale woken, active and dirty, and returns its reader and
-// whether it was not dirty; ok is false for a sale not known.
-func (c *Consumer) heard(saleID string) (reader int, fresh, ok bool) {
+// heard marks the sale woken, active and dirty, and returns its reader,
+// whether it was not dirty and whether it was idle; ok is false for a
+// sale not known.
+func (c *Consumer) heard(saleID string) (reader int, fresh, woken, ok bool) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sl := c.sales[saleID]
 	if sl == nil {
-		return 0, false, false
+		return 0, false, false, false
 	}
-	fresh = !sl.dirty
+	fresh, woken = !sl.dirty, sl.idle
 	sl.idle = false
 	sl.wakes++
 	sl.active = now
 	sl.dirty = true
-	return sl.reader, fresh, true
+	return sl.reader, fresh, woken, true
 }
 
 // Active returns the sales that moved lately, sorted: the ones a read
@@ -407,15 +421,21 @@ func (c *Consumer) read(ctx context.Context, r int) {
 		c.createGroups(ctx, round)
 		// Entries of dead consumers: looked for every ClaimEvery in an
 		// active sale, every ClaimIdle at most in a quiet one (they are
-		// taken over only once idle that long).
+		// taken over only once idle that long). With Alive, a stopped
+		// consumer's entries are taken over however briefly idle, so a
+		// quiet sale's are looked for every ClaimEvery too (at its sweeps:
+		// an XPENDING summary each, XAUTOCLAIM only where another consumer
+		// holds entries); every ClaimIdle, the entries of a consumer that
+		// died in the middle of a quiet sale's batch waited ClaimIdle
+		// (30 s) more than Alive promises.
 		var claim []*sale
 		for _, sl := range round {
 			if !now.Before(sl.nextClaim) {
 				every := c.o.ClaimEvery
-				if sl.swept {
+				if sl.swept && c.o.Alive == nil {
 					every = max(every, c.o.ClaimIdle)
 				}
-				sl.nextClaim = now.Add(every)
+				sl.nextClaim, sl.recheck = now.Add(every), false
 				claim = append(claim, sl)
 			}
 		}
@@ -473,6 +493,14 @@ func (c *Consumer) reread(sales []*sale) {
 	c.mu.Unlock()
 }
 
+// keepNews marks a sale dirty again whose round read nothing of it: what
+// due cleared for that read is read in a later round.
+func (c *Consumer) keepNews(sl *sale) {
+	c.mu.Lock()
+	sl.dirty = true
+	c.mu.Unlock()
+}
+
 // quietAll: a reader with at most this many sales reads them all in every
 // round, waiting for new entries in Redis (see Options.QuietEvery).
 var quietAll = 64
@@ -506,6 +534,14 @@ func (c *Consumer) due(sales []*sale, now, swept time.Time) (round []*sale, next
 		case sl.dirty:
 			sl.dirty = false
 			sl.nextQuiet = now.Add(period)
+			round = append(round, sl)
+		case sl.recheck && !now.Before(sl.nextClaim):
+			// A read of its news whose reply a dropped connection lost,
+			// and which the client sent again (the second reply empty),
+			// left the entries the first delivered in its own pending
+			// list, unseen, with no news left to bring the sale into a
+			// round: read it at its claim tick, as a reader of few sales
+			// reads every sale (the claim re-reads its pending list).
 			round = append(round, sl)
 		case !sweeps:
 		case sl.nextQuiet.IsZero():
@@ -667,6 +703,13 @@ func (c *Consumer) fetch(ctx context.Context, r int, sales []*sale, block bool) 
 		c.pause(ctx, r, max(wait, time.Millisecond))
 		return nil, nil
 	}
+	c.mu.Lock()
+	for _, sl := range read {
+		if !sl.own && sl.wakes != sl.readWakes {
+			sl.readWakes, sl.recheck = sl.wakes, true
+		}
+	}
+	c.mu.Unlock()
 	if c.multi {
 		got, err := c.fetchMulti(ctx, read, nowait, wait)
 		var reply redis.Error
@@ -742,11 +785,16 @@ func (c *Consumer) fetchEach(ctx context.Context, read []*sale) ([]batch, error)
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"): // the stream was lost with Redis: start over
+			// Its news, if this read was for them, were not read: kept
+			// for the read after the group's (see due; the first read of
+			// a group made anew is of the pending list, which ends no news).
 			sl.ready = false
+			c.keepNews(sl)
 			continue
 		case err != nil:
 			c.o.Logger.Warn("order pipeline: read", "sale", sl.id, "err", err)
 			sl.own = true
+			c.keepNews(sl)
 			continue
 		}
 		var msgs []redis.XMessage

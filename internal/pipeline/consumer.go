@@ -476,7 +476,12 @@ func (c *Consumer) read(ctx context.Context, r int) {
 		c.endRound(r)
 		c.trimAll(ctx, sales)
 		c.settleEnded(ctx, round, got)
-		if wait := c.lingerOf(len(round)) - time.Since(began); wait > 0 && len(got) > 0 && !c.anyFull(got) {
+		// Paced by the reader's sales, not the round's: a reader of many
+		// sales reads only those with news, and its rounds, as frequent
+		// as one of few sales', would each carry a few orders, in a
+		// transaction of its own (a database's cost of one is mostly
+		// fixed).
+		if wait := c.lingerOf(len(sales)) - time.Since(began); wait > 0 && len(got) > 0 && !c.anyFull(got) {
 			c.pause(ctx, r, wait)
 		}
 	}
@@ -568,16 +573,15 @@ func (c *Consumer) due(sales []*sale, now, swept time.Time) (round []*sale, next
 	return round, swept.Add(c.o.QuietEvery), false
 }
 
-// lingerOf is how long a round over n sales lasts at least when it keeps
-// up (see Options.Linger): Linger for each lingerSales sales, at most
-// lingerMost Lingers. A read costs Redis in proportion to the streams it
-// names, whether they hold anything or not (about 2 µs each: a millisecond
-// for 500 sales), and so does its reply's parsing here; rounds over more
-// sales that are as frequent would cost Redis the more the more sales are
-// live. A round of n sales paced so costs Redis about the same per second
-// whatever n (up to lingerSales × lingerMost sales a reader), carries more
-// orders per transaction and per XACK, and delays an order's arrival in
-// the database by at most lingerMost Lingers (200 ms by default).
+// lingerOf is how long a round of a reader of n sales lasts at least when
+// it keeps up (see Options.Linger): Linger for each lingerSales sales, at
+// most lingerMost Lingers. A reader of many sales whose buys are spread
+// over them gets a few orders of each per round: paced so, a round
+// carries more orders per transaction and per XACK (a transaction costs
+// the database about half a millisecond whatever it holds), a read of up
+// to 64 sales, which names them all, costs Redis about the same per
+// second whatever n, and an order's arrival in the database is delayed by
+// at most lingerMost Lingers (200 ms by default).
 func (c *Consumer) lingerOf(n int) time.Duration {
 	if c.o.Linger <= 0 {
 		return c.o.Linger

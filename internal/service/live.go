@@ -389,7 +389,7 @@ var fullReadsPerSample = 256
 // quietMarksPerSample⌉ samples: at once with up to 500 live sales, within
 // about 20 s with 10,000.
 func (s *Service) sampleMarks(ctx context.Context, st *samplerState, ids []string, live map[string]bool, now time.Time) map[string]string {
-	m := s.marks()
+	m := s.marks(ctx)
 	var want, quiet []string
 	for _, id := range ids {
 		r, read := st.read[id]

@@ -199,7 +199,7 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 	if every > 0 {
 		most = max(int(math.Ceil(float64(idleVisitsPerSecond)*every.Seconds())), 1)
 	}
-	m := rc.s.marks()
+	m := rc.s.marks(ctx)
 	var moving, rest []string
 	for _, id := range ids {
 		if _, ok := rc.visited[id]; !ok {

@@ -145,6 +145,19 @@ func targetText(target string) string {
 	return r.Replace(target) + "×"
 }
 
+// verdictOf is how a report names a ratio's target and whether it was
+// met (nil: not measured); notMet is the word for a miss.
+func verdictOf(target string, met *bool, notMet string) string {
+	switch {
+	case met == nil:
+		return "target " + target + ": not measured"
+	case *met:
+		return "target " + target + ": met"
+	default:
+		return "target " + target + ": " + notMet
+	}
+}
+
 // printRefs writes the references, a row per round and their medians, and
 // the ratios with their targets.
 func printRefs(w io.Writer, rep Report) {
@@ -203,15 +216,7 @@ func printRefs(w io.Writer, rep Report) {
 			value = fmt.Sprintf("%.2f×", r.Value)
 		}
 		if r.Target != "" {
-			verdict = "target " + targetText(r.Target)
-			switch {
-			case r.Met == nil:
-				verdict += ": not measured"
-			case *r.Met:
-				verdict += ": met"
-			default:
-				verdict += ": not met"
-			}
+			verdict = verdictOf(targetText(r.Target), r.Met, "not met")
 		}
 		if verdict == "" {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Build, r.Name, value)

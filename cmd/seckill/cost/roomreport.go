@@ -271,15 +271,7 @@ func PrintRoomText(w io.Writer, rep RoomReport) {
 			value = fmt.Sprintf("%.2f", r.Value)
 		}
 		if r.Target != "" {
-			verdict = "target " + r.Target
-			switch {
-			case r.Met == nil:
-				verdict += ": not measured"
-			case *r.Met:
-				verdict += ": met"
-			default:
-				verdict += ": MISSED"
-			}
+			verdict = verdictOf(r.Target, r.Met, "MISSED")
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Name, value, verdict)
 	}

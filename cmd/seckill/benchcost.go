@@ -85,6 +85,17 @@ p99 with the same reads beside both, closed loops and open (<= 1.2 each),
 and the ratios that explain them. Its sales, keys and database are removed
 at its end like a round's.
 
+--soak D measures whether a buy's cost stays flat over time instead: one
+"<bin> serve", one sale (a per-user limit above what any buyer buys), a
+closed loop of --duration to find its rate, then an open loop at
+--open-fraction (default 0.8) of that rate for D, cycling through
+--soak-buyers distinct buyers, sampled every --soak-window: buys/s,
+p50/p99, CPU µs per buy (service, Redis, PostgreSQL), the service's RSS and
+Redis's bytes per live order. After the load, every accepted order must be
+in the database and the sale's reconciliation consistent; the last window's
+RSS, bytes per order and p99 must each be within ±10% of window
+--soak-early's. Exit status 0 only when all of that holds.
+
 flags:
 `
 
@@ -120,6 +131,10 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	roomWaiting := fs.Int("room-waiting", 100_000, "--room: buyers joined to the joins' room before its joins are measured (the room the place reads meet; 1000000 for a full one)")
 	roomAdmitted := fs.Int("room-admitted", 100_000, "--room: admitted buyers of each admitted-buy phase (its load ends when they have all bought)")
 	roomReadRate := fs.Float64("room-read-rate", 10_000, "--room: place reads per second of the background during the loaded phases (0: none)")
+	soak := fs.Duration("soak", 0, "run one open loop this long instead of rounds (see above)")
+	soakWindow := fs.Duration("soak-window", time.Minute, "--soak: one sample's window")
+	soakBuyers := fs.Int("soak-buyers", 1_200_000, "--soak: distinct buyers the load cycles through")
+	soakEarly := fs.Int("soak-early", 5, "--soak: the window (1-based) the last one is compared with")
 	roomBuyRate := fs.Float64("room-buy-rate", 2_000, "--room: buys per second of the open phases (admitted buys and plain buys, each an open loop beside the background reads; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -152,6 +167,14 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usage("--seed-calls must be 1..100000000")
 	case *room && (*against != "" || *openRate > 0 || *openFraction > 0 || *timeline != ""):
 		return usage("--room measures one build in closed loops: not with --against, --open-rate, --open-fraction or --timeline")
+	case *soak < 0 || (*soak > 0 && (*room || *against != "" || *openRate > 0 || *timeline != "")):
+		return usage("--soak runs one build in an open loop at --open-fraction of its closed loop: not with --room, --against, --open-rate or --timeline")
+	case *soak > 0 && (*soakWindow <= 0 || *soakWindow > *soak):
+		return usage("--soak-window must be positive and at most --soak")
+	case *soak > 0 && (*soakBuyers < 1 || *soakBuyers > 10_000_000):
+		return usage("--soak-buyers must be 1..10000000")
+	case *soak > 0 && *soakEarly < 1:
+		return usage("--soak-early must be 1 or more")
 	case *room && (*roomWaiting < 0 || *roomWaiting > 10_000_000):
 		return usage("--room-waiting must be 0..10000000")
 	case *room && (*roomAdmitted < 1 || *roomAdmitted > 10_000_000):
@@ -180,7 +203,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *against != "" {
 		builds = append(builds, *against)
 	}
-	refs := !*noRefs && !*room
+	refs := !*noRefs && !*room && *soak == 0
 	floor := *floorBin
 	if refs && floor == "" {
 		var ok bool
@@ -205,6 +228,13 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *room {
 		cfg.Room = &cost.RoomConfig{Waiting: *roomWaiting, Admitted: *roomAdmitted, ReadRate: *roomReadRate, BuyRate: *roomBuyRate}
 		return runRoomCost(ctx, cfg, *asJSON, stdout, stderr)
+	}
+	if *soak > 0 {
+		if cfg.OpenFraction == 0 {
+			cfg.OpenFraction = 0.8
+		}
+		cfg.Soak = &cost.SoakConfig{Length: *soak, Window: *soakWindow, Buyers: *soakBuyers, Early: *soakEarly}
+		return runSoakCost(ctx, cfg, *asJSON, stdout, stderr)
 	}
 	rep, runErr := cost.Run(ctx, cfg)
 	if len(rep.Results) > 0 || runErr == nil {
@@ -252,6 +282,28 @@ func runRoomCost(ctx context.Context, cfg cost.Config, asJSON bool, stdout, stde
 		if p.Sells() && p.OrdersInDB != p.Buys {
 			return 1
 		}
+	}
+	return 0
+}
+
+// runSoakCost runs `seckill bench --cost --soak` and prints its report.
+// Exit status: 0 the soak met its targets, 1 it did not or failed.
+func runSoakCost(ctx context.Context, cfg cost.Config, asJSON bool, stdout, stderr io.Writer) int {
+	rep, runErr := cost.RunSoak(ctx, cfg)
+	if asJSON {
+		if err := cost.PrintSoakJSON(stdout, rep); err != nil {
+			fmt.Fprintln(stderr, "seckill bench --cost --soak:", err)
+			return 1
+		}
+	} else {
+		cost.PrintSoakText(stdout, rep)
+	}
+	if runErr != nil {
+		fmt.Fprintln(stderr, "seckill bench --cost --soak:", strings.TrimSpace(runErr.Error()))
+		return 1
+	}
+	if !rep.Passed() {
+		return 1
 	}
 	return 0
 }

@@ -291,6 +291,56 @@ func TestBenchCostRoom(t *testing.T) {
 	expectCleanedUp(t, redisURL, pgURL, rep.Database, rep.KeyPrefix)
 }
 
+// TestBenchCostSoak runs `seckill bench --cost --soak` for two short
+// windows against the real servers: both are measured with their figures,
+// every accepted buy is an order, the sale reconciles, the last window is
+// compared with the first, and the run's database and keys are gone
+// afterwards. Whether two-second windows on a shared machine are flat is
+// not asserted (the exit status says it); misused flags are refused.
+func TestBenchCostSoak(t *testing.T) {
+	redisURL, pgURL := realServers(t)
+	bin := seckillBinary(t)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--cost", "--soak", "4s", "--soak-window", "2s", "--soak-buyers", "500",
+		"--soak-early", "1", "--json", "--serve-bin", bin, "--duration", "1s", "--conns", "4", "--open-fraction", "0.3",
+		"--redis", redisURL, "--pg", pgURL}, os.Getenv, &stdout, &stderr)
+	var rep struct {
+		cost.SoakReport
+		Passed bool `json:"passed"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || code > 1 || (code == 0) != rep.Passed {
+		t.Fatalf("exit %d, report %v (passed %v); stderr:\n%s\nstdout:\n%s", code, err, rep.Passed, stderr.String(), stdout.String())
+	}
+	if len(rep.Windows) != 2 || rep.Flat == nil || rep.Flat.Early != 1 || rep.Flat.Last != 2 {
+		t.Fatalf("%d windows, flat %+v; want 2, window 2 against 1", len(rep.Windows), rep.Flat)
+	}
+	orders := 0
+	for _, w := range rep.Windows {
+		orders += w.Buys
+		for name, v := range map[string]float64{"buys": float64(w.Buys), "p99": w.P99MS, "service µs": w.ServiceUS,
+			"Redis µs": w.RedisUS, "RSS": float64(w.ServiceRSS), "B/order": w.BytesPerOrder} {
+			if !(v > 0) {
+				t.Errorf("window %d: %s = %v, want > 0", w.N, name, v)
+			}
+		}
+		if w.LiveOrders <= orders || w.DistinctBuyers > 500 {
+			t.Errorf("window %d: %d live orders (the windows' %d and the closed loop's), %d buyers of 500", w.N, w.LiveOrders, orders, w.DistinctBuyers)
+		}
+	}
+	if rep.Accepted != rep.Windows[1].LiveOrders || rep.OrdersInDB != rep.Accepted || !rep.Consistent || len(rep.Problems) != 0 {
+		t.Errorf("accepted %d, in the database %d, consistent %v, problems %q; want all in, consistent, none",
+			rep.Accepted, rep.OrdersInDB, rep.Consistent, rep.Problems)
+	}
+	expectCleanedUp(t, redisURL, pgURL, rep.Database, rep.KeyPrefix)
+	for _, args := range [][]string{{"--soak", "1m", "--room"}, {"--soak", "1m", "--soak-window", "2m"}, {"--soak", "1m", "--soak-buyers", "0"}} {
+		stderr.Reset()
+		if code := run(context.Background(), append([]string{"bench", "--cost"}, args...), os.Getenv, io.Discard, &stderr); code != 2 ||
+			!strings.Contains(stderr.String(), "--soak") {
+			t.Errorf("%q: exit %d, %q; want 2 and why", args, code, stderr.String())
+		}
+	}
+}
+
 // expectNoKeys fails t if a key matching pattern is left.
 func expectNoKeys(t *testing.T, redisURL, pattern string) {
 	t.Helper()

@@ -34,7 +34,7 @@ func TestSubcommandFlags(t *testing.T) {
 			"chart", "segments", "batch", "rounds"}},
 		{[]string{"bench", "--cost"}, []string{"cost", "serve-bin", "against", "rounds", "conns", "duration", "open-rate",
 			"open-fraction", "max-rate", "redis", "own-redis", "pg", "catch-up-timeout", "timeline", "json", "room", "room-waiting", "room-admitted", "room-read-rate", "room-buy-rate",
-			"no-refs", "floor-bin", "seed-calls"}},
+			"no-refs", "floor-bin", "seed-calls", "soak", "soak-window", "soak-buyers", "soak-early"}},
 		{[]string{"bench", "--floor-serve=127.0.0.1:0"}, []string{"floor-serve"}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

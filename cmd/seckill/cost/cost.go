@@ -86,7 +86,9 @@ type Config struct {
 	SeedCalls int
 	// Room, if set, asks RunRoom for the waiting room's phases, side by
 	// side in one serve of Builds[0] (Rounds passes of them).
-	Room     *RoomConfig
+	Room *RoomConfig
+	// Soak, if set, asks RunSoak for one long open loop instead of rounds.
+	Soak     *SoakConfig
 	Progress io.Writer // a line per round (per phase of a room pass); nil: none
 }
 
@@ -258,6 +260,9 @@ func (e *env) signTokens(ctx context.Context, cfg Config) error {
 	}
 	if cfg.OpenFraction > 0 {
 		n *= 2
+	}
+	if cfg.Soak != nil {
+		n = float64(cfg.Soak.Buyers)
 	}
 	if cfg.Room != nil {
 		// Plain buys and joins after the line's waiting buyers; the

@@ -41,6 +41,7 @@ type round struct {
 	n      int // 1-based
 	db     string
 	prefix string
+	sale   string // the sale's JSON; "" for saleJSON
 
 	serve   *exec.Cmd
 	served  chan struct{} // closed when serve has exited
@@ -238,7 +239,11 @@ func (r *round) start(ctx context.Context) error {
 	if err := r.startServe(ctx); err != nil {
 		return err
 	}
-	if status, body, err := r.adminDo(ctx, http.MethodPost, "/v1/admin/sales", saleJSON); err != nil || status != http.StatusCreated {
+	sale := r.sale
+	if sale == "" {
+		sale = saleJSON
+	}
+	if status, body, err := r.adminDo(ctx, http.MethodPost, "/v1/admin/sales", sale); err != nil || status != http.StatusCreated {
 		return fmt.Errorf("create the sale: %d %s %v", status, body, err)
 	}
 	return nil

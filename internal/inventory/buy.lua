@@ -599,197 +599,201 @@ local function replay(id, record, b, by_key)
 end
 
 -- fresh[t]: gcra_take's answer for a buyer of throttle t with no state,
--- and the place of the hash that state goes in (see buy_one)
+-- and the place of the hash that state goes in (see the buys below)
 local fresh = {}
 
-local function buy_one(b)
-  local a, d = at[b], sh[b]
-  local u, id, key = ARGV[a], ARGV[a + 1], ARGV[d]
-  -- A repeat (same idempotency key, or a retried call with the same order
-  -- id) returns the order it made, whatever the sale's state is now.
-  if key ~= '' then
-    local prev = idem[u .. '|' .. key]
-    if prev then
-      local rec = made and made[prev]
-      if not rec then rec = order_get(KEYS[3], prev) end
-      return replay(prev, rec, b, true)
+-- The buys, in order. Each is one pass of a repeat ... until true, which a
+-- repeat or a refusal leaves with break once it has put its reply. (Not a
+-- function called per buy: a closure of the fifty-odd locals it uses costs
+-- the call more than all its own work, a batch of one's included.)
+for b = 1, count do
+  repeat
+    local a, d = at[b], sh[b]
+    local u, id, key = ARGV[a], ARGV[a + 1], ARGV[d]
+    -- A repeat (same idempotency key, or a retried call with the same order
+    -- id) returns the order it made, whatever the sale's state is now.
+    if key ~= '' then
+      local prev = idem[u .. '|' .. key]
+      if prev then
+        local rec = made and made[prev]
+        if not rec then rec = order_get(KEYS[3], prev) end
+        replay(prev, rec, b, true) break
+      end
     end
-  end
-  if gval[gof[b]] == 'bad' then return put(8, 'orders:' .. gof[b]) end
-  local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
-  if existing then return replay(id, existing, b, false) end
+    if gval[gof[b]] == 'bad' then put(8, 'orders:' .. gof[b]) break end
+    local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
+    if existing then replay(id, existing, b, false) break end
 
-  if ARGV[d + 2] ~= '0' then
-    local t = num(ARGV[d + 2])
-    local i = wplace[t]
-    -- ok, debt, state: gcra_take's answer; j: the place (in wkey) of the
-    -- hash the state is kept in until its TAT passes: the hash of the
-    -- window that falls in, now's or the next (ttl is shorter than a
-    -- window).
-    local ok, debt, state, j
-    local stored = wstate[i][u]
-    if stored then
-      local ttl
-      ok, debt, state, ttl = gcra_take(stored, now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
-      if ok then j = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i] end
-    else
-      -- A buyer with no state (the common case: a buyer's first buy in a
-      -- while) gets the one answer gcra_take gives every such buyer of
-      -- throttle t at now: taken once per call (fresh[t]), not per buy.
-      local f = fresh[t]
-      if not f then
+    if ARGV[d + 2] ~= '0' then
+      local t = num(ARGV[d + 2])
+      local i = wplace[t]
+      -- ok, debt, state: gcra_take's answer; j: the place (in wkey) of the
+      -- hash the state is kept in until its TAT passes: the hash of the
+      -- window that falls in, now's or the next (ttl is shorter than a
+      -- window).
+      local ok, debt, state, j
+      local stored = wstate[i][u]
+      if stored then
         local ttl
-        ok, debt, state, ttl = gcra_take(false, now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
-        f = {ok, debt, state}
-        if ok then f[4] = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i] end
-        fresh[t] = f
-      end
-      ok, debt, state, j = f[1], f[2], f[3], f[4]
-    end
-    if ok == nil then return put(8, 'throttle:' .. u) end
-    if not ok then return put(9, debt) end
-    wstate[i][u] = state
-    tw = tw or {}
-    local list = tw[j]
-    if not list then
-      list = {}
-      tw[j] = list
-    end
-    list[#list + 1] = u
-    list[#list + 1] = state
-  end
-  local tok, g = ARGV[d + 3], nil
-  if tok ~= '' then
-    if spent[tok] then return put(15) end
-  elseif gt and gt[b] then
-    if bad_gate then return put(8, bad_gate) end
-    g = gated[u]
-    if g == 'bad' then return put(8, 'room:b') end
-    local p = gt[b]
-    tok = ARGV[p]
-    if spent[tok] or not g or g[1] ~= tok or g[2] ~= tonumber(ARGV[p + 1]) or now_ms >= g[2] then return put(15) end
-  end
-  if not_selling then
-    if not_selling == 'sale' then return put(8, 'sale') end
-    return put(3, not_selling)
-  end
-  if bad_a then return put(8, bad_a) end
-  if bad_o then return put(8, 'orders') end
-
-  -- The lines: a corrupt remaining, then unknown skus, a corrupt held
-  -- count, the limit, the stock.
-  local n, fb = lines[d], bf[b]
-  local bad_r, unknown, bad_h, over, short
-  for i = 0, n - 1 do
-    local sku = ARGV[d + 6 + 2 * i]
-    local r = rem[sku]
-    if r == false then
-      unknown = true
-    elseif r == 'bad' then
-      bad_r = bad_r or sku
-    else
-      local j = fb + i + 1
-      local q, h = qty[d + 7 + 2 * i], held[distinct and j or bfields[j]]
-      if not h then
-        bad_h = bad_h or bfields[fb + i + 1]
+        ok, debt, state, ttl = gcra_take(stored, now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
+        if ok then j = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i] end
       else
-        if h + q > limit then over = true end
-        if r ~= -1 and r < q then short = true end
+        -- A buyer with no state (the common case: a buyer's first buy in a
+        -- while) gets the one answer gcra_take gives every such buyer of
+        -- throttle t at now: taken once per call (fresh[t]), not per buy.
+        local f = fresh[t]
+        if not f then
+          local ttl
+          ok, debt, state, ttl = gcra_take(false, now_us, tp[3 * t - 2], tp[3 * t - 1], tp[3 * t], 1)
+          f = {ok, debt, state}
+          if ok then f[4] = 3 * i - 2 + math.floor((now_ms + ttl) / windows[i]) - wn[i] end
+          fresh[t] = f
+        end
+        ok, debt, state, j = f[1], f[2], f[3], f[4]
       end
+      if ok == nil then put(8, 'throttle:' .. u) break end
+      if not ok then put(9, debt) break end
+      wstate[i][u] = state
+      tw = tw or {}
+      local list = tw[j]
+      if not list then
+        list = {}
+        tw[j] = list
+      end
+      list[#list + 1] = u
+      list[#list + 1] = state
     end
-  end
-  if bad_r then return put(8, 'r:' .. bad_r) end
-  if unknown or bad_h or over or short then
-    local code = 6
-    if unknown then code = 4 elseif bad_h then return put(8, 'bought:' .. bad_h) elseif over then code = 5 end
-    local start = o
-    out[o + 2] = code
-    o = o + 2
-    if over then
-      o = o + 1
-      out[o] = limit
+    local tok, g = ARGV[d + 3], nil
+    if tok ~= '' then
+      if spent[tok] then put(15) break end
+    elseif gt and gt[b] then
+      if bad_gate then put(8, bad_gate) break end
+      g = gated[u]
+      if g == 'bad' then put(8, 'room:b') break end
+      local p = gt[b]
+      tok = ARGV[p]
+      if spent[tok] or not g or g[1] ~= tok or g[2] ~= tonumber(ARGV[p + 1]) or now_ms >= g[2] then put(15) break end
     end
+    if not_selling then
+      if not_selling == 'sale' then put(8, 'sale') break end
+      put(3, not_selling) break
+    end
+    if bad_a then put(8, bad_a) break end
+    if bad_o then put(8, 'orders') break end
+
+    -- The lines: a corrupt remaining, then unknown skus, a corrupt held
+    -- count, the limit, the stock.
+    local n, fb = lines[d], bf[b]
+    local bad_r, unknown, bad_h, over, short
     for i = 0, n - 1 do
-      local sku, q = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i]
+      local sku = ARGV[d + 6 + 2 * i]
       local r = rem[sku]
-      if unknown then
-        if r == false then
-          o = o + 1
-          out[o] = sku
-        end
-      elseif over then
+      if r == false then
+        unknown = true
+      elseif r == 'bad' then
+        bad_r = bad_r or sku
+      else
         local j = fb + i + 1
-        if held[distinct and j or bfields[j]] + q > limit then
-          o = o + 1
-          out[o] = sku
+        local q, h = qty[d + 7 + 2 * i], held[distinct and j or bfields[j]]
+        if not h then
+          bad_h = bad_h or bfields[fb + i + 1]
+        else
+          if h + q > limit then over = true end
+          if r ~= -1 and r < q then short = true end
         end
-      elseif r ~= -1 and r < q then
-        out[o + 1], out[o + 2] = sku, r
-        o = o + 2
       end
     end
-    out[start + 1] = o - start - 1
-    return
-  end
-
-  -- Every check passed: the event, then this buy's part of the writes.
-  local record = 'p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
-  local e = #events -- (the event's pieces: joined once, at the end)
-  events[e + 1], events[e + 2], events[e + 3], events[e + 4] = id, '|', record, '\n'
-  out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
-  o = o + 3
-  local w = #new_held
-  for i = 0, n - 1 do
-    local sku, q, f = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i], bfields[fb + i + 1]
-    local r = rem[sku]
-    if r ~= -1 then
-      r = r - q
-      rem[sku] = r
+    if bad_r then put(8, 'r:' .. bad_r) break end
+    if unknown or bad_h or over or short then
+      local code = 6
+      if unknown then code = 4 elseif bad_h then put(8, 'bought:' .. bad_h) break elseif over then code = 5 end
+      local start = o
+      out[o + 2] = code
+      o = o + 2
+      if over then
+        o = o + 1
+        out[o] = limit
+      end
+      for i = 0, n - 1 do
+        local sku, q = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i]
+        local r = rem[sku]
+        if unknown then
+          if r == false then
+            o = o + 1
+            out[o] = sku
+          end
+        elseif over then
+          local j = fb + i + 1
+          if held[distinct and j or bfields[j]] + q > limit then
+            o = o + 1
+            out[o] = sku
+          end
+        elseif r ~= -1 and r < q then
+          out[o + 1], out[o + 2] = sku, r
+          o = o + 2
+        end
+      end
+      out[start + 1] = o - start - 1
+      break
     end
-    sold[sku] = (sold[sku] or 0) + q
-    o = o + 1
-    out[o] = r
-    local hk = f
-    if distinct then hk = fb + i + 1 end
-    local h0 = held[hk]
-    local h = h0 + q
-    held[hk] = h
-    -- A first holding is the asked quantity's own argument when it is
-    -- written as int takes it (it always is): a number handed to
-    -- redis.call costs a printf in Redis, a string does not.
-    local hs = ARGV[d + 7 + 2 * i]
-    if h0 ~= 0 or not first[d + 7 + 2 * i] then hs = exact(h) end
-    new_held[w + 1], new_held[w + 2] = f, hs
-    w = w + 2
-  end
-  if made then made[id] = record end
-  if pay then
-    deadlines = deadlines or {}
-    w = #deadlines
-    deadlines[w + 1], deadlines[w + 2] = now_ms + pay, id
-  end
-  -- og: the one group of the call's bought orders, false for several
-  if og == nil then og = gof[b] elseif og ~= gof[b] then og = false end
-  if key ~= '' then
-    idem[u .. '|' .. key] = id
-    new_idem = new_idem or {}
-    w = #new_idem
-    new_idem[w + 1], new_idem[w + 2] = u .. '|' .. key, id
-  end
-  if tok ~= '' then
-    spent[tok] = true
-    new_spent = new_spent or {}
-    new_spent[#new_spent + 1] = b
-  end
-  if g then
-    -- used: no other buy of the call finds it live
-    gated[u] = false
-    new_used = new_used or {}
-    new_used[#new_used + 1] = {u, g, id}
-  end
-end
 
-for b = 1, count do buy_one(b) end
+    -- Every check passed: the event, then this buy's part of the writes.
+    local record = 'p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
+    local e = #events -- (the event's pieces: joined once, at the end)
+    events[e + 1], events[e + 2], events[e + 3], events[e + 4] = id, '|', record, '\n'
+    out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
+    o = o + 3
+    local w = #new_held
+    for i = 0, n - 1 do
+      local sku, q, f = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i], bfields[fb + i + 1]
+      local r = rem[sku]
+      if r ~= -1 then
+        r = r - q
+        rem[sku] = r
+      end
+      sold[sku] = (sold[sku] or 0) + q
+      o = o + 1
+      out[o] = r
+      local hk = f
+      if distinct then hk = fb + i + 1 end
+      local h0 = held[hk]
+      local h = h0 + q
+      held[hk] = h
+      -- A first holding is the asked quantity's own argument when it is
+      -- written as int takes it (it always is): a number handed to
+      -- redis.call costs a printf in Redis, a string does not.
+      local hs = ARGV[d + 7 + 2 * i]
+      if h0 ~= 0 or not first[d + 7 + 2 * i] then hs = exact(h) end
+      new_held[w + 1], new_held[w + 2] = f, hs
+      w = w + 2
+    end
+    if made then made[id] = record end
+    if pay then
+      deadlines = deadlines or {}
+      w = #deadlines
+      deadlines[w + 1], deadlines[w + 2] = now_ms + pay, id
+    end
+    -- og: the one group of the call's bought orders, false for several
+    if og == nil then og = gof[b] elseif og ~= gof[b] then og = false end
+    if key ~= '' then
+      idem[u .. '|' .. key] = id
+      new_idem = new_idem or {}
+      w = #new_idem
+      new_idem[w + 1], new_idem[w + 2] = u .. '|' .. key, id
+    end
+    if tok ~= '' then
+      spent[tok] = true
+      new_spent = new_spent or {}
+      new_spent[#new_spent + 1] = b
+    end
+    if g then
+      -- used: no other buy of the call finds it live
+      gated[u] = false
+      new_used = new_used or {}
+      new_used[#new_used + 1] = {u, g, id}
+    end
+  until true
+end
 
 -- The events: the first write (see the top).
 -- (events holds each event as four pieces: order id, '|', record, '\n';

@@ -251,12 +251,15 @@ end
 -- fields are bfields[bf[b] + 1 ..]. rem has every asked sku (true until
 -- the sale is read), skus lists them once each and rfields the sale's
 -- fields to read; ifields the idempotency fields and tkeys the token
--- keys, if any. shapes[k] is where shared shape k starts; lines[d] is the
--- number of lines of the shape at d (once its skus are in rem), and qty[p]
--- the quantity at ARGV[p] as a number, first[p] whether it is written as
--- int takes it (see the writes below): parsed once per shape.
-local at, sh, bf, ids, bfields = {}, {}, {}, {}, {}
-local lines, qty, first = {}, {}, {}
+-- keys, if any. shapes[k] is where shared shape k starts. nums[p] is the
+-- number ARGV[p] of a shape: its number of lines (p = d + 5 for the shape
+-- at d, set once its skus are in rem) and its quantities, parsed once per
+-- shape; odd[p] is true for a quantity not written as int takes it (see
+-- the writes below; the engine sends none, so odd is seldom made).
+-- (Every table costs a call about as much as a few string operations, and
+-- its first key as much again: the script makes few of either per call.)
+local at, sh, bf, bfields = {}, {}, {}, {}
+local nums, odd = {}, nil
 local rem, skus = {}, {}
 local rfields = {'limit', 'start', 'end', 'paused', 'fenced', 'pay', 'orders'}
 local ifields, tkeys, spent
@@ -264,8 +267,8 @@ local ifields, tkeys, spent
 -- gated buy's user's live admission in the room (KEYS[11]), {nonce,
 -- until, joined, in draw, state hash}, false for none (or one a buy of
 -- this call spent), 'bad' for a state hash that is not a hash; gusers
--- lists them once each
-local gt, gated, gusers = nil, nil, {}
+-- lists them once each (both made for the first gated buy)
+local gt, gated, gusers
 local a = 4 + 4 * nth
 local shapes = {}
 local ns = num(ARGV[a])
@@ -278,10 +281,10 @@ for b = 1, count do
   local u, s = ARGV[a], ARGV[a + 2]
   local d = a + 3
   if s ~= '0' then d = shapes[num(s)] end
-  local n = lines[d]
+  local n = nums[d + 5]
   if not n then
     n = num(ARGV[d + 5])
-    lines[d] = n
+    nums[d + 5] = n
     for i = d + 6, d + 4 + 2 * n, 2 do
       local sku = ARGV[i]
       if not rem[sku] then
@@ -289,11 +292,14 @@ for b = 1, count do
         skus[#skus + 1] = sku
         rfields[#rfields + 1] = 'r:' .. sku
       end
-      qty[i + 1] = num(ARGV[i + 1])
-      first[i + 1] = int(ARGV[i + 1]) ~= nil
+      nums[i + 1] = num(ARGV[i + 1])
+      if not int(ARGV[i + 1]) then
+        odd = odd or {}
+        odd[i + 1] = true
+      end
     end
   end
-  at[b], sh[b], bf[b], ids[b] = a, d, #bfields, ARGV[a + 1]
+  at[b], sh[b], bf[b] = a, d, #bfields
   if ARGV[d] ~= '' then
     ifields = ifields or {}
     ifields[#ifields + 1] = u .. '|' .. ARGV[d]
@@ -326,7 +332,7 @@ for b = 1, count do
       tkeys[#tkeys + 1] = KEYS[7] .. tok
     end
     if not gated or gated[u] == nil then
-      gated = gated or {}
+      if not gated then gated, gusers = {}, {} end
       gated[u] = false
       gusers[#gusers + 1] = u
     end
@@ -386,7 +392,7 @@ end
 -- (a call's own group has none, unless the call is a resend).
 local gof, gval, glist = {}, {}, {}
 for b = 1, count do
-  local g = order_group(ids[b])
+  local g = order_group(ARGV[at[b] + 1])
   gof[b] = g
   if gval[g] == nil then
     gval[g] = false
@@ -400,7 +406,7 @@ local own
 if own_n > 0 then
   own = {}
   local oids = {}
-  for i = 1, own_n do oids[i] = ids[num(ARGV[own_at + i - 1])] end
+  for i = 1, own_n do oids[i] = ARGV[at[num(ARGV[own_at + i - 1])] + 1] end
   local ov = read('HMGET', KEYS[3], oids)
   for i = 1, own_n do own[num(ARGV[own_at + i - 1])] = ov[i] or nil end
 end
@@ -683,7 +689,7 @@ for b = 1, count do
 
     -- The lines: a corrupt remaining, then unknown skus, a corrupt held
     -- count, the limit, the stock.
-    local n, fb = lines[d], bf[b]
+    local n, fb = nums[d + 5], bf[b]
     local bad_r, unknown, bad_h, over, short
     for i = 0, n - 1 do
       local sku = ARGV[d + 6 + 2 * i]
@@ -694,7 +700,7 @@ for b = 1, count do
         bad_r = bad_r or sku
       else
         local j = fb + i + 1
-        local q, h = qty[d + 7 + 2 * i], held[distinct and j or bfields[j]]
+        local q, h = nums[d + 7 + 2 * i], held[distinct and j or bfields[j]]
         if not h then
           bad_h = bad_h or bfields[fb + i + 1]
         else
@@ -715,7 +721,7 @@ for b = 1, count do
         out[o] = limit
       end
       for i = 0, n - 1 do
-        local sku, q = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i]
+        local sku, q = ARGV[d + 6 + 2 * i], nums[d + 7 + 2 * i]
         local r = rem[sku]
         if unknown then
           if r == false then
@@ -745,7 +751,7 @@ for b = 1, count do
     o = o + 3
     local w = #new_held
     for i = 0, n - 1 do
-      local sku, q, f = ARGV[d + 6 + 2 * i], qty[d + 7 + 2 * i], bfields[fb + i + 1]
+      local sku, q, f = ARGV[d + 6 + 2 * i], nums[d + 7 + 2 * i], bfields[fb + i + 1]
       local r = rem[sku]
       if r ~= -1 then
         r = r - q
@@ -763,7 +769,7 @@ for b = 1, count do
       -- written as int takes it (it always is): a number handed to
       -- redis.call costs a printf in Redis, a string does not.
       local hs = ARGV[d + 7 + 2 * i]
-      if h0 ~= 0 or not first[d + 7 + 2 * i] then hs = exact(h) end
+      if h0 ~= 0 or odd and odd[d + 7 + 2 * i] then hs = exact(h) end
       new_held[w + 1], new_held[w + 2] = f, hs
       w = w + 2
     end
@@ -808,14 +814,14 @@ local tokline
 if new_spent then
   tokline = {}
   for _, b in ipairs(new_spent) do
-    local p = gt and gt[b]
+    local p, id = gt and gt[b], ARGV[at[b] + 1]
     if p then
       -- a gated nonce: spent until its admission's until, past which no
       -- buy is let through the gate anyway
-      tokline[ids[b]] = ids[b] .. '|' .. ARGV[p] .. '|' .. ARGV[p + 1]
+      tokline[id] = id .. '|' .. ARGV[p] .. '|' .. ARGV[p + 1]
     else
       local d = sh[b]
-      tokline[ids[b]] = ids[b] .. '|' .. ARGV[d + 3] .. '|' .. string.format('%d', now_ms + num(ARGV[d + 4]))
+      tokline[id] = id .. '|' .. ARGV[d + 3] .. '|' .. string.format('%d', now_ms + num(ARGV[d + 4]))
     end
   end
 end
@@ -838,10 +844,13 @@ if ne > 1 and one_entry then
 end
 for i = 1, ne do
   local tl = tokline and tokline[events[4 * i - 3]]
+  -- (a call's one event is joined already)
+  local ev = joined
+  if ne > 1 then ev = events[4 * i - 3] .. '|' .. events[4 * i - 1] end
   if tl then
-    redis.call('XADD', KEYS[5], '*', 'bought', events[4 * i - 3] .. '|' .. events[4 * i - 1], 'tokens', tl)
+    redis.call('XADD', KEYS[5], '*', 'bought', ev, 'tokens', tl)
   else
-    redis.call('XADD', KEYS[5], '*', 'bought', events[4 * i - 3] .. '|' .. events[4 * i - 1])
+    redis.call('XADD', KEYS[5], '*', 'bought', ev)
   end
 end
 
@@ -871,11 +880,14 @@ if deadlines then
 end
 if #new_held > 0 then
   hset(KEYS[2], new_held)
-  -- Each group's new orders after those it holds (a resend's).
-  local groups = {}
+  -- Each group's new orders after those it holds (a resend's): usually
+  -- the call's one group (og), whose new orders are joined already.
   if og then
-    groups[og] = joined
+    local list = joined
+    if gval[og] then list = gval[og] .. '\n' .. list end
+    redis.call('HSET', KEYS[3], og, list)
   else
+    local groups = {}
     for i = 1, #events, 4 do
       local g = order_group(events[i])
       local list = groups[g]
@@ -885,14 +897,14 @@ if #new_held > 0 then
       end
       list[#list + 1] = events[i] .. '|' .. events[i + 2]
     end
+    local writes = {}
+    for g, list in pairs(groups) do
+      list = table.concat(list, '\n')
+      if gval[g] then list = gval[g] .. '\n' .. list end
+      writes[#writes + 1], writes[#writes + 2] = g, list
+    end
+    hset(KEYS[3], writes)
   end
-  local writes = {}
-  for g, list in pairs(groups) do
-    if type(list) == 'table' then list = table.concat(list, '\n') end
-    if gval[g] then list = gval[g] .. '\n' .. list end
-    writes[#writes + 1], writes[#writes + 2] = g, list
-  end
-  hset(KEYS[3], writes)
 end
 if new_idem then hset(KEYS[4], new_idem) end
 if deadlines then

@@ -42,7 +42,10 @@ type Store interface {
 type Engine interface {
 	CheckArchive(ctx context.Context, saleID string) (inventory.ArchiveCheck, error)
 	Archive(ctx context.Context, saleID, last string) (inventory.ArchiveCheck, error)
-	PurgeArchived(ctx context.Context, saleID string) (int, error)
+	// PurgeArchived removes what is left in Redis of archived sales (the
+	// keys that expire on their own), of all of them at once. An error
+	// that is no *inventory.PurgeError may have left keys of any of them.
+	PurgeArchived(ctx context.Context, saleIDs ...string) (int, error)
 	// Stock reads the sale, rebuilding it from the system of record if
 	// it is missing from Redis (the reservations with it).
 	Stock(ctx context.Context, saleID string) (inventory.SaleState, error)
@@ -115,31 +118,54 @@ func (a *Archiver) Run(ctx context.Context) error {
 // Pass looks at every candidate once: archived is how many it archived,
 // waiting how many ended sales are not archivable yet. err is the first
 // error met; the other sales are still looked at.
+//
+// The sales whose keys the pass removed are finished together at its end:
+// what is left of them in Redis is purged in one call (one walk of each
+// node's keyspace for them all, however many they are), then each is
+// marked archived. A sale whose purge failed is not marked: the next pass
+// finds it again (archiving, its keys gone) and purges and marks it then,
+// as it does a sale whose archiver stopped between the two.
 func (a *Archiver) Pass(ctx context.Context) (archived, waiting int, err error) {
 	now := time.Now()
 	todo, swept, err := a.db.ArchiveCandidates(ctx, now, now.Add(-a.o.Sweep))
 	if err != nil {
 		return 0, 0, err
 	}
-	for i, id := range append(todo, swept...) {
+	all := append(todo, swept...)
+	var removed []removal
+	for i, id := range all {
 		if ctx.Err() != nil {
-			return archived, waiting, ctx.Err()
+			// Nothing can be purged or marked now: the next pass does it.
+			return archived, waiting + len(removed), ctx.Err()
 		}
 		if a.paused() {
-			a.o.Logger.Debug("archiver: paused: redis does not sell", "left", len(todo)+len(swept)-i)
-			return archived, waiting + len(todo) + len(swept) - i, err
+			a.o.Logger.Debug("archiver: paused: redis does not sell", "left", len(all)-i)
+			waiting += len(all) - i
+			break
 		}
-		done, why, serr := a.sale(ctx, id, i < len(todo))
+		r, why, serr := a.remove(ctx, id, i < len(todo))
 		switch {
 		case serr != nil:
 			waiting++
 			if err == nil {
 				err = serr
 			}
-		case !done:
+		case r == nil:
 			waiting++
 			a.o.Logger.Debug("archiver: not yet", "sale", id, "why", why)
-		case done && why == "":
+		default:
+			removed = append(removed, *r)
+		}
+	}
+	finished, ferr := a.finish(ctx, removed)
+	if err == nil {
+		err = ferr
+	}
+	for i, r := range removed {
+		switch {
+		case !finished[i]:
+			waiting++
+		case !r.gone:
 			archived++
 		}
 	}
@@ -153,29 +179,51 @@ func (a *Archiver) paused() bool { return a.o.Paused != nil && a.o.Paused() }
 // "" when this call removed its keys, "archived" when they were gone
 // already); otherwise why says what it waits for.
 func (a *Archiver) Sale(ctx context.Context, saleID string) (done bool, why string, err error) {
-	return a.sale(ctx, saleID, true)
+	r, why, err := a.remove(ctx, saleID, true)
+	if r == nil || err != nil {
+		return false, why, err
+	}
+	finished, err := a.finish(ctx, []removal{*r})
+	switch {
+	case !finished[0]:
+		return false, "", err
+	case r.gone:
+		return true, "archived", nil
+	}
+	return true, "", nil
 }
 
-// sale is Sale; purge removes the keys that would expire on their own too
-// (a SCAN of the node: once per sale, not at every sweep).
-func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bool, why string, err error) {
+// removal is a sale whose keys archive.lua removed, or found gone, and
+// that is to be marked archived: purge says the keys that expire on their
+// own are to be purged first; gone that its keys were gone already.
+type removal struct {
+	saleID      string
+	purge, gone bool
+}
+
+// remove does all of archiving a sale but its purge and its mark as
+// archived (finish): it returns the sale's removal, or nil and what it
+// waits for. purge is false for a sale archived already and looked at
+// again (a sweep): the keys that expire on their own were purged once, and
+// a SCAN for them at every sweep would cost a walk of the keyspace each.
+func (a *Archiver) remove(ctx context.Context, saleID string, purge bool) (r *removal, why string, err error) {
 	chk, err := a.eng.CheckArchive(ctx, saleID)
 	if err != nil {
-		return false, "", err
+		return nil, "", err
 	}
 	last := "-" // a sale whose hash is gone: sweep what is left of it
 	if !chk.Gone {
 		if !chk.Ready {
-			return false, chk.Reason, nil
+			return nil, chk.Reason, nil
 		}
 		newest, err := a.db.NewestEvent(ctx, saleID)
 		if err != nil {
-			return false, "", err
+			return nil, "", err
 		}
 		// The stream is settled; the database must hold its last event too
 		// (a stream that never had one: nothing to hold).
 		if chk.Last != "0-0" && newest != chk.Last {
-			return false, "database at " + newest + ", stream at " + chk.Last, nil
+			return nil, "database at " + newest + ", stream at " + chk.Last, nil
 		}
 		last = chk.Last
 	}
@@ -188,15 +236,15 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 	if purge {
 		awaiting, err := a.db.AwaitingPayment(ctx, []string{saleID})
 		if err != nil {
-			return false, "", err
+			return nil, "", err
 		}
 		if len(awaiting) > 0 {
 			_, err := a.eng.Stock(ctx, saleID) // a lost sale comes back
 			if _, ok := errors.AsType[*inventory.ArchivedError](err); !ok {
 				if err != nil {
-					return false, "", err
+					return nil, "", err
 				}
-				return false, "awaiting in the database", nil
+				return nil, "awaiting in the database", nil
 			}
 			// Archiving already (AwaitingPayment leaves such a sale out,
 			// but it may have begun since): nothing can bring it back.
@@ -204,32 +252,63 @@ func (a *Archiver) sale(ctx context.Context, saleID string, purge bool) (done bo
 	}
 	// CheckArchive may have found Redis restarted (its connection's check).
 	if a.paused() {
-		return false, "paused", nil
+		return nil, "paused", nil
 	}
 	// The mark first: from here on no instance rebuilds the sale.
 	if err := a.db.BeginArchive(ctx, saleID, time.Now()); err != nil {
-		return false, "", err
+		return nil, "", err
 	}
 	if a.paused() {
-		return false, "paused", nil
+		return nil, "paused", nil
 	}
 	res, err := a.eng.Archive(ctx, saleID, last)
 	if err != nil {
-		return false, "", err
+		return nil, "", err
 	}
 	if !res.Ready && !res.Gone {
-		return false, res.Reason, nil
+		return nil, res.Reason, nil
 	}
-	if purge || !chk.Gone {
-		if _, err := a.eng.PurgeArchived(ctx, saleID); err != nil {
-			return false, "", err
+	return &removal{saleID: saleID, purge: purge || !chk.Gone, gone: chk.Gone}, "", nil
+}
+
+// finish purges what is left of the removed sales in Redis, all in one
+// call, then marks each archived in the database: finished[i] reports
+// rs[i] marked. A sale the purge may have left keys of is not marked (a
+// *inventory.PurgeError names them; any other error of the purge, every
+// sale it was given): it stays archiving, and a later pass purges and
+// marks it. err is the first error met.
+func (a *Archiver) finish(ctx context.Context, rs []removal) (finished []bool, err error) {
+	finished = make([]bool, len(rs))
+	var purge []string
+	for _, r := range rs {
+		if r.purge {
+			purge = append(purge, r.saleID)
 		}
 	}
-	if err := a.db.FinishArchive(ctx, saleID, time.Now()); err != nil {
-		return false, "", err
+	var unpurged map[string]bool
+	if len(purge) > 0 {
+		if _, err = a.eng.PurgeArchived(ctx, purge...); err != nil {
+			left := purge
+			if pe, ok := errors.AsType[*inventory.PurgeError](err); ok {
+				left = pe.Sales
+			}
+			unpurged = make(map[string]bool, len(left))
+			for _, id := range left {
+				unpurged[id] = true
+			}
+		}
 	}
-	if chk.Gone {
-		return true, "archived", nil
+	for i, r := range rs {
+		if r.purge && unpurged[r.saleID] {
+			continue
+		}
+		if ferr := a.db.FinishArchive(ctx, r.saleID, time.Now()); ferr != nil {
+			if err == nil {
+				err = ferr
+			}
+			continue
+		}
+		finished[i] = true
 	}
-	return true, "", nil
+	return finished, err
 }

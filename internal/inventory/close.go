@@ -4,10 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/gcra"
 	"github.com/seckill/seckill/internal/luascript"
@@ -135,81 +132,4 @@ func (e *Engine) archive(ctx context.Context, saleID, last string) (ArchiveCheck
 		return ArchiveCheck{Reason: "events in flight"}, nil
 	}
 	return ArchiveCheck{}, unexpected(archiveScript, reply)
-}
-
-// expiringFamilies are the names of the sale's keys that expire on their
-// own (see keys.go), as the start of the part after the sale's hash tag.
-var expiringFamilies = []string{"op:", "ptoken:", "tat:", "throttle:", "stage:"}
-
-// PurgeArchived removes what is left of an archived sale: the keys of it
-// that would expire on their own (op:*, ptoken:*, tat:*, throttle:*,
-// stage:*), found with SCAN on the node that holds the sale's slot and
-// removed with UNLINK, a page at a time, so that Redis is never held for
-// long. Keys a caller keeps under the sale's tag (Key) with other names
-// stay. Call it after Archive removed the sale; it returns how many keys
-// it removed. A client that cannot SCAN (not a go-redis client) removes
-// nothing: the keys expire.
-func (e *Engine) PurgeArchived(ctx context.Context, saleID string) (int, error) {
-	if err := validateID("sale", saleID); err != nil {
-		return 0, err
-	}
-	type scanner interface {
-		Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-		Unlink(ctx context.Context, keys ...string) *redis.IntCmd
-	}
-	k := e.keys(saleID)
-	var node scanner
-	if c, ok := e.rdb.(interface {
-		MasterForKey(ctx context.Context, key string) (*redis.Client, error)
-	}); ok {
-		n, err := c.MasterForKey(ctx, k.sale)
-		if err != nil {
-			return 0, fmt.Errorf("seckill: purge sale %s: %w", saleID, err)
-		}
-		node = n
-	} else if s, ok := e.rdb.(scanner); ok {
-		node = s
-	} else {
-		return 0, nil
-	}
-	match := globEscape(k.tag) + ":*"
-	removed := 0
-	var cursor uint64
-	for {
-		keys, next, err := node.Scan(ctx, cursor, match, 1000).Result()
-		if err != nil {
-			return removed, fmt.Errorf("seckill: purge sale %s: %w", saleID, err)
-		}
-		var doomed []string
-		for _, key := range keys {
-			rest := strings.TrimPrefix(key, k.tag+":")
-			for _, f := range expiringFamilies {
-				if strings.HasPrefix(rest, f) {
-					doomed = append(doomed, key)
-					break
-				}
-			}
-		}
-		if len(doomed) > 0 {
-			if err := node.Unlink(ctx, doomed...).Err(); err != nil {
-				return removed, fmt.Errorf("seckill: purge sale %s: %w", saleID, err)
-			}
-			removed += len(doomed)
-		}
-		if cursor = next; cursor == 0 {
-			return removed, nil
-		}
-	}
-}
-
-// globEscape escapes the characters SCAN's MATCH pattern treats as special.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

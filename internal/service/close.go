@@ -223,26 +223,61 @@ func (e archiveEngine) CheckArchive(ctx context.Context, saleID string) (invento
 	return chk, nil
 }
 
-// PurgeArchived is the engine's, and removes the room of a sale with one,
-// and the directory of the segmented sale whose segments are all
-// archiving now.
-func (e archiveEngine) PurgeArchived(ctx context.Context, saleID string) (int, error) {
-	n, err := e.Engine.PurgeArchived(ctx, saleID)
+// PurgeArchived is the engine's (one walk of the keyspace for all the
+// sales), and then, of each sale purged, removes its room if it has one,
+// and the directory of the segmented sale whose segments are all archiving
+// now. A sale whose room or directory could not be removed is named in
+// the *inventory.PurgeError it returns, with those the engine left keys
+// of: the archiver marks the others archived.
+func (e archiveEngine) PurgeArchived(ctx context.Context, saleIDs ...string) (int, error) {
+	n, err := e.Engine.PurgeArchived(ctx, saleIDs...)
+	failed := &inventory.PurgeError{}
+	left := map[string]bool{}
 	if err != nil {
-		return n, err
+		pe, ok := errors.AsType[*inventory.PurgeError](err)
+		if !ok {
+			return n, err // bad input, nothing purged
+		}
+		failed.Err = pe.Err
+		for _, id := range pe.Sales {
+			left[id] = true
+		}
 	}
+	for _, id := range saleIDs {
+		if !left[id] {
+			k, aerr := e.afterPurge(ctx, id)
+			n += k
+			if aerr == nil {
+				continue
+			}
+			if failed.Err == nil {
+				failed.Err = aerr
+			}
+		}
+		failed.Sales = append(failed.Sales, id)
+	}
+	if len(failed.Sales) > 0 {
+		return n, failed
+	}
+	return n, nil
+}
+
+// afterPurge removes the room of a purged sale with one, and the
+// directory of the segmented sale whose segments are all archiving now;
+// n counts the directory.
+func (e archiveEngine) afterPurge(ctx context.Context, saleID string) (n int, err error) {
 	parent, err := e.s.router.Parent(ctx, saleID)
 	if err != nil {
-		return n, err
+		return 0, err
 	}
 	if parent == "" {
 		// A sale with a room has one segment: itself.
-		return n, e.s.removeRoom(ctx, saleID)
+		return 0, e.s.removeRoom(ctx, saleID)
 	}
 	if done, err := e.s.allArchiving(ctx, parent); err != nil || !done {
-		return n, err
+		return 0, err
 	}
-	return n + 1, e.s.router.Seller().RemoveDirectory(ctx, parent)
+	return 1, e.s.router.Seller().RemoveDirectory(ctx, parent)
 }
 
 // allArchiving reports whether every segment of a segmented sale is

@@ -86,7 +86,23 @@ type reconciler struct {
 type visited struct {
 	at, seen time.Time
 	mark     string
+	// next: no visit of the sale begins before it (see visitShare).
+	next time.Time
 }
+
+// visitShare paces the visits of a sale by what they cost: a visit that
+// took d is followed by the sale's next no sooner than visitShare × d
+// after it ends, so that the loop spends at most about 1/visitShare of
+// its time on any one sale. A visit reads every order record and per-user
+// count the sale holds in Redis (reconcile.Sale), so its cost grows with
+// the sale: without this, a sale of millions of orders was read in full
+// at every pass it moved in, and its visits took more of the service and
+// of Redis the longer it sold. A sale of a million orders (about a
+// second a visit here) is so visited about once a minute, twenty million
+// about every twenty minutes; a small one every pass, as before. A drift
+// found waits for the next visit too, and is repaired if that one finds
+// it again.
+const visitShare = 60
 
 func newReconciler(s *Service) *reconciler {
 	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}, visited: map[string]visited{}, epoch: -1}
@@ -113,6 +129,9 @@ func newReconciler(s *Service) *reconciler {
 //   - and the others visited longest ago: every one that would otherwise
 //     go unreconciled for longer than sweep, and more up to the budget,
 //     idleVisitsPerSecond × ReconcileEvery at most in all.
+//
+// A sale whose last visit asks for a pause (visitShare) is none of these
+// until it ends: a visit reads every order of the sale.
 //
 // So idle sales cost a budget of visits per pass, busy ones up to twice
 // that; a sale that moved through this instance is visited at the next
@@ -163,12 +182,20 @@ func (rc *reconciler) pass(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		start := time.Now()
+		drifted[id] = rc.sale(ctx, id)
 		if live[id] {
 			v := rc.visited[id]
-			v.at, v.mark = time.Now(), visit[id]
+			v.at, v.mark, v.next = start, visit[id], time.Now().Add(visitShare*time.Since(start))
 			rc.visited[id] = v
 		}
-		drifted[id] = rc.sale(ctx, id)
+	}
+	// A drift found by a visit whose sale is not due again yet waits for
+	// its next visit (see visitShare).
+	for id, d := range rc.drifted {
+		if _, seen := visit[id]; d && !seen && live[id] {
+			drifted[id] = true
+		}
 	}
 	maps.DeleteFunc(rc.visited, func(id string, _ visited) bool { return !live[id] })
 	rc.drifted, rc.live = drifted, live
@@ -185,8 +212,10 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 			visit[id] = ""
 		}
 	}
+	// paced: a live sale whose last visit asks for a pause (visitShare).
+	paced := func(id string) bool { return now.Before(rc.visited[id].next) }
 	for id, d := range rc.drifted {
-		if d {
+		if d && !(live[id] && paced(id)) {
 			visit[id] = ""
 		}
 	}
@@ -206,7 +235,7 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 			rc.visited[id] = visited{seen: now, mark: unknownMark}
 		}
 		switch _, ok := visit[id]; {
-		case ok:
+		case ok, paced(id):
 		case m.moving(id):
 			moving = append(moving, id)
 		default:

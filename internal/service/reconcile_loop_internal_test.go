@@ -270,3 +270,52 @@ func settleS1(t *testing.T, s *Service) {
 	}
 	t.Fatal("the consumer did not catch up")
 }
+
+// TestReconcileVisitsPacedByTheirCost: a visit of a sale sets when the
+// next may begin, visitShare times its length after its end; until then
+// the sale is not visited, whether it moved or a visit found drift in it,
+// and the drift found waits for the next visit (not forgotten); once due,
+// it is visited again.
+func TestReconcileVisitsPacedByTheirCost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
+	s, _, must := startByHand(t, cfg)
+	_, err := s.eng.Buy(ctx, "s1", "u0", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+	must(err)
+	settleS1(t, s)
+	rc := newReconciler(s)
+	before := time.Now()
+	rc.pass(ctx)
+	first := rc.visited["s1"]
+	if first.at.Before(before) || !first.next.After(first.at) {
+		t.Fatalf("after a visit: %+v; want it visited and its next visit after it", first)
+	}
+
+	// A visit that took long: the next is an hour away. The sale moves
+	// and a visit found drift in it; passes leave it alone.
+	first.next = time.Now().Add(time.Hour)
+	rc.visited["s1"] = first
+	rc.drifted["s1"] = true
+	_, err = s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+	must(err)
+	settleS1(t, s)
+	for range 3 {
+		rc.pass(ctx)
+		if v := rc.visited["s1"]; !v.at.Equal(first.at) || !rc.drifted["s1"] {
+			t.Fatalf("paced sale: visited %+v (the first visit at %v), drift kept %v; want not visited, drift kept",
+				v, first.at, rc.drifted["s1"])
+		}
+	}
+
+	// Due again: visited at the next pass (it moved), its drift judged
+	// again (none: consistent).
+	first.next = time.Now().Add(-time.Millisecond)
+	rc.visited["s1"] = first
+	rc.pass(ctx)
+	if v := rc.visited["s1"]; !v.at.After(first.at) || rc.drifted["s1"] {
+		t.Fatalf("due sale: visited %+v (the first visit at %v), drift %v; want visited again, no drift",
+			v, first.at, rc.drifted["s1"])
+	}
+}

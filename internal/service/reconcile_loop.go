@@ -99,10 +99,24 @@ type visited struct {
 // at every pass it moved in, and its visits took more of the service and
 // of Redis the longer it sold. A sale of a million orders (about a
 // second a visit here) is so visited about once a minute, twenty million
-// about every twenty minutes; a small one every pass, as before. A drift
-// found waits for the next visit too, and is repaired if that one finds
-// it again.
-const visitShare = 60
+// about every twenty minutes. A pause no longer than a period, nor than
+// minVisitPause, is none: a sale whose visit takes a second or less (one
+// of up to about a million orders) is visited as if its visits cost
+// nothing. A drift found waits for the next visit too, and is repaired if
+// that one finds it again.
+const (
+	visitShare    = 60
+	minVisitPause = time.Minute
+)
+
+// pauseAfter is how long after a visit that took took the sale's next may
+// begin, with the loop's period every (see visitShare): 0 for no pause.
+func pauseAfter(took, every time.Duration) time.Duration {
+	if pause := visitShare * took; pause > max(every, minVisitPause) {
+		return pause
+	}
+	return 0
+}
 
 func newReconciler(s *Service) *reconciler {
 	return &reconciler{s: s, drifted: map[string]bool{}, live: map[string]bool{}, visited: map[string]visited{}, epoch: -1}
@@ -186,7 +200,10 @@ func (rc *reconciler) pass(ctx context.Context) {
 		drifted[id] = rc.sale(ctx, id)
 		if live[id] {
 			v := rc.visited[id]
-			v.at, v.mark, v.next = start, visit[id], time.Now().Add(visitShare*time.Since(start))
+			v.at, v.mark, v.next = start, visit[id], time.Time{}
+			if pause := pauseAfter(time.Since(start), rc.s.cfg.ReconcileEvery); pause > 0 {
+				v.next = time.Now().Add(pause)
+			}
 			rc.visited[id] = v
 		}
 	}

@@ -271,11 +271,30 @@ func settleS1(t *testing.T, s *Service) {
 	t.Fatal("the consumer did not catch up")
 }
 
-// TestReconcileVisitsPacedByTheirCost: a visit of a sale sets when the
-// next may begin, visitShare times its length after its end; until then
-// the sale is not visited, whether it moved or a visit found drift in it,
-// and the drift found waits for the next visit (not forgotten); once due,
-// it is visited again.
+// TestReconcilePauseAfterAVisit: a visit's pause is visitShare times its
+// length when that is longer than the period and than minVisitPause, none
+// otherwise.
+func TestReconcilePauseAfterAVisit(t *testing.T) {
+	for _, c := range []struct{ took, every, want time.Duration }{
+		{5 * time.Millisecond, 30 * time.Second, 0}, // a small sale: every pass
+		{time.Second, 30 * time.Second, 0},          // a minute: not past minVisitPause
+		{2 * time.Second, 30 * time.Second, 2 * time.Minute},
+		{20 * time.Second, 30 * time.Second, 20 * time.Minute},
+		{2 * time.Second, -1, 2 * time.Minute},
+		{900 * time.Millisecond, -1, 0},
+		{3 * time.Second, 5 * time.Minute, 0}, // within the period
+		{6 * time.Second, 5 * time.Minute, 6 * time.Minute},
+	} {
+		if got := pauseAfter(c.took, c.every); got != c.want {
+			t.Errorf("pauseAfter(%v, %v) = %v, want %v", c.took, c.every, got, c.want)
+		}
+	}
+}
+
+// TestReconcileVisitsPacedByTheirCost: a sale whose last visit asks for a
+// pause is not visited until it ends, whether it moved or a visit found
+// drift in it, and the drift found waits for the next visit (not
+// forgotten); once due, it is visited again. A quick visit asks for none.
 func TestReconcileVisitsPacedByTheirCost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -289,8 +308,8 @@ func TestReconcileVisitsPacedByTheirCost(t *testing.T) {
 	before := time.Now()
 	rc.pass(ctx)
 	first := rc.visited["s1"]
-	if first.at.Before(before) || !first.next.After(first.at) {
-		t.Fatalf("after a visit: %+v; want it visited and its next visit after it", first)
+	if first.at.Before(before) || !first.next.IsZero() {
+		t.Fatalf("after a quick visit: %+v; want it visited, no pause", first)
 	}
 
 	// A visit that took long: the next is an hour away. The sale moves

@@ -477,24 +477,8 @@ func tally(saleID string, h saleHashes) unitTally {
 		}
 	}
 	for f, v := range h[hashBought] {
-		_, sku, _ := strings.Cut(f, "|")
-		n, _ := strconv.ParseInt(v, 10, 64)
+		sku, n := heldUnits(f, v)
 		t.held[sku] += n
 	}
 	return t
-}
-
-// UnitsHeld sums, per sku, the units the sale's per-user counts hold: what
-// buyers hold according to the counts the per-user limit is checked
-// against. With nothing lost, it equals UnitsInOrders. It scans every count
-// (HSCAN): for reconciliation, not for a hot path.
-func (e *Engine) UnitsHeld(ctx context.Context, saleID string) (map[string]int64, error) {
-	if err := validateID("sale", saleID); err != nil {
-		return nil, err
-	}
-	h, err := e.scanHash(ctx, e.keys(saleID).bought, 1000)
-	if err != nil {
-		return nil, err
-	}
-	return tally(saleID, saleHashes{hashBought: h}).held, nil
 }

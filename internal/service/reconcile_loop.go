@@ -104,16 +104,27 @@ type visited struct {
 // of up to about a million orders) is visited as if its visits cost
 // nothing. A drift found waits for the next visit too, and is repaired if
 // that one finds it again.
+//
+// What is timed is the visit's read of the sale (reconcile.Sale), not a
+// repair that follows (two more reads), and only when it succeeded: a
+// visit that failed (Redis or the database away, perhaps after minutes of
+// timeouts) read nothing of the sale's size and asks for no pause. A pause
+// is at most maxVisitPause, since a read slowed by a Redis or a database
+// under strain, not by the sale's size, would otherwise keep the sale
+// from the loop for 60 times the strain, right when drift is likeliest;
+// and a switch of the sell mode's epoch (an outage, a recovery) ends
+// every pause (see pass).
 const (
 	visitShare    = 60
 	minVisitPause = time.Minute
+	maxVisitPause = 30 * time.Minute // a visit of 30 s: thirty million orders or so
 )
 
 // pauseAfter is how long after a visit that took took the sale's next may
 // begin, with the loop's period every (see visitShare): 0 for no pause.
 func pauseAfter(took, every time.Duration) time.Duration {
 	if pause := visitShare * took; pause > max(every, minVisitPause) {
-		return pause
+		return min(pause, maxVisitPause)
 	}
 	return 0
 }
@@ -169,6 +180,10 @@ func (rc *reconciler) pass(ctx context.Context) {
 	if mode.Epoch != rc.epoch {
 		clear(rc.drifted) // found before a switch: not this epoch's drift
 		rc.epoch = mode.Epoch
+		for id, v := range rc.visited { // a new epoch ends every pause (see visitShare)
+			v.next = time.Time{}
+			rc.visited[id] = v
+		}
 	}
 	ids, err := rc.s.liveSaleIDs(ctx)
 	if err != nil {
@@ -197,11 +212,12 @@ func (rc *reconciler) pass(ctx context.Context) {
 			return
 		}
 		start := time.Now()
-		drifted[id] = rc.sale(ctx, id)
+		var took time.Duration
+		drifted[id], took = rc.sale(ctx, id)
 		if live[id] {
 			v := rc.visited[id]
 			v.at, v.mark, v.next = start, visit[id], time.Time{}
-			if pause := pauseAfter(time.Since(start), rc.s.cfg.ReconcileEvery); pause > 0 {
+			if pause := pauseAfter(took, rc.s.cfg.ReconcileEvery); pause > 0 {
 				v.next = time.Now().Add(pause)
 			}
 			rc.visited[id] = v
@@ -318,13 +334,17 @@ func (rc *reconciler) choose(ctx context.Context, ids []string, live map[string]
 	return visit
 }
 
-// sale reconciles one sale and reports whether drift remains.
-func (rc *reconciler) sale(ctx context.Context, id string) bool {
+// sale reconciles one sale and reports whether drift remains, and how
+// long its read of the sale took (0 if it failed): the visit's cost, see
+// visitShare.
+func (rc *reconciler) sale(ctx context.Context, id string) (drift bool, took time.Duration) {
 	s := rc.s
+	start := time.Now()
 	rep, err := reconcile.Sale(ctx, s.eng, s.rdb, s.db, id)
 	if err != nil {
-		return false // an archived sale's last pass among them: its series are gone (live_bounds.go)
+		return false, 0 // an archived sale's last pass among them: its series are gone (live_bounds.go)
 	}
+	took = time.Since(start)
 	if inventory.PendingOut(rep.Moves) {
 		// A move out of this segment whose arrival is not confirmed: one
 		// under way, or one left pending whose note was lost (moves.go).
@@ -336,7 +356,7 @@ func (rc *reconciler) sale(ctx context.Context, id string) bool {
 	repairs := s.metrics.repairs.WithLabelValues(id) // every sale's count exists from 0
 	rc.publish(rep)
 	if !rep.Drifted() || !rc.drifted[id] {
-		return rep.Drifted()
+		return rep.Drifted(), took
 	}
 	res, err := reconcile.Repair(ctx, s.eng, s.rdb, s.db, id)
 	if len(res.Changes) > 0 {
@@ -349,12 +369,12 @@ func (rc *reconciler) sale(ctx context.Context, id string) bool {
 		if ctx.Err() == nil {
 			s.log.Error("reconcile: repair failed", "sale", id, "err", err)
 		}
-		return true
+		return true, took
 	case res.Skipped != "":
 		s.log.Warn("reconcile: drift not repaired", "sale", id, "reason", res.Skipped)
 	}
 	rc.publish(res.After)
-	return res.After.Drifted()
+	return res.After.Drifted(), took
 }
 
 // publish hands a pass's drift to the live view.

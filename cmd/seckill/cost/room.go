@@ -106,10 +106,7 @@ func RunRoom(ctx context.Context, cfg Config) (RoomReport, error) {
 	}
 	defer e.close()
 	rep.Redis = e.describeRedis()
-	tag := e.runID + "room"
-	r := &round{cfg: &cfg, env: e, build: "A", bin: cfg.Builds[0], n: 1,
-		db: "seckill_cost_" + tag, prefix: "costbench-" + tag, sampler: pgSampler{postmaster: e.postmaster}}
-	r.sampler.db = r.db
+	r := e.oneServe(&cfg, "room", "")
 	rep.Database, rep.KeyPrefix = r.db, r.prefix
 	err = r.runRoom(ctx, &rep)
 	return rep.summarize(), err

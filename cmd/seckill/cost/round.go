@@ -51,6 +51,17 @@ type round struct {
 	sampler pgSampler
 }
 
+// oneServe is the one round of a run that measures one serve of
+// cfg.Builds[0] throughout (--room, --soak): name tells its database and
+// key prefix from other runs', sale is its sale's JSON ("" for saleJSON).
+func (e *env) oneServe(cfg *Config, name, sale string) *round {
+	tag := e.runID + name
+	r := &round{cfg: cfg, env: e, build: "A", bin: cfg.Builds[0], n: 1, sale: sale,
+		db: "seckill_cost_" + tag, prefix: "costbench-" + tag, sampler: pgSampler{postmaster: e.postmaster}}
+	r.sampler.db = r.db
+	return r
+}
+
 // run measures the round; the deferred clean-up runs whatever happens,
 // ctx cancelled included.
 func (r *round) run(ctx context.Context) (res Result, err error) {

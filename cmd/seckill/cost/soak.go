@@ -138,10 +138,7 @@ func RunSoak(ctx context.Context, cfg Config) (SoakReport, error) {
 	}
 	defer e.close()
 	rep.Redis = e.describeRedis()
-	tag := e.runID + "soak"
-	r := &round{cfg: &cfg, env: e, build: "A", bin: cfg.Builds[0], n: 1, sale: soakSaleJSON,
-		db: "seckill_cost_" + tag, prefix: "costbench-" + tag, sampler: pgSampler{postmaster: e.postmaster}}
-	r.sampler.db = r.db
+	r := e.oneServe(&cfg, "soak", soakSaleJSON)
 	rep.Database, rep.KeyPrefix = r.db, r.prefix
 	err = r.runSoak(ctx, &rep)
 	rep.compare(sc.Early)

@@ -93,18 +93,7 @@ func TestArchivePassCost(t *testing.T) {
 		defer close(done)
 		_ = c.Run(ctx)
 	}()
-	waitfor.Until(t, 10*waitfor.Patience, "the sales' events to be stored", func() error {
-		for _, id := range ids {
-			chk, err := r.eng.CheckArchive(r.ctx, id)
-			if err != nil || !chk.Ready {
-				return fmt.Errorf("%s: check %+v, %v", id, chk, err)
-			}
-			if newest, err := r.db.NewestEvent(r.ctx, id); err != nil || newest != chk.Last {
-				return fmt.Errorf("%s: database at %s (%v), stream at %s", id, newest, err, chk.Last)
-			}
-		}
-		return nil
-	})
+	r.waitArchivable(10*waitfor.Patience, ids)
 	stop() // the consumer's reads are no part of the pass
 	<-done
 	keys := rdb.DBSize(r.ctx).Val()

@@ -33,7 +33,21 @@ func (r *rig) endedSales(name string, n int) []string {
 		}
 	}
 	r.consume("c")
-	waitfor.Until(r.t, waitfor.Patience, "the sales to end with their events stored", func() error {
+	r.waitArchivable(waitfor.Patience, ids)
+	for _, id := range ids {
+		if r.expiring(id) == 0 {
+			r.t.Fatalf("sale %s has no key that expires on its own: the test tests nothing", id)
+		}
+	}
+	return ids
+}
+
+// waitArchivable waits up to patience for every sale of ids to have ended
+// with its stream settled and its last event in the database: what a pass
+// needs to archive it.
+func (r *rig) waitArchivable(patience time.Duration, ids []string) {
+	r.t.Helper()
+	waitfor.Until(r.t, patience, "the sales to end with their events stored", func() error {
 		for _, id := range ids {
 			chk, err := r.eng.CheckArchive(r.ctx, id)
 			if err != nil || !chk.Ready {
@@ -45,12 +59,6 @@ func (r *rig) endedSales(name string, n int) []string {
 		}
 		return nil
 	})
-	for _, id := range ids {
-		if r.expiring(id) == 0 {
-			r.t.Fatalf("sale %s has no key that expires on its own: the test tests nothing", id)
-		}
-	}
-	return ids
 }
 
 // expiring counts the keys of the sale that only the purge removes.

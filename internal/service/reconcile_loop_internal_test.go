@@ -298,15 +298,8 @@ func TestReconcilePauseAfterAVisit(t *testing.T) {
 func TestReconcileVisitsPacedByTheirCost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
-	s, _, must := startByHand(t, cfg)
-	_, err := s.eng.Buy(ctx, "s1", "u0", []inventory.Line{{SKU: "A", Qty: 1}}, "")
-	must(err)
-	settleS1(t, s)
-	rc := newReconciler(s)
 	before := time.Now()
-	rc.pass(ctx)
+	s, rc, must := visitedOnce(t)
 	first := rc.visited["s1"]
 	if first.at.Before(before) || !first.next.IsZero() {
 		t.Fatalf("after a quick visit: %+v; want it visited, no pause", first)
@@ -317,7 +310,7 @@ func TestReconcileVisitsPacedByTheirCost(t *testing.T) {
 	first.next = time.Now().Add(time.Hour)
 	rc.visited["s1"] = first
 	rc.drifted["s1"] = true
-	_, err = s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+	_, err := s.eng.Buy(ctx, "s1", "u1", []inventory.Line{{SKU: "A", Qty: 1}}, "")
 	must(err)
 	settleS1(t, s)
 	for range 3 {
@@ -337,4 +330,21 @@ func TestReconcileVisitsPacedByTheirCost(t *testing.T) {
 		t.Fatalf("due sale: visited %+v (the first visit at %v), drift %v; want visited again, no drift",
 			v, first.at, rc.drifted["s1"])
 	}
+}
+
+// visitedOnce starts a service by hand (startByHand) on Redis and
+// PostgreSQL, buys a unit of s1, waits for its order to be stored and runs
+// one reconcile pass of a new reconciler, which visits s1.
+func visitedOnce(t *testing.T) (*Service, *reconciler, func(error)) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := redistest.Standalone(t)
+	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
+	s, _, must := startByHand(t, cfg)
+	_, err := s.eng.Buy(ctx, "s1", "u0", []inventory.Line{{SKU: "A", Qty: 1}}, "")
+	must(err)
+	settleS1(t, s)
+	rc := newReconciler(s)
+	rc.pass(ctx)
+	return s, rc, must
 }

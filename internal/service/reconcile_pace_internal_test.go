@@ -87,14 +87,7 @@ func TestReconcilePauseCapped(t *testing.T) {
 func TestReconcilePaceResetOnEpochChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := redistest.Standalone(t)
-	cfg := Config{RedisURL: "redis://" + rdb.Options().Addr + "/0", KeyPrefix: redistest.Prefix(t, rdb), DatabaseURL: dbtest.PostgresURL(t)}
-	s, _, must := startByHand(t, cfg)
-	_, err := s.eng.Buy(ctx, "s1", "u0", []inventory.Line{{SKU: "A", Qty: 1}}, "")
-	must(err)
-	settleS1(t, s)
-	rc := newReconciler(s)
-	rc.pass(ctx)
+	_, rc, _ := visitedOnce(t)
 	first := rc.visited["s1"]
 	first.next = time.Now().Add(time.Hour)
 	rc.visited["s1"] = first

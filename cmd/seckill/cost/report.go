@@ -68,6 +68,14 @@ type Result struct {
 	IdlePct  float64 `json:"machine_idle_pct"`
 	StealPct float64 `json:"machine_steal_pct"`
 
+	// Closed is, for an open loop at a fraction of the closed loop's rate
+	// (Config.OpenFraction), that closed loop, measured in the same round
+	// just before it the same way; ClosedTotalUS its total µs per buy and
+	// OpenOverClosed the open loop's total over it.
+	Closed         *Result `json:"closed_loop,omitempty"`
+	ClosedTotalUS  float64 `json:"closed_total_us_per_buy,omitempty"`
+	OpenOverClosed float64 `json:"open_over_closed_total,omitempty"`
+
 	CatchUpS   float64  `json:"catch_up_s"`   // from the load's end until every order was in the database
 	OrdersInDB int      `json:"orders_in_db"` // of the measured load
 	Problems   []string `json:"problems,omitempty"`
@@ -198,6 +206,8 @@ var columns = []column{
 	{"steal %", "%.1f", func(r *Result) float64 { return r.StealPct }, func(r *Result, v float64) { r.StealPct = v }},
 	{"non-2xx", "%.0f", func(r *Result) float64 { return float64(r.Non2xx + r.Errors) }, func(r *Result, v float64) { r.Non2xx = int(math.Round(v)) }},
 	{"catch-up s", "%.2f", func(r *Result) float64 { return r.CatchUpS }, func(r *Result, v float64) { r.CatchUpS = v }},
+	{"closed µs", "%.1f", func(r *Result) float64 { return r.ClosedTotalUS }, func(r *Result, v float64) { r.ClosedTotalUS = v }},
+	{"open/closed", "%.2f", func(r *Result) float64 { return r.OpenOverClosed }, func(r *Result, v float64) { r.OpenOverClosed = v }},
 }
 
 // summarize computes the medians and the ratio.
@@ -307,7 +317,7 @@ func PrintText(w io.Writer, rep Report) {
 				cells = append(cells, fmt.Sprintf("%.2f", v))
 			case (c.head == "lag p99 ms" || c.head == "wait p99 ms") && r.Load != "open": // a closed loop has no schedule
 				cells = append(cells, "-")
-			case v == 0 && strings.Contains(c.head, "µs"):
+			case v == 0 && (strings.Contains(c.head, "µs") || c.head == "open/closed"):
 				cells = append(cells, "-")
 			default:
 				cells = append(cells, fmt.Sprintf(c.format, v))
@@ -331,11 +341,19 @@ func PrintText(w io.Writer, rep Report) {
 	fmt.Fprintln(w, "Redis in/out B: bytes its clients sent it / it sent them, per buy.")
 	fmt.Fprintln(w, "idle %, steal %: the whole machine's idle time and the time its hypervisor took for others (/proc/stat), in per cent of all its CPUs', over the same window.")
 	fmt.Fprintln(w, "Open loop: lag p99 ms, how far the generator sent behind its schedule; wait p99 ms, how long due requests waited for a free connection (both count in the latencies, from each request's scheduled send).")
+	if rep.OpenFraction > 0 {
+		fmt.Fprintln(w, "closed µs: total CPU per buy of the closed loop that set the round's rate, measured just before its open loop the same way; open/closed: the open loop's total over it.")
+	}
 	printRefs(w, rep)
 	printCommands(w, rep)
 	for _, r := range rep.Results {
 		if r.Load == "open" && rep.OpenFraction > 0 {
-			fmt.Fprintf(w, "round %d build %s: open loop at %.0f/s\n", r.Round, r.Build, r.RateAsked)
+			fmt.Fprintf(w, "round %d build %s: open loop at %.0f/s", r.Round, r.Build, r.RateAsked)
+			if c := r.Closed; c != nil {
+				fmt.Fprintf(w, "; its closed loop: %.0f buys/s, service %.1f µs, Redis %.1f, PG %.1f, %.1f buys/call, p99 %.2f ms",
+					c.BuysPerS, c.ServiceUS, c.RedisUS, c.PostgresUS, c.BuysPerEvalsha, c.P99MS)
+			}
+			fmt.Fprintln(w)
 		}
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "round %d build %s: %s\n", r.Round, r.Build, p)

@@ -78,16 +78,37 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 	accepted := 0 // 2xx replies of the round, the calibration's included
 	rate := r.cfg.OpenRate
 	if r.cfg.OpenFraction > 0 {
+		// The closed loop that sets the rate is measured as a round of its
+		// own, for the open loop's cost to be read against it (the ratio
+		// OpenOverClosed).
 		quietGenerator()
+		calBefore, err := r.snapshot(ctx, true)
+		if err != nil {
+			return res, err
+		}
+		stopCal := r.sampleDuring(ctx)
 		cal := r.closed(ctx, tokens)
 		if ctx.Err() != nil {
+			stopCal()
 			return res, ctx.Err()
 		}
 		accepted += cal.Status2xx
 		tokens = tokens[min(cal.Sent, len(tokens)):]
-		if _, err := r.catchUp(ctx, accepted); err != nil {
+		_, err = r.catchUp(ctx, accepted)
+		stopCal()
+		if err != nil {
 			return res, err
 		}
+		calAfter, err := r.snapshot(ctx, false)
+		if err != nil {
+			return res, err
+		}
+		closed := Result{Build: res.Build, Bin: res.Bin, Round: res.Round, Load: "closed", Sent: cal.Sent,
+			Buys: cal.Status2xx, Non2xx: cal.Non2xx, Errors: cal.Errors, DurationS: cal.DurationS, BuysPerS: cal.Rate2xx,
+			P50MS: cal.LatencyMS.P50, P99MS: cal.LatencyMS.P99, MaxMS: cal.LatencyMS.Max}
+		closed.account(calBefore, calAfter, r.sampler.micros)
+		res.Closed = &closed
+		r.sampler.procs = nil // the open loop's processes, from its start
 		rate = r.cfg.OpenFraction * cal.Rate2xx
 		if rate <= 0 {
 			return res, fmt.Errorf("the calibration run accepted no buy (non-2xx %d, errors %d)", cal.Non2xx, cal.Errors)
@@ -172,6 +193,10 @@ func (r *round) run(ctx context.Context) (res Result, err error) {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d non-2xx replies, %d requests without a reply", res.Non2xx, res.Errors))
 	}
 	res.account(before, after, r.sampler.micros)
+	if res.Closed != nil {
+		res.ClosedTotalUS = res.Closed.TotalUS
+		res.OpenOverClosed = ratioOf(res.TotalUS, res.Closed.TotalUS)
+	}
 	return res, nil
 }
 

@@ -1,0 +1,196 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/internal/redistest"
+	"github.com/seckill/seckill/internal/waitfor"
+)
+
+// Adversarial tests of the linger (Coalesce.Linger) that need the
+// coalescer's insides: its timer, its engine's map of coalescers.
+
+// advLingerEngine is an engine on the shared Redis with sales s0..s<n-1>,
+// one item A each, and plenty of stock.
+func advLingerEngine(t *testing.T, co Coalesce, n int) *Engine {
+	t.Helper()
+	rdb := redistest.Standalone(t)
+	e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb), Coalesce: co, SoldOut: SoldOut{Off: true}})
+	for i := range n {
+		if err := e.CreateSale(context.Background(), Sale{ID: fmt.Sprint("s", i), PerUserLimit: 1000,
+			Items: []Item{{SKU: "A", Stock: 100000}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// crowded makes sale's coalescer (a new one if it has none) look as if
+// its last call carried n buys: its next buy that finds nothing in flight
+// lingers.
+func crowded(e *Engine, sale string, n int) *coalescer {
+	c := e.coalescerOf(sale)
+	c.mu.Lock()
+	c.lastBatch = n
+	c.mu.Unlock()
+	return c
+}
+
+func coalescerCount(e *Engine) int {
+	n := 0
+	e.coalescers.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// TestAdvLingerIdleCrowdsAreForgotten: many sales, each with a crowd whose
+// buys linger and share a call, then nothing: each coalescer is kept a
+// while for its crowd's next buy, then forgotten; no coalescer, timer
+// goroutine or sender is left behind once they all went idle.
+func TestAdvLingerIdleCrowdsAreForgotten(t *testing.T) {
+	const sales, each = 40, 4
+	e := advLingerEngine(t, Coalesce{Linger: 20 * time.Millisecond}, sales)
+	base := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	for s := range sales {
+		sale := fmt.Sprint("s", s)
+		crowded(e, sale, 2)
+		for u := range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := e.Buy(context.Background(), sale, fmt.Sprint("u", u), []Line{{SKU: "A", Qty: 1}}, ""); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	waitfor.Until(t, waitfor.Patience, "every idle coalescer forgotten", func() error {
+		if n := coalescerCount(e); n != 0 {
+			return fmt.Errorf("%d kept", n)
+		}
+		return nil
+	})
+	waitfor.Until(t, waitfor.Patience, "no goroutine left behind", func() error {
+		if n := runtime.NumGoroutine(); n > base+5 {
+			return fmt.Errorf("%d goroutines, %d before the buys", n, base)
+		}
+		return nil
+	})
+}
+
+// TestAdvLingerNegativeIsTheOldRule: a negative Linger sends each call as
+// soon as it may, as before lingers: a sale whose last call carried many
+// buys arms no timer, neither for a linger nor to keep its idle
+// coalescer, which is forgotten once idle.
+func TestAdvLingerNegativeIsTheOldRule(t *testing.T) {
+	e := advLingerEngine(t, Coalesce{Linger: -1, Overlap: 4}, 1)
+	if l := e.coalesce.Linger; l >= 0 {
+		t.Fatalf("Linger -1 became %v", l)
+	}
+	c := crowded(e, "s0", 50)
+	for wave := range 3 {
+		var wg sync.WaitGroup
+		for u := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := e.Buy(context.Background(), "s0", fmt.Sprint("u", u), []Line{{SKU: "A", Qty: 1}}, fmt.Sprint(wave)); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	c.mu.Lock()
+	armed, lingering := c.timer != nil, c.lingering
+	c.mu.Unlock()
+	if armed || lingering {
+		t.Errorf("Linger -1: timer armed %v, lingering %v; want neither", armed, lingering)
+	}
+	waitfor.Until(t, waitfor.Patience, "the idle coalescer forgotten", func() error {
+		if n := coalescerCount(e); n != 0 {
+			return fmt.Errorf("%d kept", n)
+		}
+		return nil
+	})
+}
+
+// TestAdvLingerInAForgottenCoalescer: a buy that found its sale's
+// coalescer just before it was forgotten (kept idle 4 lingers, then
+// dropped by its timer) works through it, lingering there, while the
+// sale's next buys make and use a new one: every buy returns, each sold
+// once.
+func TestAdvLingerInAForgottenCoalescer(t *testing.T) {
+	e := advLingerEngine(t, Coalesce{Linger: 30 * time.Millisecond}, 1)
+	old := crowded(e, "s0", 3)
+	old.mu.Lock()
+	old.arm(4 * e.coalesce.Linger) // as next leaves an idle crowd's coalescer
+	old.mu.Unlock()
+	waitfor.Until(t, waitfor.Patience, "the idle coalescer forgotten", func() error {
+		if n := coalescerCount(e); n != 0 {
+			return fmt.Errorf("%d kept", n)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	late := func(user string) (Receipt, error) {
+		c, err := checkBuy(BuyRequest{SaleID: "s0", UserID: user, Lines: []Line{{SKU: "A", Qty: 1}}})
+		if err != nil {
+			return Receipt{}, err
+		}
+		bc, err := e.newBuyCall(c)
+		if err != nil {
+			return Receipt{}, err
+		}
+		return old.buy(ctx, bc)
+	}
+	var wg sync.WaitGroup
+	ids := make(chan string, 16)
+	for i := range 8 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			rc, err := late(fmt.Sprint("late", i))
+			if err != nil {
+				t.Errorf("late%d through the forgotten coalescer: %v", i, err)
+				return
+			}
+			ids <- rc.Order.ID
+		}()
+		go func() {
+			defer wg.Done()
+			rc, err := e.Buy(ctx, "s0", fmt.Sprint("new", i), []Line{{SKU: "A", Qty: 1}}, "")
+			if err != nil {
+				t.Errorf("new%d: %v", i, err)
+				return
+			}
+			ids <- rc.Order.ID
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Errorf("order %s given to two buys", id)
+		}
+		seen[id] = true
+	}
+	st, err := e.Stock(context.Background(), "s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sold := st.Items[0].Sold; sold != int64(len(seen)) {
+		t.Errorf("sold %d, %d buys accepted", sold, len(seen))
+	}
+	if v, ok := e.coalescers.Load("s0"); ok && v.(*coalescer) == old {
+		t.Errorf("the forgotten coalescer came back")
+	}
+}

@@ -3,10 +3,13 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
@@ -192,5 +195,113 @@ func TestAdvLingerInAForgottenCoalescer(t *testing.T) {
 	}
 	if v, ok := e.coalescers.Load("s0"); ok && v.(*coalescer) == old {
 		t.Errorf("the forgotten coalescer came back")
+	}
+}
+
+// slowRedis delays every command (single or pipelined) by up to max.
+type slowRedis struct{ max time.Duration }
+
+func (s slowRedis) sleep() { time.Sleep(time.Duration(rand.Int64N(int64(s.max) + 1))) }
+
+func (s slowRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s slowRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.sleep()
+		return next(ctx, cmd)
+	}
+}
+
+func (s slowRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.sleep()
+		return next(ctx, cmds)
+	}
+}
+
+// TestAdvLingerInvariantsAtEveryUnlock: while buyers come in bursts and
+// pauses around the linger, some giving up, and Redis answers unevenly, a
+// sampler looks at the sale's coalescer between its critical sections and
+// finds what every send relies on: queued buys always have a call in
+// flight or a linger to carry them on (else they wait forever), a linger
+// never waits with InFlight calls in flight (its tick could not send), and
+// never more than InFlight calls.
+func TestAdvLingerInvariantsAtEveryUnlock(t *testing.T) {
+	for _, co := range []Coalesce{
+		{Linger: time.Millisecond, Overlap: 5},
+		{Linger: 3 * time.Millisecond, Overlap: 3, InFlight: 1, MaxBatch: 4},
+		{Linger: 500 * time.Microsecond, Overlap: 2, MaxBatch: 2, InFlight: 3},
+	} {
+		t.Run(fmt.Sprintf("%v/%d/%d/%d", co.Linger, co.Overlap, co.InFlight, co.MaxBatch), func(t *testing.T) {
+			rdb := redistest.Standalone(t)
+			rdb.AddHook(slowRedis{max: 2 * co.Linger})
+			e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb), Coalesce: co, SoldOut: SoldOut{Off: true}})
+			if err := e.CreateSale(context.Background(), Sale{ID: "s0", PerUserLimit: 1 << 20,
+				Items: []Item{{SKU: "A", Stock: 1 << 20}}}); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			sampled := make(chan int)
+			go func() {
+				n := 0
+				defer func() { sampled <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					v, ok := e.coalescers.Load("s0")
+					if !ok {
+						runtime.Gosched()
+						continue
+					}
+					c := v.(*coalescer)
+					c.mu.Lock()
+					q, f, l := len(c.queue), c.inFlight, c.lingering
+					c.mu.Unlock()
+					n++
+					switch {
+					case q > 0 && f == 0 && !l:
+						t.Errorf("%d buys queued with no call in flight and no linger", q)
+					case l && q == 0:
+						t.Errorf("lingering with nothing queued")
+					case l && f >= e.coalesce.InFlight:
+						t.Errorf("lingering with %d calls in flight, InFlight %d", f, e.coalesce.InFlight)
+					case f > e.coalesce.InFlight || f < 0:
+						t.Errorf("%d calls in flight, InFlight %d", f, e.coalesce.InFlight)
+					}
+					if t.Failed() {
+						return
+					}
+					time.Sleep(20 * time.Microsecond)
+				}
+			}()
+			var wg sync.WaitGroup
+			for g := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(g), 5))
+					for range 40 {
+						time.Sleep(time.Duration(rng.Int64N(int64(3 * co.Linger))))
+						ctx, cancel := context.Background(), context.CancelFunc(func() {})
+						if rng.IntN(4) == 0 {
+							ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(2*co.Linger))))
+						}
+						_, err := e.Buy(ctx, "s0", fmt.Sprint("u", g), []Line{{SKU: "A", Qty: 1}}, "")
+						cancel()
+						if err != nil && ctx.Err() == nil {
+							t.Error(err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(stop)
+			if n := <-sampled; n == 0 {
+				t.Errorf("the sampler saw nothing")
+			}
+		})
 	}
 }

@@ -232,7 +232,7 @@ func TestAdvLingerEveryBuyReturns(t *testing.T) {
 // caller gets ctx's error, and the sale is not left counting a call in
 // flight that never was: the next buy goes through.
 func TestAdvLingerersWhoAllGiveUpAreNeverSent(t *testing.T) {
-	const linger = 300 * time.Millisecond
+	const linger = 2 * time.Second // long enough for the three to join it on a loaded machine
 	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: linger}})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 	calls := countScripts(r.rdb, r.key("s1", "sale"))
@@ -486,5 +486,90 @@ func TestAdvLingerIgnoresTheEnginesClock(t *testing.T) {
 				t.Fatalf("the lingering buy: %v", err)
 			}
 		})
+	}
+}
+
+// TestAdvLingerEndsForATrickle: a linger is timed from its oldest buy, not
+// from its newest: a trickle of buyers that each join it before it ends
+// does not keep it open for as long as the trickle lasts (its first buyer
+// would wait for them all).
+func TestAdvLingerEndsForATrickle(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: 200 * time.Millisecond, Overlap: 1000}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1000, Items: []inventory.Item{{SKU: "A", Stock: 10000}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	before := calls.n.Load()
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	first := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		_, err := r.eng.Buy(ctx, "s1", "first", lines("A", 1), "")
+		first <- err
+	}()
+	go func() { // a buy every 20 ms, until the first buyer has their answer
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := r.eng.Buy(ctx, "s1", fmt.Sprint("t", i%50), lines("A", 1), ""); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}()
+	err := <-first
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the first buyer, with a trickle joining their linger: %v", err)
+	}
+	if n := calls.n.Load() - before; n < 1 {
+		t.Errorf("%d calls: the trickle was never sent", n)
+	}
+}
+
+// TestAdvLingerWhenTheClientCloses: the engine's Redis client is closed
+// (a shutdown) while buys linger: when the linger ends they are sent,
+// fail, and their callers get the error, not a wait without end.
+func TestAdvLingerWhenTheClientCloses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	r := &rig{t: t, ctx: context.Background(), rdb: rdb, prefix: redistest.Prefix(t, rdb), clock: newTestClock()}
+	r.eng = inventory.New(rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock,
+		Coalesce: inventory.Coalesce{Linger: time.Second}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	done := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := r.eng.Buy(ctx, "s1", fmt.Sprint("u", i), lines("A", 1), "")
+			done <- err
+		}()
+	}
+	waitfor.Until(t, waitfor.Patience, "the buys linger", func() error {
+		if q, f := r.eng.SaleQueue("s1"); q != 3 || f != 0 {
+			return fmt.Errorf("%d queued, %d calls in flight; want 3, 0", q, f)
+		}
+		return nil
+	})
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-done; err == nil {
+			t.Errorf("a buy sent over a closed client succeeded")
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a lingering buy waited out its ctx: %v", err)
+		}
 	}
 }

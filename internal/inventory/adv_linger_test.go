@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -464,7 +465,7 @@ func TestAdvLingerThroughAFaultyWire(t *testing.T) {
 func TestAdvLingerIgnoresTheEnginesClock(t *testing.T) {
 	for _, jump := range []time.Duration{-time.Hour, 24 * time.Hour} {
 		t.Run(jump.String(), func(t *testing.T) {
-			r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: time.Second}})
+			r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: 2 * time.Second}})
 			r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 			calls := countScripts(r.rdb, r.key("s1", "sale"))
 			warmCrowd(t, r, calls)
@@ -543,7 +544,7 @@ func TestAdvLingerWhenTheClientCloses(t *testing.T) {
 	rdb := srv.Client(t)
 	r := &rig{t: t, ctx: context.Background(), rdb: rdb, prefix: redistest.Prefix(t, rdb), clock: newTestClock()}
 	r.eng = inventory.New(rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock,
-		Coalesce: inventory.Coalesce{Linger: time.Second}})
+		Coalesce: inventory.Coalesce{Linger: 2 * time.Second}})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 	calls := countScripts(r.rdb, r.key("s1", "sale"))
 	warmCrowd(t, r, calls)
@@ -571,5 +572,44 @@ func TestAdvLingerWhenTheClientCloses(t *testing.T) {
 		} else if errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("a lingering buy waited out its ctx: %v", err)
 		}
+	}
+}
+
+// TestAdvLingerWithoutEnd: a linger as long as a Duration goes (a crowd's
+// buys wait for Overlap of them, however long) works as any other: the
+// idle crowd's coalescer is kept (4 lingers, capped, not overflowing into
+// the past, which dropped it at once, its crowd forgotten), and its next
+// buys linger until Overlap of them go as one call.
+func TestAdvLingerWithoutEnd(t *testing.T) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: math.MaxInt64, Overlap: 4}})
+	r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	calls := countScripts(r.rdb, r.key("s1", "sale"))
+	warmCrowd(t, r, calls)
+	if n := calls.n.Load(); n != 2 {
+		t.Fatalf("%d calls, want 2 (w0's; w1 and w2's)", n)
+	}
+	done := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			_, err := r.eng.Buy(r.ctx, "s1", fmt.Sprint("u", i), lines("A", 1), "")
+			done <- err
+		}()
+		if i < 3 {
+			want := i + 1
+			waitfor.Until(t, waitfor.Patience, "the buys linger, none sent", func() error {
+				if q, f := r.eng.SaleQueue("s1"); q != want || f != 0 {
+					return fmt.Errorf("%d queued, %d calls in flight; want %d, 0 (%d calls)", q, f, want, calls.n.Load())
+				}
+				return nil
+			})
+		}
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.n.Load(); n != 3 {
+		t.Errorf("%d calls, want 3: the four lingering buys as one", n)
 	}
 }

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -225,9 +226,11 @@ func (c *coalescer) next() []*waiter {
 	switch {
 	case len(c.queue) == 0:
 		if c.inFlight == 0 && !c.lingering {
-			if c.e.coalesce.Linger > 0 && c.lastBatch >= 2 {
-				// A crowd's: kept a while, for its next buy to linger.
-				c.arm(4 * c.e.coalesce.Linger)
+			if l := c.e.coalesce.Linger; l > 0 && c.lastBatch >= 2 {
+				// A crowd's: kept a while, for its next buy to linger:
+				// 4 lingers, capped lest a long one overflow into the
+				// past (a timer that fires at once, forgetting it).
+				c.arm(min(l, math.MaxInt64/4) * 4)
 			} else {
 				c.forgetLocked()
 			}
@@ -269,7 +272,7 @@ func (c *coalescer) tick() {
 	}
 	l := int64(c.e.coalesce.Linger)
 	now := nanotime()
-	if now < c.queuedAt+l {
+	if now-c.queuedAt < l { // not now < queuedAt+l, which may overflow
 		c.arm(time.Duration(c.queuedAt + l - now)) // a tick set before
 		c.mu.Unlock()
 		return

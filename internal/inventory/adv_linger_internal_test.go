@@ -305,3 +305,35 @@ func TestAdvLingerInvariantsAtEveryUnlock(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvLingerNotInAForgottenCoalescer: a buy that found its sale's
+// coalescer just before its keep ended (its timer forgot it) has no crowd
+// to wait for there: every later buy of the sale goes to a new
+// coalescer. It is sent at once, alone, as before lingers, not held a
+// whole Linger (here an hour: it would end at its ctx's deadline).
+func TestAdvLingerNotInAForgottenCoalescer(t *testing.T) {
+	e := advLingerEngine(t, Coalesce{Linger: time.Hour}, 1)
+	old := crowded(e, "s0", 3)
+	old.mu.Lock()
+	old.arm(time.Millisecond) // its keep ends
+	old.mu.Unlock()
+	waitfor.Until(t, waitfor.Patience, "the idle coalescer forgotten", func() error {
+		if n := coalescerCount(e); n != 0 {
+			return fmt.Errorf("%d kept", n)
+		}
+		return nil
+	})
+	c, err := checkBuy(BuyRequest{SaleID: "s0", UserID: "late", Lines: []Line{{SKU: "A", Qty: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := e.newBuyCall(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Patience)
+	defer cancel()
+	if _, err := old.buy(ctx, bc); err != nil {
+		t.Fatalf("the late buy through the forgotten coalescer: %v", err)
+	}
+}

@@ -292,10 +292,12 @@ func (c *coalescer) tick() {
 }
 
 // forgetLocked drops idle c from its engine, so that sale ids seen once do
-// not pile up. A buy that found it before still works through it alone;
-// the next one makes a new one.
+// not pile up. A buy that found it before still works through it alone,
+// without a linger (no other buy can find c to join it); the next one makes
+// a new one.
 func (c *coalescer) forgetLocked() {
 	c.e.coalescers.CompareAndDelete(c.sale, c)
+	c.lastBatch = 0
 }
 
 // nanotime is the linger's clock: ns on this process's monotonic clock,

@@ -124,11 +124,11 @@ func TestAdvLingerNegativeIsTheOldRule(t *testing.T) {
 	})
 }
 
-// TestAdvLingerInAForgottenCoalescer: a buy that found its sale's
+// TestAdvLingerInAForgottenCoalescer: buys that found their sale's
 // coalescer just before it was forgotten (kept idle 4 lingers, then
-// dropped by its timer) works through it, lingering there, while the
-// sale's next buys make and use a new one: every buy returns, each sold
-// once.
+// dropped by its timer) work through it while the sale's next buys make
+// and use a new one, both at once: every buy returns, each sold once, and
+// the forgotten one never comes back.
 func TestAdvLingerInAForgottenCoalescer(t *testing.T) {
 	e := advLingerEngine(t, Coalesce{Linger: 30 * time.Millisecond}, 1)
 	old := crowded(e, "s0", 3)

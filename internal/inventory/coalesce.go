@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 )
@@ -228,9 +227,9 @@ func (c *coalescer) next() []*waiter {
 		if c.inFlight == 0 && !c.lingering {
 			if l := c.e.coalesce.Linger; l > 0 && c.lastBatch >= 2 {
 				// A crowd's: kept a while, for its next buy to linger:
-				// 4 lingers, capped lest a long one overflow into the
-				// past (a timer that fires at once, forgetting it).
-				c.arm(min(l, math.MaxInt64/4) * 4)
+				// 4 lingers, at most 10 s (sale ids that once had a
+				// crowd do not pile up, whatever Linger).
+				c.arm(4 * min(l, 2500*time.Millisecond))
 			} else {
 				c.forgetLocked()
 			}

@@ -523,9 +523,11 @@ func TestALingerEndsOnItsOwn(t *testing.T) {
 }
 
 // TestALingeringBuyWhoseContextEndsIsNeverSent: a caller who gives up
-// while their buy lingers gets ctx's error, and the buy is never sent.
+// while their buy lingers gets ctx's error, and the buy is never sent
+// (the linger lasts an hour; the next buy ends it at Overlap 2; InFlight 1
+// keeps the set-up's two queued buys from going at Overlap).
 func TestALingeringBuyWhoseContextEndsIsNeverSent(t *testing.T) {
-	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: 200 * time.Millisecond}})
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: time.Hour, Overlap: 2, InFlight: 1}})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 	calls := countScripts(r.rdb, r.key("s1", "sale"))
 	warmCrowd(t, r, calls)
@@ -545,7 +547,7 @@ func TestALingeringBuyWhoseContextEndsIsNeverSent(t *testing.T) {
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the given-up buy: %v, want context.Canceled", err)
 	}
-	// u2 joins the linger; both go when it ends: u1's dropped.
+	// u2 joins the linger: two queued, both go: u1's dropped.
 	if _, err := r.eng.Buy(r.ctx, "s1", "u2", lines("A", 1), ""); err != nil {
 		t.Fatal(err)
 	}

@@ -187,51 +187,58 @@ func crowd(t *testing.T, r *rig, eng *inventory.Engine, settle func()) {
 // (a transport error, its ctx) at most once.
 func TestCoalescerThroughAFaultyWire(t *testing.T) {
 	for i, co := range []inventory.Coalesce{{}, {Overlap: 1}, {Overlap: 2, MaxBatch: 3, Pipelines: 1}} {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			srv := redistest.StartServer(t)
-			proxy := faultnet.Start(t, srv.Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 150 * time.Millisecond,
-				WriteTimeout: 150 * time.Millisecond, DialTimeout: 150 * time.Millisecond})
-			t.Cleanup(func() { _ = rdb.Close() })
-			journal := srv.Client(t)
-			r := &rig{t: t, ctx: context.Background(), rdb: journal, prefix: redistest.Prefix(t, journal), clock: newTestClock()}
-			r.eng = inventory.New(journal, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock})
-			faulty := inventory.New(rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock,
-				Coalesce: co, SoldOut: inventory.SoldOut{Off: true}})
-			stop := make(chan struct{})
-			chaos := make(chan struct{})
-			go func() {
-				defer close(chaos)
-				for k := 0; ; k++ {
-					select {
-					case <-stop:
-						proxy.HoldReplies(false)
-						proxy.DropReplies(false)
-						proxy.Restore()
-						return
-					case <-time.After(time.Duration(20+rand.IntN(60)) * time.Millisecond):
-					}
-					switch k % 8 {
-					case 0:
-						proxy.HoldReplies(true)
-					case 1:
-						proxy.HoldReplies(false)
-					case 2:
-						proxy.DropReplies(true)
-					case 3:
-						proxy.DropReplies(false)
-					case 4:
-						proxy.Cut()
-					case 5:
-						proxy.Restore()
-					case 6, 7:
-						_ = journal.ScriptFlush(context.Background()).Err() // NOSCRIPT for the calls after
-					}
-				}
-			}()
-			crowd(t, r, faulty, func() { close(stop); <-chaos })
-		})
+		t.Run(fmt.Sprint(i), func(t *testing.T) { faultyWireCrowd(t, co, 0) })
 	}
+}
+
+// faultyWireCrowd runs crowd with an engine of coalescing co through a
+// proxy that, while it runs, holds replies, drops them, cuts every
+// connection and empties Redis's script cache, in turns; maxRetries is
+// go-redis's (0: its default; -1: none, so that a failed call reaches the
+// coalescer, which finishes its buys alone).
+func faultyWireCrowd(t *testing.T, co inventory.Coalesce, maxRetries int) {
+	srv := redistest.StartServer(t)
+	proxy := faultnet.Start(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 150 * time.Millisecond,
+		WriteTimeout: 150 * time.Millisecond, DialTimeout: 150 * time.Millisecond, MaxRetries: maxRetries})
+	t.Cleanup(func() { _ = rdb.Close() })
+	journal := srv.Client(t)
+	r := &rig{t: t, ctx: context.Background(), rdb: journal, prefix: redistest.Prefix(t, journal), clock: newTestClock()}
+	r.eng = inventory.New(journal, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock})
+	faulty := inventory.New(rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock,
+		Coalesce: co, SoldOut: inventory.SoldOut{Off: true}})
+	stop := make(chan struct{})
+	chaos := make(chan struct{})
+	go func() {
+		defer close(chaos)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				proxy.HoldReplies(false)
+				proxy.DropReplies(false)
+				proxy.Restore()
+				return
+			case <-time.After(time.Duration(20+rand.IntN(60)) * time.Millisecond):
+			}
+			switch k % 8 {
+			case 0:
+				proxy.HoldReplies(true)
+			case 1:
+				proxy.HoldReplies(false)
+			case 2:
+				proxy.DropReplies(true)
+			case 3:
+				proxy.DropReplies(false)
+			case 4:
+				proxy.Cut()
+			case 5:
+				proxy.Restore()
+			case 6, 7:
+				_ = journal.ScriptFlush(context.Background()).Err() // NOSCRIPT for the calls after
+			}
+		}
+	}()
+	crowd(t, r, faulty, func() { close(stop); <-chaos })
 }
 
 // unknownOutcome: a buy that failed so may or may not have run (its ctx

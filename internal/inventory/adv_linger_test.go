@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seckill/seckill/internal/faultnet"
 	"github.com/seckill/seckill/internal/inventory"
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
@@ -411,50 +409,7 @@ func TestAdvLingerNeverOverInFlight(t *testing.T) {
 func TestAdvLingerThroughAFaultyWire(t *testing.T) {
 	for i, co := range []inventory.Coalesce{{Linger: time.Millisecond}, {Linger: 30 * time.Millisecond, Overlap: 8},
 		{Linger: 5 * time.Millisecond, Overlap: 2, MaxBatch: 3, Pipelines: 1, InFlight: 1}} {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			srv := redistest.StartServer(t)
-			proxy := faultnet.Start(t, srv.Addr())
-			// No retries of go-redis's own: a failed call reaches the
-			// coalescer, which finishes its buys alone (finishBuyAfter).
-			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 100 * time.Millisecond,
-				WriteTimeout: 100 * time.Millisecond, DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
-			t.Cleanup(func() { _ = rdb.Close() })
-			journal := srv.Client(t)
-			r := &rig{t: t, ctx: context.Background(), rdb: journal, prefix: redistest.Prefix(t, journal), clock: newTestClock()}
-			r.eng = inventory.New(journal, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock})
-			faulty := inventory.New(rdb, inventory.Options{Prefix: r.prefix, Clock: r.clock, ScriptClock: r.clock,
-				Coalesce: co, SoldOut: inventory.SoldOut{Off: true}})
-			stop := make(chan struct{})
-			chaos := make(chan struct{})
-			go func() {
-				defer close(chaos)
-				for k := 0; ; k++ {
-					select {
-					case <-stop:
-						proxy.HoldReplies(false)
-						proxy.DropReplies(false)
-						proxy.Restore()
-						return
-					case <-time.After(time.Duration(20+rand.IntN(60)) * time.Millisecond):
-					}
-					switch k % 6 {
-					case 0:
-						proxy.HoldReplies(true)
-					case 1:
-						proxy.HoldReplies(false)
-					case 2:
-						proxy.DropReplies(true)
-					case 3:
-						proxy.DropReplies(false)
-					case 4:
-						proxy.Cut()
-					case 5:
-						proxy.Restore()
-					}
-				}
-			}()
-			crowd(t, r, faulty, func() { close(stop); <-chaos })
-		})
+		t.Run(fmt.Sprint(i), func(t *testing.T) { faultyWireCrowd(t, co, -1) })
 	}
 }
 
@@ -572,44 +527,5 @@ func TestAdvLingerWhenTheClientCloses(t *testing.T) {
 		} else if errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("a lingering buy waited out its ctx: %v", err)
 		}
-	}
-}
-
-// TestAdvLingerWithoutEnd: a linger as long as a Duration goes (a crowd's
-// buys wait for Overlap of them, however long) works as any other: the
-// idle crowd's coalescer is kept (4 lingers, capped, not overflowing into
-// the past, which dropped it at once, its crowd forgotten), and its next
-// buys linger until Overlap of them go as one call.
-func TestAdvLingerWithoutEnd(t *testing.T) {
-	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: math.MaxInt64, Overlap: 4}})
-	r.create(inventory.Sale{ID: "s1", PerUserLimit: 100, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-	calls := countScripts(r.rdb, r.key("s1", "sale"))
-	warmCrowd(t, r, calls)
-	if n := calls.n.Load(); n != 2 {
-		t.Fatalf("%d calls, want 2 (w0's; w1 and w2's)", n)
-	}
-	done := make(chan error, 4)
-	for i := range 4 {
-		go func() {
-			_, err := r.eng.Buy(r.ctx, "s1", fmt.Sprint("u", i), lines("A", 1), "")
-			done <- err
-		}()
-		if i < 3 {
-			want := i + 1
-			waitfor.Until(t, waitfor.Patience, "the buys linger, none sent", func() error {
-				if q, f := r.eng.SaleQueue("s1"); q != want || f != 0 {
-					return fmt.Errorf("%d queued, %d calls in flight; want %d, 0 (%d calls)", q, f, want, calls.n.Load())
-				}
-				return nil
-			})
-		}
-	}
-	for range 4 {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := calls.n.Load(); n != 3 {
-		t.Errorf("%d calls, want 3: the four lingering buys as one", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -464,9 +465,18 @@ func warmCrowd(t *testing.T, r *rig, calls *scriptCalls) {
 
 // TestACrowdLingers: once a sale's call carried two buys or more, a buy
 // that finds nothing in flight waits (Linger) for others to join its call
-// instead of going alone, and the wait ends at Overlap buys.
+// instead of going alone, and the wait ends at Overlap buys. A linger as
+// long as a Duration goes works as any other (4 of them, the idle crowd's
+// keep, once overflowed into the past: the crowd was forgotten at once and
+// its next buy went alone).
 func TestACrowdLingers(t *testing.T) {
-	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: time.Hour, Overlap: 4}})
+	for _, l := range []time.Duration{time.Hour, math.MaxInt64} {
+		t.Run(l.String(), func(t *testing.T) { crowdLingers(t, l) })
+	}
+}
+
+func crowdLingers(t *testing.T, linger time.Duration) {
+	r := newRig(t, backends[0], inventory.Options{Coalesce: inventory.Coalesce{Linger: linger, Overlap: 4}})
 	r.create(inventory.Sale{ID: "s1", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
 	calls := countScripts(r.rdb, r.key("s1", "sale"))
 	warmCrowd(t, r, calls)

@@ -198,23 +198,25 @@ func TestAdvLingerInAForgottenCoalescer(t *testing.T) {
 	}
 }
 
-// slowRedis delays every command (single or pipelined) by up to max.
-type slowRedis struct{ max time.Duration }
+// Jitter, a go-redis hook, delays every command (single or pipelined) by
+// up to Max: Redis answering slowly and unevenly, so that calls complete at
+// every point of a linger. (Exported for the package's external tests.)
+type Jitter struct{ Max time.Duration }
 
-func (s slowRedis) sleep() { time.Sleep(time.Duration(rand.Int64N(int64(s.max) + 1))) }
+func (j Jitter) sleep() { time.Sleep(time.Duration(rand.Int64N(int64(j.Max) + 1))) }
 
-func (s slowRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (j Jitter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (s slowRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (j Jitter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.sleep()
+		j.sleep()
 		return next(ctx, cmd)
 	}
 }
 
-func (s slowRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (j Jitter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		s.sleep()
+		j.sleep()
 		return next(ctx, cmds)
 	}
 }
@@ -234,7 +236,7 @@ func TestAdvLingerInvariantsAtEveryUnlock(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%v/%d/%d/%d", co.Linger, co.Overlap, co.InFlight, co.MaxBatch), func(t *testing.T) {
 			rdb := redistest.Standalone(t)
-			rdb.AddHook(slowRedis{max: 2 * co.Linger})
+			rdb.AddHook(Jitter{Max: 2 * co.Linger})
 			e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb), Coalesce: co, SoldOut: SoldOut{Off: true}})
 			if err := e.CreateSale(context.Background(), Sale{ID: "s0", PerUserLimit: 1 << 20,
 				Items: []Item{{SKU: "A", Stock: 1 << 20}}}); err != nil {

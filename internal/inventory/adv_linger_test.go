@@ -182,29 +182,6 @@ func checkLingerBooks(t *testing.T, r *rig, outs []lingerOutcome, stock, limit i
 	}
 }
 
-// jitter delays every command (single or pipelined) by up to max: Redis
-// answering slowly and unevenly, so that calls complete at every point of
-// a linger.
-type jitter struct{ max time.Duration }
-
-func (j jitter) sleep() { time.Sleep(time.Duration(rand.Int64N(int64(j.max) + 1))) }
-
-func (j jitter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (j jitter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		j.sleep()
-		return next(ctx, cmd)
-	}
-}
-
-func (j jitter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		j.sleep()
-		return next(ctx, cmds)
-	}
-}
-
 // TestAdvLingerEveryBuyReturns: lingers of a fraction of a call, about a
 // call, and longer, hammered by bursts and pauses around their length,
 // Redis answering after up to two lingers, and callers giving up
@@ -218,7 +195,7 @@ func TestAdvLingerEveryBuyReturns(t *testing.T) {
 					SoldOut: inventory.SoldOut{Off: true}})
 				const stock, limit = 500, 10
 				r.create(inventory.Sale{ID: "s1", PerUserLimit: limit, Items: []inventory.Item{{SKU: "A", Stock: stock}}})
-				r.rdb.AddHook(jitter{max: 2 * linger})
+				r.rdb.AddHook(inventory.Jitter{Max: 2 * linger})
 				outs := lingerHammer(t, r, linger, 24, 30)
 				checkLingerBooks(t, r, outs, stock, limit)
 			})
@@ -247,24 +224,14 @@ func TestAdvLingerersWhoAllGiveUpAreNeverSent(t *testing.T) {
 			gaveUp <- err
 		}()
 	}
-	waitfor.Until(t, waitfor.Patience, "the three buys linger", func() error {
-		if q, f := r.eng.SaleQueue("s1"); q != 3 || f != 0 {
-			return fmt.Errorf("%d queued, %d calls in flight; want 3, 0", q, f)
-		}
-		return nil
-	})
+	r.waitQueue("the three buys linger", 3, 0)
 	cancel()
 	for range 3 {
 		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 			t.Fatalf("a given-up buy: %v, want context.Canceled", err)
 		}
 	}
-	waitfor.Until(t, waitfor.Patience, "the linger ends, its buys dropped", func() error {
-		if q, f := r.eng.SaleQueue("s1"); q != 0 || f != 0 {
-			return fmt.Errorf("%d queued, %d calls in flight", q, f)
-		}
-		return nil
-	})
+	r.waitQueue("the linger ends, its buys dropped", 0, 0)
 	if n := calls.n.Load(); n != 2 {
 		t.Errorf("%d calls, want still 2: a given-up linger was sent", n)
 	}
@@ -431,12 +398,7 @@ func TestAdvLingerIgnoresTheEnginesClock(t *testing.T) {
 				_, err := r.eng.Buy(ctx, "s1", "u1", lines("A", 1), "")
 				done <- err
 			}()
-			waitfor.Until(t, waitfor.Patience, "u1's buy lingers", func() error {
-				if q, f := r.eng.SaleQueue("s1"); q != 1 || f != 0 {
-					return fmt.Errorf("%d queued, %d calls in flight; want 1, 0", q, f)
-				}
-				return nil
-			})
+			r.waitQueue("u1's buy lingers", 1, 0)
 			r.clock.Set(r.clock.Now().Add(jump))
 			if err := <-done; err != nil {
 				t.Fatalf("the lingering buy: %v", err)
@@ -512,12 +474,7 @@ func TestAdvLingerWhenTheClientCloses(t *testing.T) {
 			done <- err
 		}()
 	}
-	waitfor.Until(t, waitfor.Patience, "the buys linger", func() error {
-		if q, f := r.eng.SaleQueue("s1"); q != 3 || f != 0 {
-			return fmt.Errorf("%d queued, %d calls in flight; want 3, 0", q, f)
-		}
-		return nil
-	})
+	r.waitQueue("the buys linger", 3, 0)
 	if err := rdb.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -176,22 +176,13 @@ func TestABuyBehindACallWaitsForACrowd(t *testing.T) {
 		}()
 		return done
 	}
-	queue := func(what string, queued, inFlight int) {
-		t.Helper()
-		waitfor.Until(t, waitfor.Patience, what, func() error {
-			if q, f := r.eng.SaleQueue("s1"); q != queued || f != inFlight {
-				return fmt.Errorf("%d buys queued, %d calls in flight; want %d, %d", q, f, queued, inFlight)
-			}
-			return nil
-		})
-	}
 	done := []chan error{buy("u0")}
 	<-calls.enter // u0's call is in flight, held
 	done = append(done, buy("u1"), buy("u2"))
-	queue("u1 and u2 queued behind u0's call, not sent", 2, 1)
+	r.waitQueue("u1 and u2 queued behind u0's call, not sent", 2, 1)
 	done = append(done, buy("u3")) // the third queued: Overlap
 	<-calls.enter
-	queue("u1, u2 and u3 sent as a second call", 0, 2)
+	r.waitQueue("u1, u2 and u3 sent as a second call", 0, 2)
 	if n := calls.n.Load(); n != 2 {
 		t.Fatalf("%d calls, want 2 (u0's; u1, u2 and u3's)", n)
 	}
@@ -207,7 +198,7 @@ func TestABuyBehindACallWaitsForACrowd(t *testing.T) {
 	done = []chan error{buy("u4")}
 	<-calls.enter
 	done = append(done, buy("u5"))
-	queue("u5 queued behind u4's call", 1, 1)
+	r.waitQueue("u5 queued behind u4's call", 1, 1)
 	close(calls.gate)
 	for _, d := range done {
 		if err := <-d; err != nil {
@@ -431,6 +422,18 @@ func TestSoldOutFlag(t *testing.T) {
 	})
 }
 
+// waitQueue waits until sale s1 has queued buys queued and inFlight
+// calls in flight (SaleQueue), or fails the test saying what it waited for.
+func (r *rig) waitQueue(what string, queued, inFlight int) {
+	r.t.Helper()
+	waitfor.Until(r.t, waitfor.Patience, what, func() error {
+		if q, f := r.eng.SaleQueue("s1"); q != queued || f != inFlight {
+			return fmt.Errorf("%d buys queued, %d calls in flight; want %d, %d", q, f, queued, inFlight)
+		}
+		return nil
+	})
+}
+
 // warmCrowd makes s1's last call carry two buys (u0's call held while
 // w1 and w2 queue behind it), so that its next buys linger; it returns
 // when all three are bought.
@@ -491,12 +494,7 @@ func crowdLingers(t *testing.T, linger time.Duration) {
 		}()
 		if i < 3 {
 			want := i + 1
-			waitfor.Until(t, waitfor.Patience, "the buys linger, none sent", func() error {
-				if q, f := r.eng.SaleQueue("s1"); q != want || f != 0 {
-					return fmt.Errorf("%d queued, %d calls in flight; want %d, 0", q, f, want)
-				}
-				return nil
-			})
+			r.waitQueue("the buys linger, none sent", want, 0)
 		}
 	}
 	for range 4 {
@@ -547,12 +545,7 @@ func TestALingeringBuyWhoseContextEndsIsNeverSent(t *testing.T) {
 		_, err := r.eng.Buy(ctx, "s1", "u1", lines("A", 1), "")
 		gaveUp <- err
 	}()
-	waitfor.Until(t, waitfor.Patience, "u1's buy lingers", func() error {
-		if q, f := r.eng.SaleQueue("s1"); q != 1 || f != 0 {
-			return fmt.Errorf("%d queued, %d calls in flight; want 1, 0", q, f)
-		}
-		return nil
-	})
+	r.waitQueue("u1's buy lingers", 1, 0)
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the given-up buy: %v, want context.Canceled", err)

@@ -254,18 +254,15 @@ func (c *coalescer) arm(d time.Duration) {
 }
 
 // tick ends a linger that is due, sending its queue, or forgets c if it
-// stayed idle.
+// stayed idle. A linger starts with fewer than InFlight calls in flight
+// (none, or after one completed), and any call sent meanwhile ends it
+// (takeLocked), so the call tick sends keeps to InFlight.
 func (c *coalescer) tick() {
 	c.mu.Lock()
 	if !c.lingering {
 		if c.inFlight == 0 && len(c.queue) == 0 {
 			c.forgetLocked()
 		}
-		c.mu.Unlock()
-		return
-	}
-	if c.inFlight >= c.e.coalesce.InFlight {
-		c.lingering = false // the next call to complete sends it
 		c.mu.Unlock()
 		return
 	}

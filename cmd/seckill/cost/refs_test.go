@@ -248,13 +248,17 @@ func TestSeedReference(t *testing.T) {
 		t.Fatalf("seed rounds %+v, problems %q; want one round, no problem", refs.Seed, refs.Problems)
 	}
 	s := refs.Seed[0]
+	// EVALSHA's usec (commandstats) is wall time inside the call, Redis's
+	// µs its CPU: on a busy machine the first may be a few times the second
+	// (seen: 23 against 9.6 in CI); ten times still catches a figure read
+	// in the wrong unit (ms or ns: 1000 times).
 	for _, run := range []struct {
 		run             SeedRun
 		calls, pipeline int
 	}{{s.Unpipelined, 2000, 1}, {s.Pipelined, 4000, 16}} {
 		r := run.run
 		if r.Calls < int64(run.calls) || r.Calls > int64(run.calls)+seedClients*int64(run.pipeline) || r.Pipeline != run.pipeline || r.Clients != 50 ||
-			!(r.RedisUS > 0) || !(r.EvalshaUS > 0) || !(r.CallsPerS > 0) || r.EvalshaUS > r.RedisUS*2 {
+			!(r.RedisUS > 0) || !(r.EvalshaUS > 0) || !(r.CallsPerS > 0) || r.EvalshaUS > r.RedisUS*10 {
 			t.Errorf("-P %d: %+v; want about %d calls, Redis's µs per call and EVALSHA's", run.pipeline, r, run.calls)
 		}
 	}

@@ -8,7 +8,8 @@
 --         prepended): the orders a call buys are usually all of one group,
 --         the call's (the engine gives a call's buys ids of one), so the
 --         call writes one field, whose value is the text of the call's
---         stream entry of bought orders (below)
+--         stream entry of bought orders (below) with the group left out of
+--         each line
 -- KEYS[4] idem hash    KEYS[5] events stream
 -- KEYS[6] the start of the buyers' throttle hashes: KEYS[6] .. w .. ':' .. n
 --         maps a user to their rate-limit state (a GCRA TAT, see gcra_take,
@@ -803,8 +804,8 @@ end
 
 -- The events: the first write (see the top).
 -- (events holds each event as four pieces: order id, '|', record, '\n';
--- joined, they are the stream entry of the call's orders, and the value
--- of their group when they are all of one)
+-- joined, they are the stream entry of the call's orders, and, less
+-- their group, the value of their group when they are all of one)
 local ne = #events / 4
 local joined
 if ne > 0 then joined = table.concat(events, '', 1, 4 * ne - 1) end
@@ -882,8 +883,13 @@ if #new_held > 0 then
   hset(KEYS[2], new_held)
   -- Each group's new orders after those it holds (a resend's): usually
   -- the call's one group (og), whose new orders are joined already.
+  -- (A group's lines leave the group out, order.lua: the joined events
+  -- less og at the start of each line, one gsub of C for the call.)
   if og then
-    local list = joined
+    local list = string.sub(joined, #og + 1)
+    if #events > 4 then
+      list = string.gsub(list, '\n' .. string.gsub(og, '%p', '%%%0'), '\n')
+    end
     if gval[og] then list = gval[og] .. '\n' .. list end
     redis.call('HSET', KEYS[3], og, list)
   else
@@ -895,7 +901,7 @@ if #new_held > 0 then
         list = {}
         groups[g] = list
       end
-      list[#list + 1] = events[i] .. '|' .. events[i + 2]
+      list[#list + 1] = order_tail(events[i]) .. '|' .. events[i + 2]
     end
     local writes = {}
     for g, list in pairs(groups) do

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,6 +269,103 @@ func TestAResendIntoACorruptGroupIsRefused(t *testing.T) {
 		}
 		if rem := r.remaining("s1")["A"]; rem != 10 {
 			t.Errorf("remaining %d, want 10", rem)
+		}
+	})
+}
+
+// TestGroupsOfWholeIDsStillServe: a group's value written before its lines
+// left the group out names each order by its whole id. Its orders are
+// read, resent, cancelled, counted and repaired as a group of tails is; a
+// buy that joins it (an order id its caller chose, of the group) adds a
+// line of its tail, and both kinds of line are read side by side.
+func TestGroupsOfWholeIDsStillServe(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		db := &recordDB{}
+		r := newRig(t, b, inventory.Options{Loader: db})
+		r.create(inventory.Sale{ID: "s1", PerUserLimit: 2, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+		var reqs []inventory.BuyRequest
+		for i := range 6 {
+			reqs = append(reqs, inventory.BuyRequest{SaleID: "s1", UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1)})
+		}
+		res := r.eng.BuyMany(r.ctx, reqs)
+		for i, br := range res {
+			if br.Err != nil {
+				t.Fatalf("buy %d: %v", i, br.Err)
+			}
+		}
+		key, g := r.key("s1", "orders"), inventory.OrderGroup(res[0].Receipt.Order.ID)
+		tails, err := r.rdb.HGet(r.ctx, key, g).Result()
+		mustDo(t, err)
+		if line, _, _ := strings.Cut(tails, "\n"); !strings.HasPrefix(line, strings.TrimPrefix(res[0].Receipt.Order.ID, g)+"|") {
+			t.Fatalf("the group's first line %q does not name its order by its tail", line)
+		}
+		// The value as it was written before: whole ids.
+		records := r.orders("s1")
+		var whole []string
+		for _, br := range res {
+			id := br.Receipt.Order.ID
+			whole = append(whole, id+"|"+records[id])
+		}
+		mustDo(t, r.rdb.HSet(r.ctx, key, g, strings.Join(whole, "\n")).Err())
+		if got := r.orders("s1"); !maps.Equal(got, records) {
+			t.Fatalf("records of whole ids:\n%v\nwant\n%v", got, records)
+		}
+
+		// A buy joins the group.
+		joinID := g + "ZZZZ"
+		rc, err := r.eng.BuyWith(r.ctx, inventory.BuyRequest{SaleID: "s1", UserID: "j", Lines: lines("A", 2), OrderID: joinID})
+		if err != nil || rc.Order.ID != joinID {
+			t.Fatalf("a buy of the group's order id: %+v, %v", rc, err)
+		}
+		v, err := r.rdb.HGet(r.ctx, key, g).Result()
+		mustDo(t, err)
+		if want := strings.Join(whole, "\n") + "\nZZZZ|"; !strings.HasPrefix(v, want) {
+			t.Fatalf("the group after a buy joined it: %q, want it to start %q", v, want)
+		}
+		for i, br := range append(res, inventory.BuyResult{Receipt: rc}) {
+			o, err := r.eng.Order(r.ctx, br.Receipt.Order.ID)
+			if err != nil || o.UserID != br.Receipt.Order.UserID || o.Status != inventory.OrderPending {
+				t.Errorf("Order %d = %+v, %v; want %s's, pending", i, o, err, br.Receipt.Order.UserID)
+			}
+		}
+		if _, err := r.eng.Cancel(r.ctx, res[2].Receipt.Order.ID, "u2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.eng.Cancel(r.ctx, joinID, "j"); err != nil {
+			t.Fatal(err)
+		}
+		after := r.orders("s1")
+		for id, rec := range records {
+			if want := rec; id == res[2].Receipt.Order.ID {
+				want = "c" + rec[1:]
+				if after[id] != want {
+					t.Errorf("cancelled %s: %q, want %q", id, after[id], want)
+				}
+			} else if after[id] != want {
+				t.Errorf("a cancel changed %s: %q, want %q", id, after[id], want)
+			}
+		}
+		if rec := after[joinID]; !strings.HasPrefix(rec, "c|j|") {
+			t.Errorf("the joining order after its cancel: %q", rec)
+		}
+		units, err := r.eng.UnitsInOrders(r.ctx, "s1")
+		if err != nil || units["A"] != 5 {
+			t.Errorf("UnitsInOrders = %v, %v; want 5 of A", units, err)
+		}
+		remaining := r.remaining("s1")["A"]
+		for i, br := range res {
+			resend := reqs[i]
+			resend.OrderID = br.Receipt.Order.ID
+			if rc, err := r.eng.BuyWith(r.ctx, resend); err != nil || !rc.Retried || rc.Order.ID != br.Receipt.Order.ID {
+				t.Errorf("resend %d: %+v, %v; want its order found", i, rc, err)
+			}
+		}
+		if rem := r.remaining("s1")["A"]; rem != remaining || rem != 95 {
+			t.Errorf("remaining %d (before the resends %d), want 95", rem, remaining)
+		}
+		db.consume(r, "s1")
+		if repaired, err := r.eng.Repair(r.ctx, "s1", db); err != nil || repaired.Changed() {
+			t.Errorf("Repair of a sound group of both kinds of line = %+v, %v; want nothing changed", repaired, err)
 		}
 	})
 }

@@ -2,14 +2,18 @@
 -- an order's record lives in the sale's orders hash.
 --
 -- The hash's field for an order is its group: the order id without its last
--- four characters (order_group; orderGroup in record.go). The engine gives
--- the buys of one call order ids of one group, so that a call that buys n
--- orders writes one field, not n. A group's value is its orders as
--- "<order id>|<order record>" (record.go), joined by newlines, in the order
--- they were made: the very text of a call's stream entry of bought orders
--- (events.go). No order id, record or idempotency key holds a newline, and
--- no order id holds '|', so an order is found by its id at the start of a
--- line.
+-- four characters, its tail (order_group, order_tail; orderGroup in
+-- record.go). The engine gives the buys of one call order ids of one group,
+-- so that a call that buys n orders writes one field, not n. A group's value
+-- is its orders as "<tail>|<order record>" (record.go), joined by newlines,
+-- in the order they were made: the text of a call's stream entry of bought
+-- orders (events.go) with the group left out of each line, which saves
+-- every order the length of its group in Redis. A value written before the
+-- engine left the group out may have lines "<order id>|<order record>"
+-- too; a line's id is its tail exactly when it is four characters long (an
+-- order id is longer: "<sale id>.<ULID>"). No order id, record or
+-- idempotency key holds a newline, and no order id holds '|', so an order
+-- is found by its tail, or its id, at the start of a line.
 --
 -- A sale stored before the engine kept its orders by group may still hold
 -- an order's record under a field of the order id itself (its value the
@@ -18,14 +22,15 @@
 -- an order id its caller chose: the engine's own are of a group.)
 
 local function order_group(id) return string.sub(id, 1, -5) end
+local function order_tail(id) return string.sub(id, -4) end
 
--- order_in(v, id): the record of order id in the group value v (false for
--- none, or for no value), and the first and last place of the record in v.
-local function order_in(v, id)
-  if not v then return false end
-  local pat, p = id .. '|', 1
+-- line_of(v, head): the record of the line of v that starts with head (an
+-- order's "<tail>|" or "<order id>|"), and its first and last place in v;
+-- false if no line does.
+local function line_of(v, head)
+  local p = 1
   while true do
-    local i, j = string.find(v, pat, p, true)
+    local i, j = string.find(v, head, p, true)
     if not i then return false end
     if i == 1 or string.byte(v, i - 1) == 10 then
       local e = string.find(v, '\n', j + 1, true)
@@ -36,12 +41,28 @@ local function order_in(v, id)
   end
 end
 
+-- order_in(v, id): the record of order id in the group value v (false for
+-- none, or for no value), and the first and last place of the record in v:
+-- of its first line, by tail or by id (as recordIn reads it, record.go).
+local function order_in(v, id)
+  if not v then return false end
+  local rec, s, e = line_of(v, order_tail(id) .. '|')
+  local rec2, s2, e2 = line_of(v, id .. '|')
+  if rec2 and (not rec or s2 < s) then return rec2, s2, e2 end
+  return rec, s, e
+end
+
 -- group_sound(g, v): whether every line of group g's value v is an order
--- of g: "<g><4 characters but '|'>|<record>".
+-- of g: "<4 characters but '|'>|<record>" or "<g><4 characters but
+-- '|'>|<record>".
 local function group_sound(g, v)
   for line in string.gmatch(v .. '\n', '([^\n]*)\n') do
-    if string.sub(line, 1, #g) ~= g or string.byte(line, #g + 5) ~= 124
-      or string.find(string.sub(line, #g + 1, #g + 4), '|', 1, true) then
+    local t = 0
+    if string.byte(line, 5) ~= 124 then
+      if string.sub(line, 1, #g) ~= g then return false end
+      t = #g
+    end
+    if string.byte(line, t + 5) ~= 124 or string.find(string.sub(line, t + 1, t + 4), '|', 1, true) then
       return false
     end
   end

@@ -75,12 +75,14 @@ func parseLines(s string, signed bool) ([]Line, error) {
 }
 
 // An order's record is kept in the orders hash under its group, the order
-// id without its last orderGroupTail characters; the group's value is its
-// orders as "<order id>|<record>" joined by newlines, in the order they were
-// made (order.lua says the same for the scripts). The engine gives the buys
-// of one script call ids of one group (idGroup), so that a call writes one
-// field of the hash rather than one per order: half the entries a buy
-// leaves in Redis (docs/performance.md, "One entry per buy").
+// id without its last orderGroupTail characters, its tail; the group's
+// value is its orders as "<tail>|<record>" joined by newlines, in the order
+// they were made (order.lua says the same for the scripts). The engine
+// gives the buys of one script call ids of one group (idGroup), so that a
+// call writes one field of the hash rather than one per order: half the
+// entries a buy leaves in Redis (docs/performance.md, "One entry per
+// buy"). A value written before lines left their group out may hold lines
+// "<order id>|<record>" too (lineOrder tells them apart).
 const orderGroupTail = 4
 
 // OrderGroup returns the field of its sale's orders hash (Engine.Key(sale,
@@ -131,11 +133,37 @@ func recordOf(orderID string, vals []any) (string, bool) {
 // recordFields are the fields of the orders hash recordOf reads.
 func recordFields(orderID string) []string { return []string{orderGroup(orderID), orderID} }
 
+// lineOrder splits a line of group's value into the tail of its order id
+// (the id's last orderGroupTail characters) and its record. The line names
+// its order by the tail or, written before lines left their group out, by
+// the whole id; ok is false for a line that is neither of an order of
+// group.
+func lineOrder(group, line string) (tail, rec string, ok bool) {
+	id, rec, ok := strings.Cut(line, "|")
+	switch {
+	case !ok:
+		return "", "", false
+	case len(id) == orderGroupTail:
+		return id, rec, true
+	case len(id) > orderGroupTail && orderGroup(id) == group:
+		return id[len(group):], rec, true
+	}
+	return "", "", false
+}
+
+// orderTail is the last orderGroupTail characters of an order id, which
+// name it in its group's value.
+func orderTail(orderID string) string {
+	return orderID[len(orderGroup(orderID)):]
+}
+
 // recordIn returns the record of orderID in its group's value v.
 func recordIn(v, orderID string) (string, bool) {
+	group := orderGroup(orderID)
+	tail := orderID[len(group):]
 	for rest := v; ; {
 		line, next, more := strings.Cut(rest, "\n")
-		if id, rec, ok := strings.Cut(line, "|"); ok && id == orderID {
+		if t, rec, ok := lineOrder(group, line); ok && t == tail {
 			return rec, true
 		}
 		if !more {
@@ -147,9 +175,9 @@ func recordIn(v, orderID string) (string, bool) {
 
 // groupOrders adds the orders a group's value holds to into, as order id
 // -> record. If a line is not an order of this group (no '|', an id of
-// another group, an id seen before in it), the whole value is added too,
-// under badGroup(group), a name of the group no order id has: a record
-// that does not decode, which a repair replaces.
+// another group, an order seen before in it), the whole value is added
+// too, under badGroup(group), a name of the group no order id has: a
+// record that does not decode, which a repair replaces.
 func groupOrders(group, v string, into map[string]string) {
 	if ownField(group) { // an order's own field (the field is the order id)
 		if _, seen := into[group]; seen {
@@ -160,8 +188,9 @@ func groupOrders(group, v string, into map[string]string) {
 		return
 	}
 	for line := range strings.SplitSeq(v, "\n") {
-		id, rec, ok := strings.Cut(line, "|")
-		if _, seen := into[id]; !ok || seen || orderGroup(id) != group || len(id) <= orderGroupTail {
+		tail, rec, ok := lineOrder(group, line)
+		id := group + tail
+		if _, seen := into[id]; !ok || seen {
 			into[badGroup(group)] = v
 			continue
 		}
@@ -184,7 +213,7 @@ func groupValues(orders map[string]string) map[string]string {
 	lines := map[string][]string{}
 	for _, id := range ids {
 		g := orderGroup(id)
-		lines[g] = append(lines[g], id+"|"+orders[id])
+		lines[g] = append(lines[g], orderTail(id)+"|"+orders[id])
 	}
 	out := make(map[string]string, len(lines))
 	for g, l := range lines {

@@ -56,7 +56,7 @@ type orderUnits struct {
 	out    map[string]int64
 	fields fieldSet
 	own    map[string]string // own fields: order id -> record
-	ids    []string          // the ids of one group's value (reused)
+	ids    []string          // the tails of one group's value (reused)
 }
 
 func newOrderUnits(saleID string) *orderUnits {
@@ -91,11 +91,11 @@ func (u *orderUnits) group(g, v string) error {
 	for rest, more := v, true; more; {
 		var line string
 		line, rest, more = strings.Cut(rest, "\n")
-		id, _, ok := strings.Cut(line, "|")
-		if !ok || orderGroup(id) != g || len(id) <= orderGroupTail {
+		tail, _, ok := lineOrder(g, line)
+		if !ok {
 			return badGroupError(g, v)
 		}
-		u.ids = append(u.ids, id)
+		u.ids = append(u.ids, tail)
 	}
 	if len(u.ids) > 1 {
 		slices.Sort(u.ids)
@@ -108,17 +108,17 @@ func (u *orderUnits) group(g, v string) error {
 	for rest, more := v, true; more; {
 		var line string
 		line, rest, more = strings.Cut(rest, "\n")
-		id, rec, _ := strings.Cut(line, "|")
-		if err := u.add(id, rec); err != nil {
+		_, rec, _ := lineOrder(g, line)
+		if err := u.add(rec); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// add adds the units of order id's record if it is live.
-func (u *orderUnits) add(id, rec string) error {
-	o, err := decodeRecord(id, u.saleID, rec)
+// add adds the units of an order's record if it is live.
+func (u *orderUnits) add(rec string) error {
+	o, err := decodeRecord("", u.saleID, rec)
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (u *orderUnits) finish(ctx context.Context, rdb Client, key string) error {
 				return badGroupError(g, v)
 			}
 		}
-		if err := u.add(id, rec); err != nil {
+		if err := u.add(rec); err != nil {
 			return err
 		}
 	}

@@ -115,10 +115,11 @@ func deletePrefixed(ctx context.Context, c redis.UniversalClient, prefix string)
 }
 
 // DropOrder removes order id's record from a sale's orders hash (key), as a
-// Redis that lost the write would: its line "<id>|<record>" of its group's
-// value (group: inventory.OrderGroup(id), which this package cannot import),
-// or the group's field when that was its only line. It fails the test unless
-// the group holds exactly one record of the order.
+// Redis that lost the write would: its line of its group's value (group:
+// inventory.OrderGroup(id), which this package cannot import), which names
+// the order by what id has after group ("<tail>|<record>") or by id, or the
+// group's field when that was its only line. It fails the test unless the
+// group holds exactly one record of the order.
 func DropOrder(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, key, group, id string) {
 	tb.Helper()
 	v, err := rdb.HGet(ctx, key, group).Result()
@@ -126,7 +127,10 @@ func DropOrder(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, ke
 		tb.Fatalf("redistest: the group of order %s: %v", id, err)
 	}
 	lines := strings.Split(v, "\n")
-	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return strings.HasPrefix(l, id+"|") })
+	tail, _ := strings.CutPrefix(id, group)
+	keep := slices.DeleteFunc(slices.Clone(lines), func(l string) bool {
+		return strings.HasPrefix(l, tail+"|") || strings.HasPrefix(l, id+"|")
+	})
 	if len(keep) != len(lines)-1 {
 		tb.Fatalf("redistest: order %s has %d records in its group %q", id, len(lines)-len(keep), v)
 	}

@@ -623,12 +623,14 @@ for b = 1, count do
       local prev = idem[u .. '|' .. key]
       if prev then
         local rec = made and made[prev]
-        if not rec then rec = order_get(KEYS[3], prev) end
+        if rec then rec = string.sub(rec, 2) else rec = order_get(KEYS[3], prev) end
         replay(prev, rec, b, true) break
       end
     end
     if gval[gof[b]] == 'bad' then put(8, 'orders:' .. gof[b]) break end
-    local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
+    local existing = made and made[id]
+    if existing then existing = string.sub(existing, 2) end
+    existing = existing or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
     if existing then replay(id, existing, b, false) break end
 
     if ARGV[d + 2] ~= '0' then
@@ -745,9 +747,10 @@ for b = 1, count do
     end
 
     -- Every check passed: the event, then this buy's part of the writes.
-    local record = 'p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
+    -- (the record after a '|': the event's second piece)
+    local record = '|p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
     local e = #events -- (the event's pieces: joined once, at the end)
-    events[e + 1], events[e + 2], events[e + 3], events[e + 4] = id, '|', record, '\n'
+    events[e + 1], events[e + 2], events[e + 3] = id, record, '\n'
     out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
     o = o + 3
     local w = #new_held
@@ -803,12 +806,12 @@ for b = 1, count do
 end
 
 -- The events: the first write (see the top).
--- (events holds each event as four pieces: order id, '|', record, '\n';
--- joined, they are the stream entry of the call's orders, and, less
--- their group, the value of their group when they are all of one)
-local ne = #events / 4
+-- (events holds each event as three pieces: order id, '|' .. record, '\n';
+-- joined, they are the stream entry of the call's orders; with each id's
+-- tail in its place, the value of their group when they are all of one)
+local ne = #events / 3
 local joined
-if ne > 0 then joined = table.concat(events, '', 1, 4 * ne - 1) end
+if ne > 0 then joined = table.concat(events, '', 1, 3 * ne - 1) end
 -- tokline[order id]: the "tokens" line of an order that spent a token
 -- (see the top); none without a token buy.
 local tokline
@@ -830,7 +833,7 @@ if ne > 1 and one_entry then
   local id
   if tokline then
     local lines = {}
-    for i = 1, ne do lines[#lines + 1] = tokline[events[4 * i - 3]] end
+    for i = 1, ne do lines[#lines + 1] = tokline[events[3 * i - 2]] end
     id = redis.call('XADD', KEYS[5], '*', 'orders', joined, 'tokens', table.concat(lines, '\n'))
   else
     id = redis.call('XADD', KEYS[5], '*', 'orders', joined)
@@ -844,10 +847,10 @@ if ne > 1 and one_entry then
   end
 end
 for i = 1, ne do
-  local tl = tokline and tokline[events[4 * i - 3]]
+  local tl = tokline and tokline[events[3 * i - 2]]
   -- (a call's one event is joined already)
   local ev = joined
-  if ne > 1 then ev = events[4 * i - 3] .. '|' .. events[4 * i - 1] end
+  if ne > 1 then ev = events[3 * i - 2] .. events[3 * i - 1] end
   if tl then
     redis.call('XADD', KEYS[5], '*', 'bought', ev, 'tokens', tl)
   else
@@ -858,7 +861,7 @@ end
 local sale_writes
 if #new_held > 0 then
   norders = norders or redis.call('HLEN', KEYS[3])
-  sale_writes = {'orders', exact(norders + #events / 4)}
+  sale_writes = {'orders', exact(norders + #events / 3)}
 end
 for _, sku in ipairs(skus) do
   if sold[sku] then
@@ -882,26 +885,24 @@ end
 if #new_held > 0 then
   hset(KEYS[2], new_held)
   -- Each group's new orders after those it holds (a resend's): usually
-  -- the call's one group (og), whose new orders are joined already.
-  -- (A group's lines leave the group out, order.lua: the joined events
-  -- less og at the start of each line, one gsub of C for the call.)
+  -- the call's one group (og).
+  -- (A group's lines leave the group out, order.lua: each event's id
+  -- becomes its tail, in place, as nothing reads events after this.)
   if og then
-    local list = string.sub(joined, #og + 1)
-    if #events > 4 then
-      list = string.gsub(list, '\n' .. string.gsub(og, '%p', '%%%0'), '\n')
-    end
+    for i = 1, #events, 3 do events[i] = string.sub(events[i], -4) end
+    local list = table.concat(events, '', 1, #events - 1)
     if gval[og] then list = gval[og] .. '\n' .. list end
     redis.call('HSET', KEYS[3], og, list)
   else
     local groups = {}
-    for i = 1, #events, 4 do
+    for i = 1, #events, 3 do
       local g = order_group(events[i])
       local list = groups[g]
       if not list then
         list = {}
         groups[g] = list
       end
-      list[#list + 1] = order_tail(events[i]) .. '|' .. events[i + 2]
+      list[#list + 1] = order_tail(events[i]) .. events[i + 1]
     end
     local writes = {}
     for g, list in pairs(groups) do

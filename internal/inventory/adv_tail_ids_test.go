@@ -327,3 +327,52 @@ func TestAdvTailBigCallOfMagicSale(t *testing.T) {
 		}
 	})
 }
+
+// TestAdvTailLostCallOfMagicSale: on sale ids of magic characters, a call
+// of twenty buys runs but its reply is lost; the engine sends them again,
+// and each finds its order in the group the lost call wrote with its one
+// gsub (Retried), buying nothing twice; the group holds the twenty tail
+// lines once each.
+func TestAdvTailLostCallOfMagicSale(t *testing.T) {
+	for _, sale := range []string{"-", ".", "a.b-c:d_e", strings.Repeat(":", 64)} {
+		t.Run(sale, func(t *testing.T) {
+			rdb, b := advSingle(t)
+			r := newRig(t, b, inventory.Options{})
+			r.create(inventory.Sale{ID: sale, PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+			if _, err := r.eng.Buy(r.ctx, sale, "w0", lines("A", 1), ""); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			f := &lostPipeline{}
+			f.armed.Store(true)
+			rdb.AddHook(f)
+			var reqs []inventory.BuyRequest
+			for i := range 20 {
+				reqs = append(reqs, inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1), IdempotencyKey: fmt.Sprintf("%04d|", i)})
+			}
+			var ids []string
+			for i, br := range r.eng.BuyMany(r.ctx, reqs) {
+				if br.Err != nil || !br.Receipt.Retried {
+					t.Fatalf("buy %d: %+v, %v; want its order found again (Retried)", i, br.Receipt, br.Err)
+				}
+				ids = append(ids, br.Receipt.Order.ID)
+			}
+			if f.armed.Load() {
+				t.Fatal("the call's reply was not lost")
+			}
+			if got := rem(r, sale); got != 79 {
+				t.Errorf("remaining %d, want 79: a resend bought again", got)
+			}
+			g := inventory.OrderGroup(ids[0])
+			v, err := r.rdb.HGet(r.ctx, r.key(sale, "orders"), g).Result()
+			mustDo(t, err)
+			records := r.orders(sale)
+			var want []string
+			for _, id := range ids {
+				want = append(want, strings.TrimPrefix(id, g)+"|"+records[id])
+			}
+			if w := strings.Join(want, "\n"); v != w || len(records) != 21 {
+				t.Errorf("the lost call's group (%d records):\n%q\nwant\n%q", len(records), v, w)
+			}
+		})
+	}
+}

@@ -323,3 +323,77 @@ func TestAdvTailOrderNamedTwice(t *testing.T) {
 		}
 	})
 }
+
+// TestAdvTailOwnFieldBesideTail: an order both in a field of its own
+// (stored before order groups) and, by tail or by whole id, in its group
+// is corrupt to the units scan and to OrderRecords; Engine.Order and a
+// cancel read and write the group's line (never the own field), and a
+// repair rewrites the group and removes the own field.
+func TestAdvTailOwnFieldBesideTail(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		db := &recordDB{}
+		r := newRig(t, b, inventory.Options{Loader: db})
+		for n, whole := range []bool{false, true} {
+			sale := fmt.Sprintf("o-%d.", n)
+			*db = recordDB{}
+			r.create(inventory.Sale{ID: sale, PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+			var reqs []inventory.BuyRequest
+			for i := range 3 {
+				reqs = append(reqs, inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1+i)})
+			}
+			var ids []string
+			for i, br := range r.eng.BuyMany(r.ctx, reqs) {
+				if br.Err != nil {
+					t.Fatalf("buy %d: %v", i, br.Err)
+				}
+				ids = append(ids, br.Receipt.Order.ID)
+			}
+			g := inventory.OrderGroup(ids[1])
+			if whole {
+				advTailToWhole(t, r, sale, g, func(i int) bool { return i == 1 })
+			}
+			records := r.orders(sale)
+			key := r.key(sale, "orders")
+			// The own field says u0 bought order 1 (u1's in its group).
+			own := "p|u0|" + strings.SplitN(records[ids[1]], "|", 4)[2] + "|A=7|"
+			mustDo(t, r.rdb.HSet(r.ctx, key, ids[1], own).Err())
+			if _, err := r.eng.UnitsInOrders(r.ctx, sale); !errors.Is(err, inventory.ErrCorrupt) {
+				t.Errorf("whole %v: UnitsInOrders with an order in two fields: %v; want ErrCorrupt", whole, err)
+			}
+			recs := r.orders(sale)
+			if _, bad := recs[g+"?bad"]; !bad {
+				t.Errorf("whole %v: OrderRecords did not flag an order in two fields: %v", whole, recs)
+			}
+			if o, err := r.eng.Order(r.ctx, ids[1]); err != nil || o.UserID != "u1" || o.Items[0].Qty != 2 {
+				t.Errorf("whole %v: Order = %+v, %v; want the group's record (u1's)", whole, o, err)
+			}
+			if _, err := r.eng.Cancel(r.ctx, ids[1], "u0"); !errors.Is(err, inventory.ErrNotFound) {
+				t.Errorf("whole %v: the own field's buyer cancelled the order: %v", whole, err)
+			}
+			if _, err := r.eng.Cancel(r.ctx, ids[1], "u1"); err != nil {
+				t.Fatalf("whole %v: cancel: %v", whole, err)
+			}
+			if v, err := r.rdb.HGet(r.ctx, key, ids[1]).Result(); err != nil || v != own {
+				t.Errorf("whole %v: the cancel changed the own field: %q, %v", whole, v, err)
+			}
+			if o, err := r.eng.Order(r.ctx, ids[1]); err != nil || o.UserID != "u1" || o.Status != inventory.OrderCancelled {
+				t.Errorf("whole %v: after the cancel Order = %+v, %v; want u1's, cancelled", whole, o, err)
+			}
+			db.consume(r, sale)
+			if _, err := r.eng.Repair(r.ctx, sale, db); err != nil {
+				t.Fatalf("whole %v: Repair: %v", whole, err)
+			}
+			h, err := r.rdb.HGetAll(r.ctx, key).Result()
+			mustDo(t, err)
+			if _, ok := h[ids[1]]; ok || len(h) != 1 {
+				t.Errorf("whole %v: after the repair the orders hash is %v; want the group alone", whole, h)
+			}
+			if u, err := r.eng.UnitsInOrders(r.ctx, sale); err != nil || u["A"] != 1+3 {
+				t.Errorf("whole %v: UnitsInOrders after the repair = %v, %v; want A 4", whole, u, err)
+			}
+			if rep, err := r.eng.Repair(r.ctx, sale, db); err != nil || rep.Changed() {
+				t.Errorf("whole %v: a second Repair = %+v, %v", whole, rep, err)
+			}
+		}
+	})
+}

@@ -22,7 +22,9 @@ import (
 //	                       the number of order records (buy.lua, rebuild)
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order group>" -> the group's orders, one
-//	                       "<order id>|<order record>" a line (record.go):
+//	                       "<tail>|<order record>" a line, the tail the
+//	                       id's last four characters ("<order id>|<order
+//	                       record>" in values written before; record.go):
 //	                       a group is the order ids of one buy.lua call
 //	                       (orderGroup, idGroup), so a call writes one field;
 //	                       or, stored before groups, "<order id>" -> record

@@ -33,10 +33,10 @@ func TestAdvFirstHoldingOfAnOddQtyArgument(t *testing.T) {
 					continue // gopher-lua's tonumber has no exponents: the script fails before any write
 				}
 				u := "u" + qty
-				// now, one buy, no throttle, no shared shape; user, order
-				// id, shape 0 (its own, next:) key, lines, throttle, token,
-				// ttl, n, sku, qty
-				args := []any{"", 1, 0, 0, u, NewOrderID("s1"), 0, "", "A=" + qty, 0, "", 0, 1, "A", qty}
+				// now, one buy, no throttle, no call group, no shared shape;
+				// user, order id, shape 0 (its own, next:) key, lines,
+				// throttle, token, ttl, n, sku, qty
+				args := []any{"", 1, 0, "", 0, u, NewOrderID("s1"), 0, "", "A=" + qty, 0, "", 0, 1, "A", qty}
 				res, _, err := luascript.Run(ctx, rdb, buyScript, keys, args...)
 				if err != nil {
 					t.Fatalf("qty %q: %v", qty, err)

@@ -510,7 +510,7 @@ func (w *diffWorld) call(rng *rand.Rand) []any {
 	for range rng.IntN(3) {
 		shared = append(shared, w.shape(rng, ""))
 	}
-	args = append(args, len(shared))
+	args = append(args, "", len(shared)) // no call group: every id whole
 	for _, s := range shared {
 		args = append(args, s.args()...)
 	}

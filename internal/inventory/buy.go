@@ -248,7 +248,9 @@ const maxShapes = 8
 // its place (usually every buy has the same); so do its shared shapes: the
 // buys with no idempotency key that have the same lines and throttle and
 // either no token or a gated one (usually most of a crowd's) send their
-// shape once; a gated buy sends its nonce and until after it.
+// shape once; a gated buy sends its nonce and until after it. The buys
+// whose order ids are of the first buy's group (usually all: idGroup)
+// send only their ids' tails, and the script the group once.
 func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 	var throttles []gcra.Bucket
 	which := make([]int, len(bcs)) // 1-based place of bcs[i]'s throttle, 0 none
@@ -292,7 +294,7 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 			n += 2
 		}
 	}
-	args := make([]any, 0, n+4*len(throttles))
+	args := make([]any, 0, n+1+4*len(throttles))
 	args = append(args, now, len(bcs), len(throttles))
 	for _, th := range throttles {
 		args = append(args, th.Rate, th.PeriodUS, th.Capacity, throttleWindow(th))
@@ -314,12 +316,18 @@ func (e *Engine) batchCall(keys []string, bcs []buyCall, now any) call {
 			args = append(args, "")
 		}
 	}
-	args = append(args, len(shared))
+	// The call's group: the buys whose ids are of it send their tails.
+	group := orderGroup(bcs[0].placed.ID)
+	args = append(args, group, len(shared))
 	for _, i := range shared {
 		appendShape(i)
 	}
 	for i := range bcs {
-		args = append(args, bcs[i].placed.UserID, bcs[i].placed.ID, shape[i])
+		id := bcs[i].placed.ID
+		if len(id) > orderGroupTail && orderGroup(id) == group {
+			id = id[len(group):]
+		}
+		args = append(args, bcs[i].placed.UserID, id, shape[i])
 		if shape[i] == 0 {
 			appendShape(i)
 		}

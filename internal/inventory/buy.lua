@@ -82,7 +82,10 @@
 --   first holding is stored as this very argument), then "1" if the
 --   shape's buys are gated ("" for not): a gated shape has no token (""),
 --   each of its buys carries its own (see KEYS[11])
--- then, for each buy: user id, new order id, and its shape's number
+-- then the call's group cg: its buys whose order ids are of group cg
+--   (order.lua) send only their tails (four characters), every other buy
+--   its whole id (longer): usually every id is of the call's group
+-- then, for each buy: user id, new order id (see cg), and its shape's number
 --   (1..s) or 0 with its shape right after it, then, for a buy of a gated
 --   shape, its admission's nonce and the until in unix ms its user's live
 --   admission must have. The buys of a crowd are mostly one shape (one
@@ -271,9 +274,10 @@ local ifields, tkeys, spent
 -- lists them once each (both made for the first gated buy)
 local gt, gated, gusers
 local a = 4 + 4 * nth
+local cg = ARGV[a]
 local shapes = {}
-local ns = num(ARGV[a])
-a = a + 1
+local ns = num(ARGV[a + 1])
+a = a + 2
 for k = 1, ns do
   shapes[k] = a
   a = a + 7 + 2 * num(ARGV[a + 5])
@@ -342,6 +346,12 @@ for b = 1, count do
   for i = 1, n do bfields[w + i] = u .. '|' .. ARGV[d + 4 + 2 * i] end
   a = nxt
 end
+-- whole(b): buy b's order id: its argument, or cg and the tail it sent
+local function whole(b)
+  local t = ARGV[at[b] + 1]
+  if #t == 4 then return cg .. t end
+  return t
+end
 -- own_at: the buys whose order id the caller chose, from ARGV[a + 1] on
 -- (ARGV[a] of them): a resend of one may find its order stored before
 -- order groups, in a field of its own (order.lua)
@@ -393,7 +403,8 @@ end
 -- (a call's own group has none, unless the call is a resend).
 local gof, gval, glist = {}, {}, {}
 for b = 1, count do
-  local g = order_group(ARGV[at[b] + 1])
+  local t, g = ARGV[at[b] + 1], cg
+  if #t ~= 4 then g = order_group(t) end
   gof[b] = g
   if gval[g] == nil then
     gval[g] = false
@@ -407,7 +418,7 @@ local own
 if own_n > 0 then
   own = {}
   local oids = {}
-  for i = 1, own_n do oids[i] = ARGV[at[num(ARGV[own_at + i - 1])] + 1] end
+  for i = 1, own_n do oids[i] = whole(num(ARGV[own_at + i - 1])) end
   local ov = read('HMGET', KEYS[3], oids)
   for i = 1, own_n do own[num(ARGV[own_at + i - 1])] = ov[i] or nil end
 end
@@ -558,8 +569,9 @@ end
 -- Writes, gathered for the end: field, value pairs by hash (a field
 -- written twice takes its last value); made[id]: the records this batch
 -- made (a later buy of the batch may repeat one); sold[sku]: units this
--- batch sold of a sku; tw[j]: the throttle states for hash wkey[j].
-local new_held, sold, events = {}, {}, {}
+-- batch sold of a sku; tw[j]: the throttle states for hash wkey[j];
+-- tails: whether every bought order was bought by its tail (see cg).
+local new_held, sold, events, tails = {}, {}, {}, true
 local made, new_idem, new_spent, tw, og
 -- new_used: the gated buys accepted, each {user, its admission (gated)}
 local new_used
@@ -616,21 +628,27 @@ local fresh = {}
 for b = 1, count do
   repeat
     local a, d = at[b], sh[b]
-    local u, id, key = ARGV[a], ARGV[a + 1], ARGV[d]
+    local u, key = ARGV[a], ARGV[d]
+    -- tail: the tail the buy sent (see cg), false for a whole id; id: the
+    -- whole id, made only where it is needed (a crowd's buys need none)
+    local tail, id = ARGV[a + 1], false
+    if #tail ~= 4 then
+      id = tail
+      tail = false
+    end
     -- A repeat (same idempotency key, or a retried call with the same order
     -- id) returns the order it made, whatever the sale's state is now.
     if key ~= '' then
       local prev = idem[u .. '|' .. key]
       if prev then
         local rec = made and made[prev]
-        if rec then rec = string.sub(rec, 2) else rec = order_get(KEYS[3], prev) end
+        if not rec then rec = order_get(KEYS[3], prev) end
         replay(prev, rec, b, true) break
       end
     end
     if gval[gof[b]] == 'bad' then put(8, 'orders:' .. gof[b]) break end
-    local existing = made and made[id]
-    if existing then existing = string.sub(existing, 2) end
-    existing = existing or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
+    if made or gval[gof[b]] or own then id = id or whole(b) end
+    local existing = made and made[id] or gval[gof[b]] and order_in(gval[gof[b]], id) or own and own[b]
     if existing then replay(id, existing, b, false) break end
 
     if ARGV[d + 2] ~= '0' then
@@ -747,10 +765,15 @@ for b = 1, count do
     end
 
     -- Every check passed: the event, then this buy's part of the writes.
-    -- (the record after a '|': the event's second piece)
-    local record = '|p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key
-    local e = #events -- (the event's pieces: joined once, at the end)
-    events[e + 1], events[e + 2], events[e + 3] = id, record, '\n'
+    -- (the event's pieces: joined once, at the end; see events below)
+    local line = (tail or '') .. '|p|' .. u .. now_bar .. ARGV[d + 1] .. '|' .. key .. '\n'
+    local e = #events
+    if tail then
+      events[e + 1], events[e + 2] = cg, line
+    else
+      events[e + 1], events[e + 2] = id, line
+      tails = false
+    end
     out[o + 1], out[o + 2], out[o + 3] = n + 2, 0, now_ms
     o = o + 3
     local w = #new_held
@@ -777,7 +800,8 @@ for b = 1, count do
       new_held[w + 1], new_held[w + 2] = f, hs
       w = w + 2
     end
-    if made then made[id] = record end
+    if made then made[id] = string.sub(line, tail and 6 or 2, -2) end
+    if pay or key ~= '' or g then id = id or whole(b) end
     if pay then
       deadlines = deadlines or {}
       w = #deadlines
@@ -806,19 +830,32 @@ for b = 1, count do
 end
 
 -- The events: the first write (see the top).
--- (events holds each event as three pieces: order id, '|' .. record, '\n';
--- joined, they are the stream entry of the call's orders; with each id's
--- tail in its place, the value of their group when they are all of one)
-local ne = #events / 3
+-- (events holds each event as two pieces: cg, then its line in cg's value,
+-- "<tail>|<record>\n"; or, for an order bought by its whole id, the id,
+-- then "|<record>\n": a piece is a cost of table.concat, a string one of
+-- each buy. Joined, less the last '\n', they are the stream entry of the
+-- call's orders.)
+local ne = #events / 2
+-- event(i): event i's order id, and its line after it ("|<record>")
+local function event(i)
+  local p1, p2 = events[2 * i - 1], events[2 * i]
+  if string.byte(p2, 1) == 124 then return p1, string.sub(p2, 1, -2) end
+  return cg .. string.sub(p2, 1, 4), string.sub(p2, 5, -2)
+end
+-- joined_events(): the pieces joined, less the last '\n'
+local function joined_events()
+  local n = #events
+  return table.concat(events, '', 1, n - 1) .. string.sub(events[n], 1, -2)
+end
 local joined
-if ne > 0 then joined = table.concat(events, '', 1, 3 * ne - 1) end
+if ne > 0 then joined = joined_events() end
 -- tokline[order id]: the "tokens" line of an order that spent a token
 -- (see the top); none without a token buy.
 local tokline
 if new_spent then
   tokline = {}
   for _, b in ipairs(new_spent) do
-    local p, id = gt and gt[b], ARGV[at[b] + 1]
+    local p, id = gt and gt[b], whole(b)
     if p then
       -- a gated nonce: spent until its admission's until, past which no
       -- buy is let through the gate anyway
@@ -833,7 +870,7 @@ if ne > 1 and one_entry then
   local id
   if tokline then
     local lines = {}
-    for i = 1, ne do lines[#lines + 1] = tokline[events[3 * i - 2]] end
+    for i = 1, ne do lines[#lines + 1] = tokline[(event(i))] end
     id = redis.call('XADD', KEYS[5], '*', 'orders', joined, 'tokens', table.concat(lines, '\n'))
   else
     id = redis.call('XADD', KEYS[5], '*', 'orders', joined)
@@ -847,10 +884,12 @@ if ne > 1 and one_entry then
   end
 end
 for i = 1, ne do
-  local tl = tokline and tokline[events[3 * i - 2]]
+  local id, rest
+  if ne > 1 or tokline then id, rest = event(i) end
+  local tl = tokline and tokline[id]
   -- (a call's one event is joined already)
   local ev = joined
-  if ne > 1 then ev = events[3 * i - 2] .. events[3 * i - 1] end
+  if ne > 1 then ev = id .. rest end
   if tl then
     redis.call('XADD', KEYS[5], '*', 'bought', ev, 'tokens', tl)
   else
@@ -861,7 +900,7 @@ end
 local sale_writes
 if #new_held > 0 then
   norders = norders or redis.call('HLEN', KEYS[3])
-  sale_writes = {'orders', exact(norders + #events / 3)}
+  sale_writes = {'orders', exact(norders + #events / 2)}
 end
 for _, sku in ipairs(skus) do
   if sold[sku] then
@@ -885,24 +924,24 @@ end
 if #new_held > 0 then
   hset(KEYS[2], new_held)
   -- Each group's new orders after those it holds (a resend's): usually
-  -- the call's one group (og).
-  -- (A group's lines leave the group out, order.lua: each event's id
-  -- becomes its tail, in place, as nothing reads events after this.)
-  if og then
-    for i = 1, #events, 3 do events[i] = string.sub(events[i], -4) end
-    local list = table.concat(events, '', 1, #events - 1)
+  -- all of the call's group, each bought by its tail: the events joined
+  -- without their first pieces, cg (nothing reads the events after this).
+  if og and tails then
+    for i = 1, #events, 2 do events[i] = '' end
+    local list = joined_events()
     if gval[og] then list = gval[og] .. '\n' .. list end
     redis.call('HSET', KEYS[3], og, list)
   else
     local groups = {}
-    for i = 1, #events, 3 do
-      local g = order_group(events[i])
+    for i = 1, #events / 2 do
+      local id, rest = event(i)
+      local g = order_group(id)
       local list = groups[g]
       if not list then
         list = {}
         groups[g] = list
       end
-      list[#list + 1] = order_tail(events[i]) .. events[i + 1]
+      list[#list + 1] = order_tail(id) .. rest
     end
     local writes = {}
     for g, list in pairs(groups) do

@@ -30,9 +30,10 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 		}
 		bcs = append(bcs, bc)
 	}
-	// now, count, 1 throttle of 4, shape count, the shape of 9, the stream
-	// mode, the distinct flag, no buy of an id the caller chose
-	const fixed = 3 + 4 + 1 + 9 + 1 + 1 + 1
+	// now, count, 1 throttle of 4, the call's group, shape count, the
+	// shape of 9, the stream mode, the distinct flag, no buy of an id the
+	// caller chose
+	const fixed = 3 + 4 + 1 + 1 + 9 + 1 + 1 + 1
 	if n := len(e.batchCall(nil, bcs, "").args); n != fixed+3*100 {
 		t.Errorf("100 buys of one shape: %d arguments, want %d", n, fixed+3*100)
 	}
@@ -46,6 +47,28 @@ func TestBatchCallSendsACrowdsShapeOnce(t *testing.T) {
 	}
 	if n := len(e.batchCall(nil, append(bcs, bc), "").args); n != fixed+3*100+3+9 {
 		t.Errorf("and one with a key: %d arguments, want %d", n, fixed+3*100+3+9)
+	}
+
+	// Ids of the call's group (the first buy's) go as their tails, and the
+	// group once; any other id whole.
+	var g idGroup
+	for i := range bcs {
+		g.give(&bcs[i])
+	}
+	bcs[7].placed.ID = NewOrderID("s1")
+	args := e.batchCall(nil, bcs, "").args
+	group := orderGroup(bcs[0].placed.ID)
+	if args[7] != group {
+		t.Fatalf("argument 8 = %v, want the call's group %s", args[7], group)
+	}
+	for i := range bcs {
+		want := bcs[i].placed.ID
+		if i != 7 {
+			want = want[len(group):]
+		}
+		if got := args[fixed-3+3*i+1]; got != want { // (the last three follow the buys)
+			t.Errorf("buy %d's order id argument %v, want %s", i, got, want)
+		}
 	}
 }
 

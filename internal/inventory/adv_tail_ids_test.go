@@ -66,13 +66,17 @@ func advTailStreamIDs(t *testing.T, r *rig, sale string) []string {
 	mustDo(t, err)
 	var ids []string
 	for _, m := range msgs {
-		for _, f := range []string{"bought", "orders"} {
+		group, _ := m.Values["group"].(string) // an entry of "lines" names its orders by tail
+		for _, f := range []string{"bought", "orders", "lines"} {
 			v, ok := m.Values[f].(string)
 			if !ok {
 				continue
 			}
 			for line := range strings.SplitSeq(v, "\n") {
 				id, _, _ := strings.Cut(line, "|")
+				if f == "lines" {
+					id = group + id
+				}
 				ids = append(ids, id)
 			}
 		}

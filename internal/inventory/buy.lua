@@ -109,9 +109,13 @@
 -- buys one order appends one stream entry of one field, "bought": the
 -- event. A call that buys n > 1 appends, in stream mode "1" on a server
 -- that has XSETID (Redis: redis.REDIS_VERSION_NUM is set, 7.0 on; the
--- embedded server has neither), ONE entry of one field, "orders": the n
--- events joined by newlines (no id, record or idempotency key holds one),
--- and moves the stream's last id from the entry's <ms>-<seq> to
+-- embedded server has neither), ONE entry of two fields, "group": the
+-- orders' group (order.lua), and "lines": the lines "<tail>|<order
+-- record>" of the n orders joined by newlines (no id, record or
+-- idempotency key holds one), the very text the call adds to the group's
+-- value; or, when the orders are not all of the call's group cg (see
+-- above), one field "orders": the n events joined by newlines; and moves
+-- the stream's last id from the entry's <ms>-<seq> to
 -- <ms>-<seq+n-1> (XSETID): order k (from 0) owns the id <ms>-<seq+k>,
 -- which no later entry can take. An entry whose orders spent purchase
 -- tokens has one more field, "tokens": a line "<order id>|<token>|<until,
@@ -833,8 +837,8 @@ end
 -- (events holds each event as two pieces: cg, then its line in cg's value,
 -- "<tail>|<record>\n"; or, for an order bought by its whole id, the id,
 -- then "|<record>\n": a piece is a cost of table.concat, a string one of
--- each buy. Joined, less the last '\n', they are the stream entry of the
--- call's orders.)
+-- each buy. Joined, less the last '\n', they are the call's orders as
+-- "<order id>|<record>" lines.)
 local ne = #events / 2
 -- event(i): event i's order id, and its line after it ("|<record>")
 local function event(i)
@@ -847,8 +851,16 @@ local function joined_events()
   local n = #events
   return table.concat(events, '', 1, n - 1) .. string.sub(events[n], 1, -2)
 end
-local joined
-if ne > 0 then joined = joined_events() end
+-- lines: when every order was bought by its tail (usually), the lines
+-- "<tail>|<record>" of cg's value: the events joined without their first
+-- pieces (cg; event(i) reads a tail's event from its second alone), both
+-- the call's stream entry (fields "group", "lines") and what it adds to
+-- cg's value; one string for both.
+local lines
+if ne > 0 and tails then
+  for i = 1, #events, 2 do events[i] = '' end
+  lines = joined_events()
+end
 -- tokline[order id]: the "tokens" line of an order that spent a token
 -- (see the top); none without a token buy.
 local tokline
@@ -867,14 +879,18 @@ if new_spent then
   end
 end
 if ne > 1 and one_entry then
-  local id
-  if tokline then
-    local lines = {}
-    for i = 1, ne do lines[#lines + 1] = tokline[(event(i))] end
-    id = redis.call('XADD', KEYS[5], '*', 'orders', joined, 'tokens', table.concat(lines, '\n'))
+  local id, f
+  if lines then
+    f = {'group', cg, 'lines', lines}
   else
-    id = redis.call('XADD', KEYS[5], '*', 'orders', joined)
+    f = {'orders', joined_events()}
   end
+  if tokline then
+    local tl = {}
+    for i = 1, ne do tl[#tl + 1] = tokline[(event(i))] end
+    f[#f + 1], f[#f + 2] = 'tokens', table.concat(tl, '\n')
+  end
+  id = redis.call('XADD', KEYS[5], '*', unpack(f))
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if #seq <= 15 then
     redis.call('XSETID', KEYS[5], ms .. '-' .. string.format('%d', tonumber(seq) + ne - 1))
@@ -884,12 +900,9 @@ if ne > 1 and one_entry then
   end
 end
 for i = 1, ne do
-  local id, rest
-  if ne > 1 or tokline then id, rest = event(i) end
+  local id, rest = event(i)
   local tl = tokline and tokline[id]
-  -- (a call's one event is joined already)
-  local ev = joined
-  if ne > 1 then ev = id .. rest end
+  local ev = id .. rest
   if tl then
     redis.call('XADD', KEYS[5], '*', 'bought', ev, 'tokens', tl)
   else
@@ -926,9 +939,8 @@ if #new_held > 0 then
   -- Each group's new orders after those it holds (a resend's): usually
   -- all of the call's group, each bought by its tail: the events joined
   -- without their first pieces, cg (nothing reads the events after this).
-  if og and tails then
-    for i = 1, #events, 2 do events[i] = '' end
-    local list = joined_events()
+  if og and lines then
+    local list = lines
     if gval[og] then list = gval[og] .. '\n' .. list end
     redis.call('HSET', KEYS[3], og, list)
   else

@@ -87,12 +87,15 @@ type Event struct {
 // that holds one event. An entry of several orders ("orders", see
 // ParseEntry) is an error: read a stream with ParseEntry.
 func ParseEvent(saleID string, msg redis.XMessage) (Event, error) {
-	if v, ok := packedOrders(msg); ok {
-		if strings.IndexByte(v, '\n') >= 0 {
+	if p, ok := packedOrders(msg); ok {
+		if strings.IndexByte(p.lines, '\n') >= 0 {
 			return Event{}, fmt.Errorf("%w: entry %s of sale %s holds %d orders (ParseEntry decodes it)",
-				ErrSeveralEvents, msg.ID, saleID, strings.Count(v, "\n")+1)
+				ErrSeveralEvents, msg.ID, saleID, strings.Count(p.lines, "\n")+1)
 		}
-		return boughtSpending(saleID, msg, v)
+		if err := p.check(saleID, msg.ID, p.lines); err != nil {
+			return Event{}, err
+		}
+		return boughtSpending(saleID, msg, p.group+p.lines)
 	}
 	return parseOne(saleID, msg)
 }
@@ -119,19 +122,53 @@ func HoldsOrders(msg redis.XMessage) bool {
 	return ok
 }
 
+// packed is the orders of a buy.lua call's entry of bought orders: lines
+// "<order id>|<record>" joined by newlines (field "orders"), or, with
+// byTail, lines "<tail>|<record>" of the orders of group (fields "lines"
+// and "group": the text the call added to the group's value in the orders
+// hash, see record.go).
+type packed struct {
+	lines, group string
+	byTail       bool
+}
+
 // packedOrders returns the orders of a buy.lua call's entry of bought
-// orders: its "orders" field, in an entry without "type" (a typed entry
-// is one event, whatever else it holds).
-func packedOrders(msg redis.XMessage) (string, bool) {
-	packed, ok := msg.Values[fieldOrders]
-	if !ok {
-		return "", false
-	}
+// orders: its "lines" and "group" fields, or its "orders" field, in an
+// entry without "type" (a typed entry is one event, whatever else it
+// holds).
+func packedOrders(msg redis.XMessage) (packed, bool) {
 	if _, typed := msg.Values["type"]; typed {
-		return "", false
+		return packed{}, false
 	}
-	v, _ := packed.(string)
-	return v, true
+	if v, ok := msg.Values[fieldLines]; ok {
+		p := packed{byTail: true}
+		p.lines, _ = v.(string)
+		p.group, _ = msg.Values[fieldGroup].(string)
+		return p, true
+	}
+	v, ok := msg.Values[fieldOrders]
+	if !ok {
+		return packed{}, false
+	}
+	p := packed{}
+	p.lines, _ = v.(string)
+	return p, true
+}
+
+// check reports a line of p that does not name its order: a line by tail
+// needs a group and a tail of orderGroupTail characters (its order is then
+// "<group><line>"; a line by id is "<order id>|<record>" as it is, and
+// group is ""); id is its event's stream id.
+func (p packed) check(saleID, id, line string) error {
+	if !p.byTail {
+		return nil
+	}
+	tail, _, ok := strings.Cut(line, "|")
+	if !ok || len(tail) != orderGroupTail || p.group == "" {
+		return fmt.Errorf("%w: event %s of sale %s: line %q of group %q", ErrCorrupt, id, saleID,
+			truncate(line, 200), truncate(p.group, 100))
+	}
+	return nil
 }
 
 // ErrSeveralEvents: ParseEvent was handed an entry of several events.
@@ -148,15 +185,19 @@ type BadEvent struct {
 
 // ParseEntry decodes one entry read from the stream at EventsKey(saleID)
 // and appends its events to dst: one for every entry but a buy.lua call's
-// entry of several orders (field "orders": the orders' "<order id>|<order
-// record>" joined by newlines, which no id, record or key contains). Order
+// entry of several orders (fields "group" and "lines": the orders' lines
+// "<tail>|<order record>" joined by newlines, which no id, record or key
+// contains, an order's id its group and its tail; or, written by a
+// release before, or for orders of several groups, field "orders": the
+// orders' "<order id>|<order record>" lines). Order
 // k (from 0) of such an entry <ms>-<seq> is the event <ms>-<seq+k>: the
 // script moved the stream's last id past them (XSETID), so no other entry
 // ever has these ids. An event that does not decode is left out of dst and
 // returned in bad (an order of an entry of several on its own: the others
 // decode all the same).
 func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event, bad []BadEvent) {
-	v, ok := packedOrders(msg)
+	p, ok := packedOrders(msg)
+	v := p.lines
 	if !ok { // one event ("type" decides when there is one: an unknown one is corrupt)
 		ev, err := parseOne(saleID, msg)
 		if err != nil {
@@ -177,11 +218,15 @@ func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event,
 			id = strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+k, 10)
 		}
 		var ev Event
+		order := p.group + line // "<order id>|<record>" (a line by tail after its group)
 		if err == nil {
-			ev, err = parseBought(saleID, id, line)
+			err = p.check(saleID, id, line)
+		}
+		if err == nil {
+			ev, err = parseBought(saleID, id, order)
 		}
 		if err != nil {
-			bad = append(bad, BadEvent{ID: id, Values: map[string]any{fieldBought: line}, Err: err})
+			bad = append(bad, BadEvent{ID: id, Values: map[string]any{fieldBought: order}, Err: err})
 		} else {
 			dst = append(dst, ev)
 		}
@@ -324,10 +369,13 @@ func parseOne(saleID string, msg redis.XMessage) (Event, error) {
 }
 
 // fieldBought is the one field of a bought event; fieldOrders the one
-// field of a buy.lua call's entry of several (see ParseEntry).
+// field of a buy.lua call's entry of several by order id, fieldLines and
+// fieldGroup the two of one by tail (see ParseEntry).
 const (
 	fieldBought = "bought"
 	fieldOrders = "orders"
+	fieldLines  = "lines"
+	fieldGroup  = "group"
 )
 
 // OrderEntry is the fields of a bought event as an entry of its own (one

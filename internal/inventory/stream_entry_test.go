@@ -87,8 +87,12 @@ func TestBuyStreamEntries(t *testing.T) {
 				msgs, last := r.streamInfo("s1")
 				batched := b.name != "miniredis" && !perOrder
 				if batched {
-					if len(msgs) != 2 || msgs[1].Values["orders"] == nil {
+					if len(msgs) != 2 || !inventory.HoldsOrders(msgs[1]) {
 						t.Fatalf("stream %v: want created and one entry of the 5 orders", msgs)
+					}
+					// by tail: the call's lines of its group's value, and the group
+					if g := msgs[1].Values["group"]; g != inventory.OrderGroup(orders[0].ID) || msgs[1].Values["lines"] == nil {
+						t.Fatalf("entry %v: want the orders' group %s and their lines", msgs[1], inventory.OrderGroup(orders[0].ID))
 					}
 					ms, seq := inventory.SplitEventID(msgs[1].ID)
 					if want := fmt.Sprintf("%d-%d", ms, seq+4); last != want {
@@ -175,7 +179,7 @@ func TestBuyStreamEntrySeqUnsafe(t *testing.T) {
 				msgs, last := r.streamInfo("s1")
 				several := 0
 				for _, m := range msgs {
-					if m.Values["orders"] != nil {
+					if inventory.HoldsOrders(m) {
 						several++
 					}
 				}
@@ -242,5 +246,48 @@ func TestParseEntry(t *testing.T) {
 	evs, bads = inventory.ParseEntry(nil, "s1", top)
 	if len(evs) != 2 || evs[1].ID != "9-18446744073709551615" || len(bads) != 1 || !errors.Is(bads[0].Err, inventory.ErrCorrupt) {
 		t.Fatalf("decoded %+v, bad %+v", evs, bads)
+	}
+}
+
+// TestParseEntryByTail: an entry of several orders of one group ("group",
+// "lines") names each by its tail, and decodes to the orders' whole ids,
+// one event each; its one order alone is ParseEvent's. A line whose tail
+// is not four characters, or an entry without its group, is corrupt: the
+// order is a dead letter under its own id with its line as the group
+// wrote it, and the others decode.
+func TestParseEntryByTail(t *testing.T) {
+	const g = "s1.01M8MND0A9RK2K8HVVPNSQ"
+	rec := func(tail, user string) string { return tail + "|p|" + user + "|1700000000000|A=1|" }
+	entry := redis.XMessage{ID: "6-3", Values: map[string]any{"group": g,
+		"lines": rec("0000", "u3") + "\n" + rec("0001", "u4") + "\n" + rec("0002", "u5")}}
+	evs, bads := inventory.ParseEntry(nil, "s1", entry)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.ID+":"+ev.Order.ID+":"+ev.Order.UserID)
+	}
+	want := "6-3:" + g + "0000:u3 6-4:" + g + "0001:u4 6-5:" + g + "0002:u5"
+	if strings.Join(got, " ") != want || len(bads) != 0 {
+		t.Fatalf("decoded %v (bad %v), want %s", got, bads, want)
+	}
+	if !inventory.HoldsOrders(entry) {
+		t.Error("HoldsOrders of an entry by tail: false")
+	}
+	one := redis.XMessage{ID: "7-0", Values: map[string]any{"group": g, "lines": rec("000Z", "u6")}}
+	if ev, err := inventory.ParseEvent("s1", one); err != nil || ev.Order.ID != g+"000Z" || ev.Order.UserID != "u6" {
+		t.Errorf("ParseEvent of one order by tail: %+v, %v", ev, err)
+	}
+
+	bad := redis.XMessage{ID: "9-7", Values: map[string]any{"group": g,
+		"lines": rec("0000", "u6") + "\n" + rec("00001", "u7") + "\n" + rec("0002", "u8")}}
+	evs, bads = inventory.ParseEntry(nil, "s1", bad)
+	if len(evs) != 2 || evs[0].Order.ID != g+"0000" || evs[1].ID != "9-9" || evs[1].Order.ID != g+"0002" {
+		t.Fatalf("decoded %+v", evs)
+	}
+	if len(bads) != 1 || bads[0].ID != "9-8" || bads[0].Values["bought"] != g+rec("00001", "u7") || !errors.Is(bads[0].Err, inventory.ErrCorrupt) {
+		t.Fatalf("bad %+v", bads)
+	}
+	lost := redis.XMessage{ID: "9-20", Values: map[string]any{"lines": rec("0000", "u6")}}
+	if evs, bads := inventory.ParseEntry(nil, "s1", lost); len(evs) != 0 || len(bads) != 1 || !errors.Is(bads[0].Err, inventory.ErrCorrupt) {
+		t.Fatalf("an entry by tail without its group: %+v, bad %+v", evs, bads)
 	}
 }

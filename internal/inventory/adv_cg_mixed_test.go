@@ -1,11 +1,15 @@
 package inventory_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,6 +415,134 @@ func TestAdvCgLostCallsResentAlone(t *testing.T) {
 			if rem := r.remaining(sale)["A"]; rem != 100-7 {
 				t.Errorf("remaining %d, want 93", rem)
 			}
+		})
+	}
+}
+
+// advCgLossy fails every third pipeline of buy scripts after it ran (its
+// reply lost), until off.
+type advCgLossy struct {
+	n   atomic.Int32
+	off atomic.Bool
+}
+
+func (h *advCgLossy) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// lose reports whether the next call of buy scripts loses its reply.
+func (h *advCgLossy) lose(cmds ...redis.Cmder) bool {
+	for _, c := range cmds {
+		if c.Name() == "evalsha" || c.Name() == "eval" {
+			return !h.off.Load() && h.n.Add(1)%3 == 0
+		}
+	}
+	return false
+}
+
+func (h *advCgLossy) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if !h.lose(cmd) {
+			return err
+		}
+		cmd.SetErr(io.ErrUnexpectedEOF)
+		return io.ErrUnexpectedEOF
+	}
+}
+
+func (h *advCgLossy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if !h.lose(cmds...) {
+			return err
+		}
+		for _, c := range cmds {
+			c.SetErr(io.ErrUnexpectedEOF)
+		}
+		return io.ErrUnexpectedEOF
+	}
+}
+
+// TestAdvCgCoalescedCrowdWithLostReplies: concurrent buys, coalesced into
+// calls, a third of whose replies are lost: each lost buy is resent, and
+// may be coalesced into a later call of another group (its id whole
+// there). Buyers choose ids of their own now and then (some of one shared
+// group, some reused by another buyer), keys and tokens. Every success
+// names an order of its buyer; the stream and the orders hash agree; the
+// units sold are the records' units.
+func TestAdvCgCoalescedCrowdWithLostReplies(t *testing.T) {
+	for _, perOrder := range []bool{false, true} {
+		t.Run(fmt.Sprint("EntryPerOrder=", perOrder), func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			r := newRig(t, backend{client: func(testing.TB) redis.UniversalClient { return rdb }},
+				inventory.Options{EntryPerOrder: perOrder, Coalesce: inventory.Coalesce{MaxBatch: 16, Overlap: 4}})
+			const sale = "s1"
+			r.create(inventory.Sale{ID: sale, PerUserLimit: 3, PaymentTimeout: time.Hour, Items: []inventory.Item{{SKU: "A", Stock: 10000}}})
+			if _, err := r.eng.Buy(r.ctx, sale, "w0", lines("A", 1), ""); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			h := &advCgLossy{}
+			rdb.AddHook(h)
+			shared := inventory.NewOrderID(sale)
+			const n = 300
+			type got struct {
+				rc  inventory.Receipt
+				err error
+			}
+			out := make([]got, n)
+			reqs := make([]inventory.BuyRequest, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				q := inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprint("u", i%120), Lines: lines("A", 1+i%2)}
+				switch i % 7 {
+				case 1:
+					q.OrderID = inventory.OrderGroup(shared) + fmt.Sprintf("%c%c%c%c", "ABCD"[i%4], "EFGH"[i/4%4], "JKMN"[i/16%4], "PQRS"[i/64%4])
+				case 2:
+					q.IdempotencyKey = fmt.Sprint("k", i%5)
+				case 3:
+					q.Token, q.TokenTTL = fmt.Sprint("t", i%40), time.Minute
+				case 4:
+					q.OrderID = inventory.NewOrderID(sale)
+				}
+				reqs[i] = q
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rc, err := r.eng.BuyWith(r.ctx, q)
+					out[i] = got{rc, err}
+				}()
+			}
+			wg.Wait()
+			h.off.Store(true)
+			if h.n.Load() < 3 {
+				t.Fatalf("%d pipelines: none lost", h.n.Load())
+			}
+			recs := advCgCheck(t, r, sale, "crowd", true)
+			units := int64(0)
+			for _, rec := range recs {
+				f := strings.Split(rec, "|")
+				_, q, _ := strings.Cut(f[3], "=")
+				var k int64
+				fmt.Sscan(q, &k)
+				units += k
+			}
+			if rem := r.remaining(sale)["A"]; rem != 10000-units {
+				t.Errorf("remaining %d, the records hold %d units of 10000", rem, units)
+			}
+			ok := 0
+			for i, g := range out {
+				if g.err != nil {
+					continue
+				}
+				ok++
+				if rec, found := recs[g.rc.Order.ID]; !found || !strings.HasPrefix(rec, "p|"+reqs[i].UserID+"|") {
+					t.Errorf("buy %d (%s): order %s, record %q", i, reqs[i].UserID, g.rc.Order.ID, rec)
+				}
+			}
+			if ok < n/3 {
+				t.Errorf("only %d of %d buys succeeded", ok, n)
+			}
+			t.Logf("%d of %d buys succeeded, %d orders, %d pipelines", ok, n, len(recs), h.n.Load())
 		})
 	}
 }

@@ -85,14 +85,22 @@ func orderID(sale string, n uint64) string {
 // appendBuys appends the arguments of a batch of n buys, each of one unit of
 // A by a user of its own with an order id of its own, no idempotency key and
 // no throttle, as the engine sends them (see buy.lua's header): the crowd's
-// one shape once, each buy as its user, order id and shape 1, then the
+// one shape once, the call's group (the first order id's), each buy as its
+// user, order id (its tail when of the call's group) and shape 1, then the
 // stream mode (one entry a call) and the distinct flag.
 func appendBuys(args []string, sale string, n int) []string {
-	args = append(args, "", strconv.Itoa(n), "0")                        // "": the script reads Redis's clock; no throttles
+	first := counter.Add(uint64(n)) - uint64(n) + 1 // n counters of this call's own
+	group := orderID(sale, first)
+	group = group[:len(group)-4]
+	args = append(args, "", strconv.Itoa(n), "0", group)                 // "": the script reads Redis's clock; no throttles
 	args = append(args, "1", "", "A=1", "0", "", "0", "1", "A", "1", "") // one shared shape: no key, no throttle, no token, one line, no gate
-	for range n {
-		c := counter.Add(1)
-		args = append(args, "u"+strconv.FormatUint(c, 36), orderID(sale, c), "1")
+	for i := range n {
+		c := first + uint64(i)
+		id := orderID(sale, c)
+		if len(id) > 4 && id[:len(id)-4] == group {
+			id = id[len(group):]
+		}
+		args = append(args, "u"+strconv.FormatUint(c, 36), id, "1")
 	}
 	return append(args, "0", "1", "1") // no id the caller chose, one entry, distinct
 }

@@ -28,7 +28,8 @@ import (
 // the same orders with the same records, by whole id.
 
 // advCgStream reads the sale's raw stream: every bought order's record by
-// whole order id (from "orders" and "bought" one-field entries), each
+// whole order id (from "lines" of a "group", "orders" and "bought"
+// one-field entries), each
 // "tokens" line's order id, and how many entries held several orders.
 func advCgStream(t *testing.T, r *rig, sale string) (recs map[string]string, tokens map[string]string, packed int) {
 	t.Helper()
@@ -40,7 +41,19 @@ func advCgStream(t *testing.T, r *rig, sale string) (recs map[string]string, tok
 			continue
 		}
 		var text string
-		if v, ok := m.Values["orders"].(string); ok {
+		if v, ok := m.Values["lines"].(string); ok {
+			// by tail: each line's id is the entry's group and its tail
+			g, _ := m.Values["group"].(string)
+			var whole []string
+			for line := range strings.SplitSeq(v, "\n") {
+				if tail, _, _ := strings.Cut(line, "|"); len(tail) != 4 || g == "" {
+					t.Errorf("entry %s: line %q of group %q names no order", m.ID, line, g)
+				}
+				whole = append(whole, g+line)
+			}
+			text = strings.Join(whole, "\n")
+			packed++
+		} else if v, ok := m.Values["orders"].(string); ok {
 			text = v
 			packed++
 		} else if v, ok := m.Values["bought"].(string); ok {

@@ -197,9 +197,9 @@ func dumpDiff(ctx context.Context, t *testing.T, rdb redis.UniversalClient, tag 
 }
 
 // byWholeIDs is an entry's fields with the orders of an entry by tail
-// ("group", "lines") as an entry by order id has them ("orders"): the
-// same orders either way (ParseEntry), written by scripts that sent their
-// ids differently.
+// ("group", "lines") as an entry by order id has them ("orders", or
+// "bought" for one order): the same orders either way (ParseEntry),
+// written by scripts that sent their ids differently.
 func byWholeIDs(values map[string]any) map[string]any {
 	lines, ok := values[fieldLines].(string)
 	if !ok {
@@ -216,7 +216,11 @@ func byWholeIDs(values map[string]any) map[string]any {
 	for i := range whole {
 		whole[i] = group + whole[i]
 	}
-	out[fieldOrders] = strings.Join(whole, "\n")
+	if len(whole) == 1 {
+		out[fieldBought] = whole[0]
+	} else {
+		out[fieldOrders] = strings.Join(whole, "\n")
+	}
 	return out
 }
 

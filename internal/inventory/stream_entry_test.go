@@ -103,10 +103,12 @@ func TestBuyStreamEntries(t *testing.T) {
 				}
 				checkBoughtIDs(t, r.events("s1"), orders, last)
 
-				// One order: today's entry, whatever the mode.
+				// One order: an entry by tail of it, whatever the mode.
 				orders = append(orders, r.buyUsers("u6")...)
 				msgs, last = r.streamInfo("s1")
-				if m := msgs[len(msgs)-1]; len(m.Values) != 1 || m.Values["bought"] == nil || m.ID != last {
+				want := orders[len(orders)-1].ID
+				if m := msgs[len(msgs)-1]; len(m.Values) != 2 || m.Values["group"] != inventory.OrderGroup(want) ||
+					!strings.HasPrefix(fmt.Sprint(m.Values["lines"]), strings.TrimPrefix(want, inventory.OrderGroup(want))+"|p|u6|") || m.ID != last {
 					t.Fatalf("entry of one order %v, last generated id %s", m, last)
 				}
 				// A later entry of any kind comes after every order.

@@ -148,6 +148,16 @@ func TestAdvLinesTokens(t *testing.T) {
 		if ev.Spent != want[ev.Order.ID] {
 			t.Errorf("order %s spent %+v, want %+v", ev.Order.ID, ev.Spent, want[ev.Order.ID])
 		}
+		// its dead letter (the database refusing it) keeps its token, and
+		// replayed gives it back
+		again, bad := inventory.ParseEntry(nil, sale, redis.XMessage{ID: "4-0", Values: inventory.OrderEntry(ev)})
+		if len(again) != 1 || len(bad) != 0 || again[0].Spent != ev.Spent || again[0].Order.ID != ev.Order.ID {
+			t.Errorf("replay of order %s's dead letter %v: %+v, bad %+v", ev.Order.ID, inventory.OrderEntry(ev), again, bad)
+		}
+	}
+	// the bad line's dead letter keeps its token line
+	if tl := bads[0].Values["tokens"]; tl != g+"0002|tokB|1700000009001" || len(bads[0].Values) != 2 {
+		t.Errorf("dead letter of the bad line: %v, want its tokens line", bads[0].Values)
 	}
 	// a token line by tail: no order of the entry is "0001"
 	evs, bads = inventory.ParseEntry(nil, sale, redis.XMessage{ID: "3-0", Values: map[string]any{"group": g, "lines": lines, "tokens": "0001|tokA|1700000009000"}})

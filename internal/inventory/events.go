@@ -226,7 +226,13 @@ func ParseEntry(dst []Event, saleID string, msg redis.XMessage) (events []Event,
 			ev, err = parseBought(saleID, id, order)
 		}
 		if err != nil {
-			bad = append(bad, BadEvent{ID: id, Values: map[string]any{fieldBought: order}, Err: err})
+			values := map[string]any{fieldBought: order}
+			if id, _, _ := strings.Cut(order, "|"); id != "" {
+				if tl, ok := tokenLine(msg, id); ok { // the token it spent goes with it
+					values[fieldTokens] = tl
+				}
+			}
+			bad = append(bad, BadEvent{ID: id, Values: values, Err: err})
 		} else {
 			dst = append(dst, ev)
 		}
@@ -378,11 +384,30 @@ const (
 	fieldGroup  = "group"
 )
 
-// OrderEntry is the fields of a bought event as an entry of its own (one
-// field, "bought"): what a dead letter of one order of an entry of several
-// keeps.
+// OrderEntry is the fields of a bought event as an entry of its own (field
+// "bought", and "tokens" for an order that spent a token, see spent.go):
+// what a dead letter of one order of an entry of several keeps, so that
+// replayed it stores the order with its token spent.
 func OrderEntry(ev Event) map[string]any {
-	return map[string]any{fieldBought: ev.Order.ID + "|" + encodeRecord(ev.Order)}
+	m := map[string]any{fieldBought: ev.Order.ID + "|" + encodeRecord(ev.Order)}
+	if t := ev.Spent; t.Token != "" {
+		m[fieldTokens] = ev.Order.ID + "|" + t.Token + "|" + strconv.FormatInt(t.Until.UnixMilli(), 10)
+	}
+	return m
+}
+
+// tokenLine returns the line of msg's "tokens" that names orderID.
+func tokenLine(msg redis.XMessage, orderID string) (string, bool) {
+	v, ok := msg.Values[fieldTokens].(string)
+	if !ok {
+		return "", false
+	}
+	for line := range strings.SplitSeq(v, "\n") {
+		if id, _, _ := strings.Cut(line, "|"); id == orderID {
+			return line, true
+		}
+	}
+	return "", false
 }
 
 // parseBought decodes a bought event's one field: "<order id>|<record>".

@@ -155,8 +155,8 @@ func advEventID(entry string, k int) string {
 // TestAdvLinesMixedStream: a stream of every form of bought entry, on a
 // sale whose id has '.', '-' and ':': the engine's entries by tail (some
 // with tokens, orders of two lines), its entries of field "orders" (a
-// call of orders of several groups: ids the callers chose), its one-order
-// "bought" entries, and hand-written entries by tail holding a line that
+// call of orders of several groups: ids the callers chose), its entry of
+// a lone order (by tail, one line), and hand-written entries by tail holding a line that
 // does not decode. The consumer stores every good order once, with its
 // token, and dead-letters the bad lines under their own ids, by whole
 // order id; a dead letter mended and replayed (twice) is stored once.
@@ -199,7 +199,8 @@ func TestAdvLinesMixedStream(t *testing.T) {
 		}
 		forms = append(forms, f)
 	}
-	if want := "[other lines lines+tokens orders bought]"; fmt.Sprint(forms) != want {
+	// (a lone order is an entry by tail of one line)
+	if want := "[other lines lines+tokens orders lines]"; fmt.Sprint(forms) != want {
 		t.Fatalf("stream forms %v, want %s", forms, want)
 	}
 	// Hand-written: an entry by tail of 4 orders, the third's record

@@ -126,14 +126,7 @@ func TestAdvCgTailsDoWhatWholeIdsDo(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, uint64(c)))
 				w := newDiffWorld(rng, srv.Name == "miniredis")
 				kw, kt, kr := e.keys(fmt.Sprint("w", c)), e.keys(fmt.Sprint("t", c)), e.keys(fmt.Sprint("r", c))
-				for _, k := range []saleKeys{kw, kt, kr} {
-					for _, op := range w.seed {
-						args := append([]any{op[0], k.tag + op[1].(string)}, op[2:]...)
-						if err := rdb.Do(ctx, args...).Err(); err != nil {
-							t.Fatalf("case %d seed %v: %v", c, args, err)
-						}
-					}
-				}
+				w.seedInto(ctx, t, rdb, c, kw, kt, kr)
 				for n := range 1 + rng.IntN(4) {
 					args := w.call(rng)
 					calls++

@@ -87,14 +87,7 @@ func TestAdvLuaDiffBuyAgainstRef(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, uint64(c)))
 				w := newDiffWorld(rng, srv.Name == "miniredis")
 				ka, kb := e.keys(fmt.Sprint("a", c)), e.keys(fmt.Sprint("b", c))
-				for _, k := range []saleKeys{ka, kb} {
-					for _, op := range w.seed {
-						args := append([]any{op[0], k.tag + op[1].(string)}, op[2:]...)
-						if err := rdb.Do(ctx, args...).Err(); err != nil {
-							t.Fatalf("case %d seed %v: %v", c, args, err)
-						}
-					}
-				}
+				w.seedInto(ctx, t, rdb, c, ka, kb)
 				for n := range 1 + rng.IntN(4) {
 					args := w.call(rng)
 					calls++
@@ -120,6 +113,20 @@ func TestAdvLuaDiffBuyAgainstRef(t *testing.T) {
 }
 
 var scriptLine = regexp.MustCompile(`(user_script|f_[0-9a-f]+)?:[0-9]+:`)
+
+// seedInto writes the world's starting state into the keys of each of
+// ks (case c, for the failure's message).
+func (w *diffWorld) seedInto(ctx context.Context, t *testing.T, rdb redis.UniversalClient, c int, ks ...saleKeys) {
+	t.Helper()
+	for _, k := range ks {
+		for _, op := range w.seed {
+			args := append([]any{op[0], k.tag + op[1].(string)}, op[2:]...)
+			if err := rdb.Do(ctx, args...).Err(); err != nil {
+				t.Fatalf("case %d seed %v: %v", c, args, err)
+			}
+		}
+	}
+}
 
 // runDiff runs s and returns its reply, or its error with the script's
 // name and line numbers taken out, as text.

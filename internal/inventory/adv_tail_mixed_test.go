@@ -224,18 +224,7 @@ func TestAdvTailOrderNamedTwice(t *testing.T) {
 		for n, form := range [][2]bool{{false, true}, {true, false}, {false, false}, {true, true}} { // whole id?
 			sale := fmt.Sprintf("d.%d-", n)
 			*db = recordDB{}
-			r.create(inventory.Sale{ID: sale, PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-			var reqs []inventory.BuyRequest
-			for i := range 3 {
-				reqs = append(reqs, inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1+i)})
-			}
-			var ids []string
-			for i, br := range r.eng.BuyMany(r.ctx, reqs) {
-				if br.Err != nil {
-					t.Fatalf("buy %d: %v", i, br.Err)
-				}
-				ids = append(ids, br.Receipt.Order.ID)
-			}
+			ids := advTailThreeBuys(t, r, sale)
 			db.consume(r, sale)
 			records := r.orders(sale)
 			g := inventory.OrderGroup(ids[0])
@@ -336,18 +325,7 @@ func TestAdvTailOwnFieldBesideTail(t *testing.T) {
 		for n, whole := range []bool{false, true} {
 			sale := fmt.Sprintf("o-%d.", n)
 			*db = recordDB{}
-			r.create(inventory.Sale{ID: sale, PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
-			var reqs []inventory.BuyRequest
-			for i := range 3 {
-				reqs = append(reqs, inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1+i)})
-			}
-			var ids []string
-			for i, br := range r.eng.BuyMany(r.ctx, reqs) {
-				if br.Err != nil {
-					t.Fatalf("buy %d: %v", i, br.Err)
-				}
-				ids = append(ids, br.Receipt.Order.ID)
-			}
+			ids := advTailThreeBuys(t, r, sale)
 			g := inventory.OrderGroup(ids[1])
 			if whole {
 				advTailToWhole(t, r, sale, g, func(i int) bool { return i == 1 })
@@ -396,4 +374,23 @@ func TestAdvTailOwnFieldBesideTail(t *testing.T) {
 			}
 		}
 	})
+}
+
+// advTailThreeBuys creates sale (100 of A, limit 5) and buys 1, 2 and 3
+// of A for u0, u1 and u2 in one call; it returns their order ids.
+func advTailThreeBuys(t *testing.T, r *rig, sale string) []string {
+	t.Helper()
+	r.create(inventory.Sale{ID: sale, PerUserLimit: 5, Items: []inventory.Item{{SKU: "A", Stock: 100}}})
+	var reqs []inventory.BuyRequest
+	for i := range 3 {
+		reqs = append(reqs, inventory.BuyRequest{SaleID: sale, UserID: fmt.Sprintf("u%d", i), Lines: lines("A", 1+i)})
+	}
+	var ids []string
+	for i, br := range r.eng.BuyMany(r.ctx, reqs) {
+		if br.Err != nil {
+			t.Fatalf("buy %d: %v", i, br.Err)
+		}
+		ids = append(ids, br.Receipt.Order.ID)
+	}
+	return ids
 }

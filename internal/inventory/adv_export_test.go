@@ -9,3 +9,10 @@ func ThrottleWindow(t Throttle) int64 {
 	}
 	return throttleWindow(b)
 }
+
+// SaleTableField, SaleTableValue are saleTableField and saleTableValue,
+// for the adversarial tests of the field (adv_table_test.go).
+const (
+	SaleTableField = saleTableField
+	SaleTableValue = saleTableValue
+)

@@ -60,9 +60,9 @@ func (e *Engine) CreateSales(ctx context.Context, sales []Sale, commit func(cont
 // make it and untouched is no error, and not made).
 func (e *Engine) createSale(ctx context.Context, s Sale, token string, adopt bool) (made bool, err error) {
 	k := e.keys(s.ID)
-	args := make([]any, 0, 9+2*len(s.Items))
+	args := make([]any, 0, 11+2*len(s.Items))
 	args = append(args, e.nowMs(), limitOf(s), unixMs(s.StartsAt), unixMs(s.EndsAt), flag(s.Paused), formatItems(s.Items),
-		token, s.PaymentTimeout.Milliseconds(), flag(adopt))
+		token, s.PaymentTimeout.Milliseconds(), flag(adopt), saleTableField, saleTableValue)
 	for _, it := range s.Items {
 		args = append(args, it.SKU, it.Stock)
 	}

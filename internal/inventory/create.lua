@@ -15,7 +15,10 @@
 --         it is exactly what this call would write — every field but the
 --         token, none more — and untouched since (its stream holds its
 --         created event alone); "0": never
--- ARGV[10], ARGV[11], ...  sku, stock of each item (-1 unlimited)
+-- ARGV[10], ARGV[11] a field and its value written with the sale, but
+--         never compared by ARGV[9] (saleTableField, keys.go: the value
+--         makes Redis keep the hash as a hash table)
+-- ARGV[12], ARGV[13], ...  sku, stock of each item (-1 unlimited)
 --
 -- Reply: {0} created (by this call, or by its first attempt), {10} a sale
 -- with this id exists (nothing changed), {16} the same sale exists,
@@ -26,7 +29,7 @@
 local function same()
   local want = {limit = ARGV[2], start = ARGV[3], ['end'] = ARGV[4], paused = ARGV[5], items = ARGV[6]}
   if ARGV[8] ~= '0' then want.pay = ARGV[8] end
-  for i = 10, #ARGV, 2 do
+  for i = 12, #ARGV, 2 do
     local sku, stock = ARGV[i], ARGV[i + 1]
     want['r:' .. sku], want['t:' .. sku] = stock, stock
     if stock == '-1' then want['s:' .. sku] = '0' end
@@ -35,7 +38,7 @@ local function same()
   local n = 0
   for i = 1, #got, 2 do
     local f, v = got[i], got[i + 1]
-    if f ~= 'created' then
+    if f ~= 'created' and f ~= ARGV[10] then
       if want[f] ~= v then return false end
       n = n + 1
     end
@@ -59,11 +62,11 @@ else
   redis.call('XADD', KEYS[2], '*', 'type', 'created', 'items', ARGV[6], 'limit', ARGV[2],
     'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5], 'at', ARGV[1])
 end
-redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5],
+redis.call('HSET', KEYS[1], ARGV[10], ARGV[11], 'limit', ARGV[2], 'start', ARGV[3], 'end', ARGV[4], 'paused', ARGV[5],
   'items', ARGV[6], 'created', ARGV[7])
 -- HSET in chunks: unpack() of a very long list would overflow Lua's C stack.
 local batch = {}
-for i = 10, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   local sku, stock = ARGV[i], ARGV[i + 1]
   batch[#batch + 1] = 'r:' .. sku
   batch[#batch + 1] = stock

@@ -6,6 +6,21 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
+// saleTableField, saleTableValue: a field every sale hash is made with
+// (create.lua, a rebuild's staging), whose value is longer than Redis's
+// default hash-max-listpack-value (64 bytes), so that Redis keeps the
+// hash as a hash table from its creation: every buy.lua call reads
+// eight fields of it and writes two, and in a listpack each of those scans
+// the hash's fields one by one (2.5% of a call of one buy, on a sale of
+// one item; a sale of more than a few items is a table anyway, its "items"
+// being longer than 64 bytes). The buy rules never read it; a sale
+// made without it (before the engine wrote it, or on a Redis whose
+// hash-max-listpack-value is larger) is only slower.
+const (
+	saleTableField = "table"
+	saleTableValue = "longer than 64 bytes, so that Redis keeps this hash as a hash table"
+)
+
 // Every Redis key the engine touches is built here. All keys of one sale share
 // the hash tag {<prefix>:<sale>} so that every script, which only ever touches
 // the keys of one sale, runs on Redis Cluster: they all hash to one slot.
@@ -19,7 +34,8 @@ import (
 //	                       sale (see move.lua), kept while the sale lives,
 //	                       "pay" the payment timeout in ms (absent: no
 //	                       payment step, Sale.PaymentTimeout), "orders"
-//	                       the number of order records (buy.lua, rebuild)
+//	                       the number of order records (buy.lua, rebuild),
+//	                       and saleTableField (below)
 //	{p:s}:bought    hash   "<user>|<sku>" -> units the user holds
 //	{p:s}:orders    hash   "<order group>" -> the group's orders, one
 //	                       "<tail>|<order record>" a line, the tail the

@@ -139,7 +139,9 @@ func (e *Engine) loadAndCommit(ctx context.Context, saleID string, k saleKeys, t
 		k.stage(token, "deadlines"), k.stage(token, "paid"), k.stage(token, "spent")}
 	ttl := max(2*e.lockTTL, time.Minute).Milliseconds()
 	var calls []call
-	for i, fields := range [7][]any{state.sale, state.bought, state.orderGroups(), state.idem, state.deadlines, state.paid, state.spentFields()} {
+	// (the sale with saleTableField, which a repair does not compare)
+	sale := append(slices.Clip(state.sale), saleTableField, saleTableValue)
+	for i, fields := range [7][]any{sale, state.bought, state.orderGroups(), state.idem, state.deadlines, state.paid, state.spentFields()} {
 		for len(fields) > 0 {
 			n := min(len(fields), 2*stageChunk)
 			calls = append(calls, call{s: stageScript, keys: []string{stageKeys[i]}, args: append([]any{ttl}, fields[:n]...)})

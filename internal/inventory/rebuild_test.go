@@ -377,3 +377,35 @@ func TestRebuildPipelineAfterScriptFlush(t *testing.T) {
 		}
 	})
 }
+
+// TestSaleHashIsATable: Redis keeps a sale's hash as a hash table, not a
+// listpack, from its first write, whether create made it or a rebuild did
+// (each buy reads eight of its fields and writes two: in a listpack every
+// one of those is a scan of the hash). Buys of it still sell.
+func TestSaleHashIsATable(t *testing.T) {
+	for _, b := range backends {
+		if b.name == "miniredis" {
+			continue // it has no encodings
+		}
+		t.Run(b.name, func(t *testing.T) {
+			r, db := lostSale(t, b, 5, 1)
+			// (lostSale lost the sale: make one more, by create, to compare)
+			r.create(inventory.Sale{ID: "s2", PerUserLimit: 1, Items: []inventory.Item{{SKU: "A", Stock: 5}}})
+			for _, id := range []string{"s2", "s1"} { // s1: rebuilt by this buy
+				if _, err := r.eng.Buy(r.ctx, id, "u1", lines("A", 1), ""); err != nil {
+					t.Fatalf("buy of %s: %v", id, err)
+				}
+				enc, err := r.rdb.ObjectEncoding(r.ctx, r.key(id, "sale")).Result()
+				if err != nil || enc != "hashtable" {
+					t.Errorf("sale %s's hash is %q (%v), want hashtable", id, enc, err)
+				}
+				if st, err := r.eng.Stock(r.ctx, id); err != nil || st.Items[0].Remaining != 4 {
+					t.Errorf("sale %s: %+v, %v", id, st, err)
+				}
+			}
+			if db.loads.Load() != 1 {
+				t.Errorf("loaded %d times, want 1 (s1 rebuilt once)", db.loads.Load())
+			}
+		})
+	}
+}

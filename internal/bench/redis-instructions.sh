@@ -17,6 +17,13 @@
 # Each counts only the measured part (a warm-up first loads the scripts and
 # the hashes' first entries), and prints Redis's instructions per buy.
 #
+# ITEMS=n buys from a sale of n items instead of one, each call's buys of
+# distinct items while n >= BATCH (BUY_CALL_ITEMS). REDIS_SERVER=path runs that redis-server
+# instead of the one on PATH (a build of Redis's own source with its
+# symbols: a packaged one is stripped), and PROFILE=dir keeps the engine's
+# callgrind output there, for callgrind_annotate to say where the
+# instructions go (by function, with --inclusive=yes or --tree=calling).
+#
 # Needs valgrind (callgrind_control, callgrind_annotate), redis-server,
 # redis-cli, redis-benchmark and Go. Runs a few minutes: callgrind runs
 # Redis about 50 times slower. Leaves nothing behind.
@@ -27,6 +34,8 @@ cd "$(dirname "$0")/../.."
 N=${1:-100000}
 BATCH=${BATCH:-128}
 THROTTLE=${THROTTLE:-0}
+ITEMS=${ITEMS:-1}
+SERVER=${REDIS_SERVER:-redis-server}
 work=$(mktemp -d)
 port=$(( 20000 + RANDOM % 20000 ))
 vpid=""
@@ -41,7 +50,7 @@ go test -c -o "$work/inventory.test" ./internal/inventory/
 # start_redis NAME: a redis-server under callgrind, counting nothing yet.
 start_redis() {
   valgrind --tool=callgrind --callgrind-out-file="$work/$1.out" --instr-atstart=no \
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/$1.log" 2>&1 &
+    "$SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/$1.log" 2>&1 &
   vpid=$!
   for _ in $(seq 1 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && return; sleep 0.2; done
   echo "redis-server under callgrind did not start: $work/$1.log" >&2
@@ -59,14 +68,16 @@ stop_redis() {
 }
 
 engine() {
-  SECKILL_TEST_REDIS_URL="redis://127.0.0.1:$port/0" BUY_CALL_BATCH=$BATCH BUY_CALL_THROTTLE=$THROTTLE \
+  SECKILL_TEST_REDIS_URL="redis://127.0.0.1:$port/0" BUY_CALL_BATCH=$BATCH BUY_CALL_THROTTLE=$THROTTLE BUY_CALL_ITEMS=$ITEMS \
     "$work/inventory.test" -test.run '^$' -test.bench BenchmarkBuyCallSerial -test.benchtime "$1x" >/dev/null
 }
 start_redis engine
 engine 2000
 callgrind_control -i on "$vpid" >/dev/null
 engine "$N"
+[[ -n "${PROFILE:-}" ]] && mkdir -p "$PROFILE"
 stop_redis engine "$N"
+[[ -n "${PROFILE:-}" ]] && cp "$work/engine.out" "$PROFILE/engine.callgrind"
 
 start_redis seed
 sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat internal/bench/http/seed000.lua)")

@@ -54,7 +54,6 @@ func BenchmarkBuy(b *testing.B) {
 // under callgrind) is the same from run to run.
 // Run: go test -run '^$' -bench BenchmarkBuyCallSerial -benchtime 100000x ./inventory/
 func BenchmarkBuyCallSerial(b *testing.B) {
-	eng := benchEngine(b, inventory.Options{})
 	batch := 128
 	if n, err := strconv.Atoi(os.Getenv("BUY_CALL_BATCH")); err == nil && n > 0 {
 		batch = n
@@ -67,7 +66,17 @@ func BenchmarkBuyCallSerial(b *testing.B) {
 		}
 		th = &bk
 	}
-	line := []inventory.Line{{SKU: "A", Qty: 1}}
+	var eng *inventory.Engine
+	lines := [][]inventory.Line{{{SKU: "A", Qty: 1}}}
+	if n, err := strconv.Atoi(os.Getenv("BUY_CALL_ITEMS")); err != nil || n <= 1 {
+		eng = benchEngine(b, inventory.Options{})
+	} else {
+		eng = benchItemsEngine(b, n)
+		lines = make([][]inventory.Line, n)
+		for i := range lines {
+			lines[i] = []inventory.Line{{SKU: "i" + strconv.Itoa(i), Qty: 1}}
+		}
+	}
 	next := 0
 	reqs := make([]inventory.BuyRequest, 0, batch)
 	b.ResetTimer()
@@ -75,6 +84,10 @@ func BenchmarkBuyCallSerial(b *testing.B) {
 		reqs = reqs[:0]
 		for range min(batch, b.N-done) {
 			next++
+			// (a multiplicative step through the items: each call's buys
+			// name distinct items while the sale has at least as many
+			// items as a call has buys, the same ones in every run)
+			line := lines[(next*7919)%len(lines)]
 			reqs = append(reqs, inventory.BuyRequest{SaleID: "bench", UserID: "u" + strconv.Itoa(next), Lines: line, Throttle: th})
 		}
 		for _, r := range eng.BuyMany(b.Context(), reqs) {
@@ -120,6 +133,24 @@ func BenchmarkBuyMany(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "buys/s")
 		})
 	}
+}
+
+// benchItemsEngine is benchEngine's engine with a sale "bench" of n items
+// "i0", "i1", ..., each of which never sells out.
+func benchItemsEngine(b *testing.B, n int) *inventory.Engine {
+	rdb := redistest.Standalone(b)
+	eng := inventory.New(rdb, inventory.Options{Prefix: redistest.Prefix(b, rdb)})
+	items := make([]inventory.Item, n)
+	for i := range items {
+		items[i] = inventory.Item{SKU: "i" + strconv.Itoa(i), Stock: inventory.MaxQty}
+	}
+	if err := eng.CreateSale(b.Context(), inventory.Sale{ID: "bench", PerUserLimit: 1, Items: items}); err != nil {
+		b.Fatal(err)
+	}
+	if err := eng.Preload(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	return eng
 }
 
 // benchEngine is an engine on the local Redis with a sale "bench" whose

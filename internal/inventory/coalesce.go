@@ -225,10 +225,13 @@ func (c *coalescer) next() []*waiter {
 	switch {
 	case len(c.queue) == 0:
 		if c.inFlight == 0 && !c.lingering {
-			if l := c.e.coalesce.Linger; l > 0 && c.lastBatch >= 2 {
+			if l := c.e.coalesce.Linger; l > 0 && (c.lastBatch >= 2 || c.skip > 0) {
 				// A crowd's: kept a while, for its next buy to linger:
 				// 4 lingers, at most 10 s (sale ids that once had a
-				// crowd do not pile up, whatever Linger).
+				// crowd do not pile up, whatever Linger). So is one
+				// whose callers looked like a closed loop (skip): a new
+				// one would have forgotten that, and linger again at
+				// its first call of two buys.
 				c.arm(4 * min(l, 2500*time.Millisecond))
 			} else {
 				c.forgetLocked()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/internal/redistest"
 	"github.com/seckill/seckill/internal/waitfor"
@@ -29,4 +30,38 @@ func TestIdleCoalescersAreForgotten(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAClosedLoopsCoalescerIsKept: a sale whose callers looked like a
+// closed loop (a linger with no buy in its second half) sends its next
+// calls without a linger. Its coalescer going idle between two of them
+// (a call of one buy completes before the next buy comes) must not forget
+// that: a new coalescer would linger again at its first call of two buys,
+// and a closed loop's buys would wait out a whole linger every few calls.
+// An idle coalescer with nothing to remember is still forgotten.
+func TestAClosedLoopsCoalescerIsKept(t *testing.T) {
+	rdb := redistest.Standalone(t)
+	e := New(rdb, Options{Prefix: redistest.Prefix(t, rdb), Coalesce: Coalesce{Linger: time.Second}})
+	for _, tc := range []struct {
+		skip int
+		kept bool
+	}{{skip: 5, kept: true}, {skip: 0, kept: false}} {
+		sale := fmt.Sprint("s", tc.skip)
+		c := e.coalescerOf(sale)
+		c.mu.Lock()
+		c.inFlight, c.lastBatch, c.skip = 1, 1, tc.skip // a call of one buy in flight
+		c.mu.Unlock()
+		if next := c.next(); next != nil {
+			t.Fatalf("skip %d: next sent %d buys, none were queued", tc.skip, len(next))
+		}
+		got, ok := e.coalescers.Load(sale)
+		if kept := ok && got == c; kept != tc.kept {
+			t.Errorf("skip %d: coalescer kept = %v, want %v", tc.skip, kept, tc.kept)
+		}
+		c.mu.Lock()
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.mu.Unlock()
+	}
 }

@@ -62,8 +62,9 @@ type Coalesce struct {
 	// their buy before the next (a closed loop) gain nothing from it, and
 	// are told apart by their lingers: one that ends with no buy in its
 	// second half stops the sale's lingers for the next 16 calls, doubling
-	// up to 1024 while they stay so. Default 1ms; negative: never, each
-	// call goes as soon as it may (the rule above).
+	// up to 1024 while they stay so (and the sale is never idle for over 4
+	// lingers, at most 10 s: then it is forgotten). Default 1ms; negative:
+	// never, each call goes as soon as it may (the rule above).
 	Linger time.Duration
 }
 
@@ -225,13 +226,15 @@ func (c *coalescer) next() []*waiter {
 	switch {
 	case len(c.queue) == 0:
 		if c.inFlight == 0 && !c.lingering {
-			if l := c.e.coalesce.Linger; l > 0 && (c.lastBatch >= 2 || c.skip > 0) {
+			if l := c.e.coalesce.Linger; l > 0 && (c.lastBatch >= 2 || c.skip > 0 || c.backoff > 0) {
 				// A crowd's: kept a while, for its next buy to linger:
 				// 4 lingers, at most 10 s (sale ids that once had a
 				// crowd do not pile up, whatever Linger). So is one
 				// whose callers looked like a closed loop (skip): a new
 				// one would have forgotten that, and linger again at
-				// its first call of two buys.
+				// its first call of two buys; and, its skip run out on a
+				// call of one buy, its backoff: a new one would start it
+				// again at 16, not double it.
 				c.arm(4 * min(l, 2500*time.Millisecond))
 			} else {
 				c.forgetLocked()

@@ -157,18 +157,7 @@ func TestAdvKeepClosedLoopsThroughForgets(t *testing.T) {
 			t.Errorf("s%d: sold %d, %d buys accepted", s, sold, acc)
 		}
 	}
-	waitfor.Until(t, waitfor.Patience, "every idle coalescer forgotten", func() error {
-		if n := coalescerCount(e); n != 0 {
-			return fmt.Errorf("%d kept", n)
-		}
-		return nil
-	})
-	waitfor.Until(t, waitfor.Patience, "no goroutine left behind", func() error {
-		if n := runtime.NumGoroutine(); n > base+5 {
-			return fmt.Errorf("%d goroutines, %d before the buys", n, base)
-		}
-		return nil
-	})
+	advAllForgotten(t, e, base)
 }
 
 // TestAdvKeepACrowdLingersAgain: a sale kept idle for its closed loop's

@@ -73,18 +73,7 @@ func TestAdvLingerIdleCrowdsAreForgotten(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	waitfor.Until(t, waitfor.Patience, "every idle coalescer forgotten", func() error {
-		if n := coalescerCount(e); n != 0 {
-			return fmt.Errorf("%d kept", n)
-		}
-		return nil
-	})
-	waitfor.Until(t, waitfor.Patience, "no goroutine left behind", func() error {
-		if n := runtime.NumGoroutine(); n > base+5 {
-			return fmt.Errorf("%d goroutines, %d before the buys", n, base)
-		}
-		return nil
-	})
+	advAllForgotten(t, e, base)
 }
 
 // TestAdvLingerNegativeIsTheOldRule: a negative Linger sends each call as
@@ -338,4 +327,22 @@ func TestAdvLingerNotInAForgottenCoalescer(t *testing.T) {
 	if _, err := old.buy(ctx, bc); err != nil {
 		t.Fatalf("the late buy through the forgotten coalescer: %v", err)
 	}
+}
+
+// advAllForgotten waits until e holds no coalescer and no more goroutines
+// run than base (counted before the buys) and a few.
+func advAllForgotten(t *testing.T, e *Engine, base int) {
+	t.Helper()
+	waitfor.Until(t, waitfor.Patience, "every idle coalescer forgotten", func() error {
+		if n := coalescerCount(e); n != 0 {
+			return fmt.Errorf("%d kept", n)
+		}
+		return nil
+	})
+	waitfor.Until(t, waitfor.Patience, "no goroutine left behind", func() error {
+		if n := runtime.NumGoroutine(); n > base+5 {
+			return fmt.Errorf("%d goroutines, %d before the buys", n, base)
+		}
+		return nil
+	})
 }

@@ -89,3 +89,36 @@ func TestUnreadableRequestsLogNoSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestDebugLogNamesThePeer: with debug logging on, each request's line
+// names the peer's address, on both servers and on both of the fast
+// server's paths (a buy, served by the fast handler itself, and another
+// request, through the adaptor to net/http's handler).
+func TestDebugLogNamesThePeer(t *testing.T) {
+	for _, server := range []string{service.HTTPServerFast, service.HTTPServerNet} {
+		t.Run(server, func(t *testing.T) {
+			var buf syncBuffer
+			a := startApp(t, service.Config{DatabaseURL: dbtest.SQLiteURL(t), HTTPServer: server, SampleEvery: -1,
+				Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			a.createSale("s1", 1, "A", 5)
+			a.buy("s1", "alice", "A", 1)
+			lines := map[string]bool{}
+			for line := range strings.Lines(buf.String()) {
+				if !strings.Contains(line, "msg=request ") {
+					continue
+				}
+				for _, path := range []string{"/v1/sales/s1/orders", "/v1/admin/sales"} {
+					if strings.Contains(line, "path="+path+" ") {
+						lines[path] = true
+						if !strings.Contains(line, " remote=127.0.0.1:") {
+							t.Errorf("the request line of %s names no peer: %s", path, line)
+						}
+					}
+				}
+			}
+			if len(lines) != 2 {
+				t.Errorf("request lines logged of %v, want the buy's and the sale's creation:\n%.3000s", lines, buf.String())
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"time"
@@ -91,8 +92,8 @@ func requestIDFor(given string) string {
 // endRequest is the end of every request, whatever server carried it: a
 // panic (v, recovered) becomes a logged stack and, if nothing was written
 // yet, the contract's 500; and with debug logging on, one line of the
-// request.
-func (s *Service) endRequest(x exchange, id string, v any, wrote bool, status func() int, began time.Time, debugLog bool, remote string) {
+// request, remote the peer's address.
+func (s *Service) endRequest(x exchange, id string, v any, wrote bool, status func() int, began time.Time, debugLog bool, remote fmt.Stringer) {
 	if v != nil {
 		if v == http.ErrAbortHandler {
 			panic(v)
@@ -105,6 +106,12 @@ func (s *Service) endRequest(x exchange, id string, v any, wrote bool, status fu
 	}
 	if debugLog {
 		s.logWithID(id).Debug("request", "method", x.method(), "path", x.path(), "status", status(),
-			"took", time.Since(began), "remote", remote)
+			"took", time.Since(began), "remote", remote.String())
 	}
 }
+
+// remoteAddr is net/http's peer address (http.Request.RemoteAddr) as
+// endRequest takes it.
+type remoteAddr string
+
+func (a remoteAddr) String() string { return string(a) }

@@ -104,7 +104,9 @@ func (s *Service) fastHandler(adapted fasthttp.RequestHandler) fasthttp.RequestH
 			began = time.Now()
 		}
 		defer func() {
-			s.endRequest(x, id, recover(), x.wrote, x.statusCode, began, debugLog, c.RemoteAddr().String())
+			// the peer's address as text only for the debug log: made for
+			// every request, it was about 0.5% of a buy's CPU
+			s.endRequest(x, id, recover(), x.wrote, x.statusCode, began, debugLog, c.RemoteAddr())
 		}()
 		if ambiguous {
 			c.SetConnectionClose()

@@ -111,7 +111,8 @@ func (s *Service) endRequest(x exchange, id string, v any, wrote bool, status fu
 }
 
 // remoteAddr is net/http's peer address (http.Request.RemoteAddr) as
-// endRequest takes it.
+// endRequest takes it, by pointer: a string in an interface would cost an
+// allocation per request.
 type remoteAddr string
 
-func (a remoteAddr) String() string { return string(a) }
+func (a *remoteAddr) String() string { return string(*a) }

@@ -36,7 +36,7 @@ func (s *Service) harden(next http.Handler) http.Handler {
 			began = time.Now()
 		}
 		defer func() {
-			s.endRequest(&sw.x, id, recover(), sw.wrote, sw.statusCode, began, debugLog, remoteAddr(r.RemoteAddr))
+			s.endRequest(&sw.x, id, recover(), sw.wrote, sw.statusCode, began, debugLog, (*remoteAddr)(&r.RemoteAddr))
 		}()
 		next.ServeHTTP(sw, r)
 	})

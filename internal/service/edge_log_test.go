@@ -29,6 +29,16 @@ func sendRaw(t *testing.T, base, req string) string {
 	return string(b)
 }
 
+// debugLogApp starts the service on server, on SQLite, logging as text at
+// debug level into the buffer it returns.
+func debugLogApp(t *testing.T, server string) (*app, *syncBuffer) {
+	t.Helper()
+	buf := &syncBuffer{}
+	a := startApp(t, service.Config{DatabaseURL: dbtest.SQLiteURL(t), HTTPServer: server, SampleEvery: -1,
+		Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	return a, buf
+}
+
 // TestUnreadableRequestsLogNoSecrets: requests a server cannot read (a
 // space before a header's colon, an unknown transfer coding, no Host, a
 // bad chunk, a bad request line...) carrying the admin token, a buyer's
@@ -38,9 +48,7 @@ func sendRaw(t *testing.T, base, req string) string {
 func TestUnreadableRequestsLogNoSecrets(t *testing.T) {
 	for _, server := range []string{service.HTTPServerFast, service.HTTPServerNet} {
 		t.Run(server, func(t *testing.T) {
-			var buf syncBuffer
-			a := startApp(t, service.Config{DatabaseURL: dbtest.SQLiteURL(t), HTTPServer: server, SampleEvery: -1,
-				Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			a, buf := debugLogApp(t, server)
 			jwt := a.token("alice")
 			secrets := map[string]string{"admin token": a.svc.AdminToken(), "buyer JWT": jwt,
 				"purchase token": "c2VjcmV0LXB1cmNoYXNlLXRva2Vu.c2ln", "JWT secret": a.svc.JWTSecret()}
@@ -97,9 +105,7 @@ func TestUnreadableRequestsLogNoSecrets(t *testing.T) {
 func TestDebugLogNamesThePeer(t *testing.T) {
 	for _, server := range []string{service.HTTPServerFast, service.HTTPServerNet} {
 		t.Run(server, func(t *testing.T) {
-			var buf syncBuffer
-			a := startApp(t, service.Config{DatabaseURL: dbtest.SQLiteURL(t), HTTPServer: server, SampleEvery: -1,
-				Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			a, buf := debugLogApp(t, server)
 			a.createSale("s1", 1, "A", 5)
 			a.buy("s1", "alice", "A", 1)
 			lines := map[string]bool{}
